@@ -1,0 +1,52 @@
+"""The exit-code table: the one source of truth for the CLI, the docs and the Helm chart.
+
+Kubeflow convention: 1-127 are permanent failures (the Job should fail), 128 and above are
+retryable (the pod may be replaced). 128+N for small N is what a signalled process exits with,
+so our own retryable codes sit at 150+ to stay distinguishable from "killed by signal N".
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    PASSED = 0
+    TRAINER_FAILED = 10
+    CONTRACT_VIOLATION = 11
+    STALLED = 12
+    RESOURCE_LEAK = 13
+    DEADLINE_EXHAUSTED = 14
+    REFUSED = 15
+    EVIDENCE_LOST = 16
+    CANCELLED = 17
+    INSUFFICIENT_BUDGET = 18
+    TRAINER_NOT_STARTED = 19
+    USAGE = 64
+    INTERNAL = 70
+    GPU_FAULT = 150
+    TRANSIENT_INFRA = 151
+
+    @property
+    def retryable(self) -> bool:
+        return self >= 128
+
+
+EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
+    ExitCode.PASSED: "soak passed every check",
+    ExitCode.TRAINER_FAILED: "trainer exited non-zero or reported an abnormal shutdown",
+    ExitCode.CONTRACT_VIOLATION: "run_summary.json missing, invalid, or violating its contract",
+    ExitCode.STALLED: "no progress before the startup timeout, or progress went stale",
+    ExitCode.RESOURCE_LEAK: "processes survived shutdown, or a resource leak check failed",
+    ExitCode.DEADLINE_EXHAUSTED: "the persistent total-job deadline expired during the run",
+    ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second "
+    "supervisor",
+    ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
+    ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM)",
+    ExitCode.INSUFFICIENT_BUDGET: "less than the checkpoint margin was left: refused to start",
+    ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared in the run dir",
+    ExitCode.USAGE: "usage or configuration error",
+    ExitCode.INTERNAL: "internal error of soak-sidecar (monitor failure)",
+    ExitCode.GPU_FAULT: "a GPU was lost or needs a reset (retryable on another node)",
+    ExitCode.TRANSIENT_INFRA: "transient infrastructure failure (store or API unreachable)",
+}

@@ -1,0 +1,88 @@
+"""What one sample holds: process tree, GPUs, progress. Produced by adapters, consumed by the core."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FD_CLASSES = ("pipe", "socket", "memfd", "eventfd", "eventpoll", "nvidia", "shared_memory", "other")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProcessInfo(_Model):
+    pid: int
+    ppid: int
+    start_time: float = Field(description="Process creation time (epoch s); a PID with another start time is another process.")
+    rss_kib: int
+    fd_count: int
+    fd_classes: dict[str, int]
+    threads: int
+    state: str
+    command: str = Field(description="Command line, truncated; never the environment.")
+
+
+class ProcessTreeSample(_Model):
+    process_count: int = 0
+    zombie_count: int = 0
+    rss_kib_total: int = 0
+    fd_count_total: int = 0
+    fd_classes_total: dict[str, int] = Field(default_factory=dict)
+    threads_total: int = 0
+    processes: list[ProcessInfo] = Field(default_factory=list)
+
+
+class ProgressSample(_Model):
+    file_count: int = 0
+    bytes_total: int = 0
+    max_mtime: float | None = None
+
+
+class GpuDevice(_Model):
+    index: int
+    uuid: str
+    name: str
+    memory_total_mib: float | None = None
+    memory_used_mib: float | None = None
+    memory_reserved_mib: float | None = None
+    utilization_gpu_pct: float | None = None
+    utilization_memory_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    ecc_uncorrected: int | None = None
+    retired_pages: int | None = None
+    unavailable: list[str] = Field(default_factory=list, description="Metrics NVML does not support here.")
+
+
+class GpuProcess(_Model):
+    pid: int
+    device_uuid: str
+    used_memory_mib: float | None
+    kind: Literal["compute", "graphics"]
+    in_tree: bool
+
+
+class GpuSample(_Model):
+    available: bool = False
+    reason: str | None = Field(None, description="Why GPU data is missing or partial.")
+    devices: list[GpuDevice] = Field(default_factory=list)
+    processes: list[GpuProcess] = Field(default_factory=list)
+    attribution: Literal["pid", "unavailable", "not_sampled"] = "not_sampled"
+    used_memory_mib_total: float | None = Field(
+        None, description="Memory of the trainer's processes when attributed, else of its devices."
+    )
+    fault: str | None = Field(None, description="Hardware fault (GPU lost, reset required).")
+    nvml_time_ms: float = 0.0
+
+
+class Sample(_Model):
+    t_wall: float
+    elapsed_s: float
+    process: ProcessTreeSample
+    gpu: GpuSample
+    progress: ProgressSample

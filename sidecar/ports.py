@@ -1,0 +1,62 @@
+"""Small Protocols the core and the orchestrator depend on; adapters implement them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
+
+
+class Clock(Protocol):
+    def wall(self) -> float: ...
+    def monotonic(self) -> float: ...
+
+
+class ProcessSampler(Protocol):
+    def sample(self, root_pid: int) -> ProcessTreeSample:
+        """The root and all its descendants now; vanished processes are skipped."""
+        ...
+
+    def still_alive(self, known: Sequence[ProcessInfo]) -> list[ProcessInfo]:
+        """Those of ``known`` still running as the same process (PID reuse rejected)."""
+        ...
+
+
+class ProgressProbe(Protocol):
+    def sample(self) -> ProgressSample: ...
+
+
+class GpuBackend(Protocol):
+    def devices(self) -> list[GpuDevice]: ...
+    def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample: ...
+    def close(self) -> None: ...
+
+
+class DeadlineStore(Protocol):
+    """Durable storage of deadline records, one per run id."""
+
+    @property
+    def location(self) -> str:
+        """Human-readable location of the store (for messages and the trainer's env)."""
+        ...
+
+    def lock(self, run_id: str) -> AbstractContextManager[None]:
+        """Held for the supervisor's lifetime; raises AlreadySupervisedError if held elsewhere."""
+        ...
+
+    def load(self, run_id: str) -> bytes | None:
+        """The stored record, or None when there is none."""
+        ...
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        """Exclusive, durable create; raises RecordExistsError when a record already exists."""
+        ...
+
+
+class ArtifactSink(Protocol):
+    def upload(self, files: Sequence[Path], key_prefix: str) -> list[str]:
+        """Upload files under key_prefix, never overwriting; returns their URIs. Raises UploadError."""
+        ...

@@ -45,6 +45,10 @@ class InsufficientBudgetError(SoakError):
     exit_code = ExitCode.INSUFFICIENT_BUDGET
 
 
+class DeadlineExpiredError(InsufficientBudgetError):
+    """The run's original deadline has already passed: a verdict, never a fresh budget."""
+
+
 class TransientError(SoakError):
     """Infrastructure that may work on a retry of the pod (store or API unreachable)."""
 
@@ -81,3 +85,9 @@ class LauncherError(SoakError):
     """The launcher never appeared or broke the run-dir protocol."""
 
     exit_code = ExitCode.TRAINER_NOT_STARTED
+
+
+class InvalidRunSummaryError(SoakError):
+    """run_summary.json is oversized, not UTF-8, or not parsable JSON."""
+
+    exit_code = ExitCode.CONTRACT_VIOLATION

@@ -88,6 +88,11 @@ class DeadlineSettings(_Group):
     )
     resume: bool = Field(False, description="Require an existing record (never create a fresh budget). Default false.")
     resume_checkpoint: Path | None = Field(None, description="Checkpoint to resume from (must be approved). Default none.")
+    checkpoint_path: Path | None = Field(
+        None,
+        description="The run's checkpoint file, fixed for every attempt: it joins the run identity and "
+        "the approval, and resume_checkpoint must name it. Default none (no resume allowed).",
+    )
     dataset_manifest: Path | None = Field(
         None, description="File whose sha256 joins the run identity. Default none."
     )

@@ -1,0 +1,218 @@
+"""Deadline records in a local directory, plus the file reads the run identity needs.
+
+Layout: ``<dir>/<run_id>.json`` (the record, never rewritten) and ``<dir>/<run_id>.lock``
+(flock held by the supervising process; never deleted, since deleting a lock file lets a
+second process lock a fresh inode while the first still holds the old one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from sidecar.core.deadline import MAX_RECORD_BYTES
+from sidecar.core.identity import RunIdentity, make_identity, parse_run_id, sha256_hex
+from sidecar.errors import (
+    AlreadySupervisedError,
+    ConfigError,
+    RecordExistsError,
+    StoreUnavailableError,
+)
+from sidecar.settings import DeadlineSettings
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a directory entry (create, rename, link, unlink) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_fsync(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    os.fsync(fd)
+
+
+class FileDeadlineStore:
+    """``DeadlineStore`` over one directory (a PVC or a local dir)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory.resolve()
+        self._held: dict[str, int] = {}
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    def record_path(self, run_id: str) -> Path:
+        # parse_run_id admits only UUIDs, so the name can never leave the directory.
+        return self.directory / f"{parse_run_id(run_id)}.json"
+
+    def lock_path(self, run_id: str) -> Path:
+        return self.directory / f"{parse_run_id(run_id)}.lock"
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailableError(
+                f"cannot create deadline store {self.directory}: {exc}"
+            ) from exc
+
+    @contextmanager
+    def lock(self, run_id: str) -> Iterator[None]:
+        """Exclusive flock on ``<run_id>.lock`` until the block exits.
+
+        flock belongs to the open file description: a second open in this process would also be
+        refused, and a child that inherits ``held_lock_fd`` keeps the lock if this process dies.
+        """
+        path = self.lock_path(run_id)
+        self._ensure_dir()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot open lock {path}: {exc}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise AlreadySupervisedError(
+                        f"another supervisor holds run {run_id} ({path}; {_holder(fd)})"
+                    ) from exc
+                raise StoreUnavailableError(f"cannot lock {path}: {exc}") from exc
+            _note_holder(fd)
+            self._held[run_id] = fd
+            try:
+                yield
+            finally:
+                del self._held[run_id]
+        finally:
+            # Closing the last descriptor releases the flock.
+            os.close(fd)
+
+    def held_lock_fd(self, run_id: str) -> int:
+        """The descriptor holding the run's lock (to pass to a child with ``pass_fds``)."""
+        try:
+            return self._held[run_id]
+        except KeyError:
+            raise ConfigError(f"run {run_id} is not locked by this store") from None
+
+    def load(self, run_id: str) -> bytes | None:
+        path = self.record_path(run_id)
+        try:
+            with path.open("rb") as handle:
+                # One byte over the cap is enough for the parser to refuse it.
+                return handle.read(MAX_RECORD_BYTES + 1)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot read deadline record {path}: {exc}") from exc
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        """Publish the record with link(2): exclusive like O_EXCL, and no reader ever sees a
+        partly written record (a crash leaves only a temp file, never a corrupt record)."""
+        path = self.record_path(run_id)
+        self._ensure_dir()
+        tmp = self.directory / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            # Read-only: a record is never rewritten, and editing it by hand fails closed anyway.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+            try:
+                _write_fsync(fd, payload)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+            except FileExistsError as exc:
+                raise RecordExistsError(f"deadline record {path} already exists") from exc
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot create deadline record {path}: {exc}") from exc
+        finally:
+            # A stray temp file is harmless: readers only open <run_id>.json.
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+
+def _note_holder(fd: int) -> None:
+    """Record who holds the lock, for the refusal message of the next supervisor."""
+    note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since_unix": time.time()})
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode(), 0)
+    except OSError:
+        pass  # the note is informational; the flock alone is the lock
+
+
+def _holder(fd: int) -> str:
+    try:
+        note = json.loads(os.pread(fd, 4096, 0).decode())
+        return f"held by pid {note['pid']} on {note['host']}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes; ConfigError when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} for the run identity: {exc}") from exc
+    return sha256_hex(data)
+
+
+def canonical_path(path: Path) -> str:
+    """The seed's canonical form: ``str(Path(p).resolve())`` (absolute, symlinks resolved)."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot resolve {path}: {exc}") from exc
+
+
+def identity_from_settings(
+    settings: DeadlineSettings,
+    *,
+    run_id: str,
+    command: Sequence[str],
+    deadline_store: str,
+    image_digest: str | None = None,
+) -> RunIdentity:
+    """Compute the run identity: hash the manifest and code files, resolve the checkpoint path.
+
+    Code files are keyed by the path as configured, so the approval names them as the user does.
+    """
+    code: dict[str, str] = {}
+    for path in settings.code_files:
+        if str(path) in code:
+            raise ConfigError(f"code file {path} is listed twice")
+        code[str(path)] = sha256_file(path)
+    return make_identity(
+        run_id=run_id,
+        command=tuple(command),
+        budget_s=settings.budget_s,
+        checkpoint_margin_s=settings.checkpoint_margin_s,
+        deadline_store=deadline_store,
+        dataset_manifest_sha256=(
+            None if settings.dataset_manifest is None else sha256_file(settings.dataset_manifest)
+        ),
+        code_sha256=code,
+        image_digest=image_digest,
+        resume_checkpoint_path=(
+            None if settings.checkpoint_path is None else canonical_path(settings.checkpoint_path)
+        ),
+    )

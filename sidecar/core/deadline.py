@@ -1,0 +1,298 @@
+"""The persistent total-job deadline: record format, create-or-resume, and the clock.
+
+Pure: the store is injected (``sidecar.ports.DeadlineStore``) and every time is an argument.
+Rules kept from the training-deadline seed:
+
+- one record per run identity, created exclusively and durably, resumed thereafter and never
+  extended or re-created (a changed identity, budget or margin is refused);
+- a corrupt, inconsistent or tampered record fails closed;
+- an explicit resume never creates a fresh budget;
+- remaining time is the minimum of wall-clock and monotonic remaining, so rolling the wall
+  clock back cannot extend a running attempt;
+- nothing starts with the checkpoint margin or less left.
+
+The caller holds ``store.lock(run_id)`` around ``create_or_resume`` and for the rest of its life.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from sidecar.core.identity import RunIdentity, describe_validation_error
+from sidecar.errors import (
+    ConfigError,
+    DeadlineExpiredError,
+    DeadlineRecordError,
+    InsufficientBudgetError,
+    RecordExistsError,
+    RefusedError,
+)
+from sidecar.ports import DeadlineStore
+
+RECORD_FORMAT = "soak-sidecar-deadline-v1"
+# Far above any real record; bounds what a reader loads from a tampered store.
+MAX_RECORD_BYTES = 1024 * 1024
+# Same tolerance as the seed: deadline_unix must equal started_unix + budget_seconds.
+CONSISTENCY_TOLERANCE_S = 1e-5
+
+_NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")
+_RECORD_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
+
+Phase = Literal["running", "soft_stop", "term", "expired"]
+
+
+@dataclass(frozen=True)
+class DeadlineRecord:
+    """One run's deadline as stored. Build it with ``new_record`` or ``parse_record`` only."""
+
+    started_unix: float
+    deadline_unix: float
+    budget_seconds: float
+    checkpoint_margin_seconds: float
+    identity: RunIdentity
+    identity_sha256: str
+
+    @property
+    def soft_stop_unix(self) -> float:
+        return self.deadline_unix - self.checkpoint_margin_seconds
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_FORMAT,
+            "started_unix": self.started_unix,
+            "deadline_unix": self.deadline_unix,
+            "budget_seconds": self.budget_seconds,
+            "checkpoint_margin_seconds": self.checkpoint_margin_seconds,
+            "identity": self.identity.canonical(),
+            "identity_sha256": self.identity_sha256,
+        }
+
+
+def new_record(identity: RunIdentity, *, now_wall: float) -> DeadlineRecord:
+    """A fresh record whose budget starts at ``now_wall``."""
+    if not math.isfinite(now_wall):
+        raise ConfigError("wall clock is not a finite number")
+    return DeadlineRecord(
+        started_unix=now_wall,
+        deadline_unix=now_wall + identity.budget_s,
+        budget_seconds=identity.budget_s,
+        checkpoint_margin_seconds=identity.checkpoint_margin_s,
+        identity=identity,
+        identity_sha256=identity.digest(),
+    )
+
+
+def encode_record(record: DeadlineRecord) -> bytes:
+    """Stable, human-readable bytes (sorted keys; floats round-trip exactly through JSON)."""
+    return (json.dumps(record.as_json(), sort_keys=True, indent=2, allow_nan=False) + "\n").encode()
+
+
+def _reject_constant(token: str) -> float:
+    raise ValueError(f"non-finite number {token}")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
+
+
+def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
+    """Validate stored bytes; anything doubtful raises DeadlineRecordError (fail closed)."""
+    if len(data) > MAX_RECORD_BYTES:
+        raise DeadlineRecordError(f"deadline record is larger than {MAX_RECORD_BYTES} bytes")
+    try:
+        value = json.loads(
+            data.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
+        )
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DeadlineRecordError(f"deadline record is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise DeadlineRecordError("deadline record is not a JSON object")
+    if value.get("format") != RECORD_FORMAT:
+        raise DeadlineRecordError(
+            f"deadline record format is {value.get('format')!r}, expected {RECORD_FORMAT!r}"
+        )
+    missing = sorted(_RECORD_KEYS - value.keys())
+    unknown = sorted(value.keys() - _RECORD_KEYS)
+    if missing or unknown:
+        raise DeadlineRecordError(f"deadline record keys: missing {missing}, unknown {unknown}")
+    for key in _NUMBER_KEYS:
+        number = value[key]
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, (int, float))
+            or not math.isfinite(number)
+        ):
+            raise DeadlineRecordError(f"invalid deadline number {key}={number!r}")
+    started = float(value["started_unix"])
+    deadline = float(value["deadline_unix"])
+    budget = float(value["budget_seconds"])
+    margin = float(value["checkpoint_margin_seconds"])
+    if not 0 < budget <= max_budget_s:
+        raise DeadlineRecordError(f"budget_seconds={budget} is not in (0, {max_budget_s}]")
+    if not 0 < margin < budget:
+        raise DeadlineRecordError(f"invalid checkpoint margin {margin} for budget {budget}")
+    if abs(deadline - started - budget) > CONSISTENCY_TOLERANCE_S:
+        raise DeadlineRecordError(
+            f"inconsistent deadline: deadline_unix - started_unix = {deadline - started}, "
+            f"budget_seconds = {budget}"
+        )
+    try:
+        identity = RunIdentity.model_validate(value["identity"])
+    except ValidationError as exc:
+        raise DeadlineRecordError(
+            f"deadline record identity is invalid: {describe_validation_error(exc)}"
+        ) from exc
+    if value["identity_sha256"] != identity.digest():
+        raise DeadlineRecordError(
+            "deadline record identity does not match identity_sha256 (tampered)"
+        )
+    if identity.budget_s != budget or identity.checkpoint_margin_s != margin:
+        raise DeadlineRecordError(
+            "deadline record budget/margin disagree with its identity (tampered)"
+        )
+    return DeadlineRecord(
+        started_unix=started,
+        deadline_unix=deadline,
+        budget_seconds=budget,
+        checkpoint_margin_seconds=margin,
+        identity=identity,
+        identity_sha256=value["identity_sha256"],
+    )
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _require_same_identity(record: DeadlineRecord, identity: RunIdentity) -> None:
+    differing = record.identity.differences(identity)
+    if differing:
+        stored, wanted = record.identity.canonical(), identity.canonical()
+        details = "; ".join(
+            f"{name}: record {_short(stored[name])}, now {_short(wanted[name])}"
+            for name in differing
+        )
+        raise RefusedError(
+            f"deadline identity/config mismatch; never extend an existing job "
+            f"(run {identity.run_id} differs in {', '.join(differing)}: {details})"
+        )
+
+
+def _load_verified(
+    store: DeadlineStore, identity: RunIdentity, *, max_budget_s: float
+) -> DeadlineRecord | None:
+    data = store.load(identity.run_id)
+    if data is None:
+        return None
+    record = parse_record(data, max_budget_s=max_budget_s)
+    _require_same_identity(record, identity)
+    return record
+
+
+def create_or_resume(
+    store: DeadlineStore,
+    identity: RunIdentity,
+    *,
+    now_wall: float,
+    resume_required: bool,
+    max_budget_s: float,
+) -> DeadlineRecord:
+    """The run's record: the stored one if any (verified, never extended), else a new one.
+
+    ``resume_required`` (an explicit resume) refuses instead of creating a fresh budget.
+    Expiry is not judged here: build a ``DeadlineClock`` and call ``check_startable``.
+    """
+    if identity.budget_s > max_budget_s:
+        raise ConfigError(f"budget {identity.budget_s} s exceeds max_budget_s {max_budget_s} s")
+    existing = _load_verified(store, identity, max_budget_s=max_budget_s)
+    if existing is not None:
+        return existing
+    if resume_required:
+        raise RefusedError(
+            f"explicit resume requires the original deadline record; no fresh budget "
+            f"(no record for run {identity.run_id} in {store.location})"
+        )
+    payload = encode_record(new_record(identity, now_wall=now_wall))
+    # When a concurrent creator wins, its record is the run's record, verified like any other.
+    with contextlib.suppress(RecordExistsError):
+        store.create(identity.run_id, payload)
+    # Read back what is durable rather than trusting what we meant to write.
+    stored = _load_verified(store, identity, max_budget_s=max_budget_s)
+    if stored is None:
+        raise DeadlineRecordError(
+            f"deadline record for run {identity.run_id} vanished from {store.location} "
+            "after creation"
+        )
+    return stored
+
+
+class DeadlineClock:
+    """Remaining time of one attempt, bounded by both clocks.
+
+    The monotonic end is fixed at construction from the wall-clock remaining then; afterwards
+    a wall-clock step back raises only the wall estimate, and the minimum ignores it.
+    """
+
+    def __init__(self, record: DeadlineRecord, *, now_wall: float, now_monotonic: float) -> None:
+        self.record = record
+        self.monotonic_end = now_monotonic + max(0.0, record.deadline_unix - now_wall)
+
+    @property
+    def checkpoint_margin_s(self) -> float:
+        return self.record.checkpoint_margin_seconds
+
+    def remaining(self, now_wall: float, now_monotonic: float) -> float:
+        return min(self.record.deadline_unix - now_wall, self.monotonic_end - now_monotonic)
+
+    def soft_stop_due(self, now_wall: float, now_monotonic: float) -> bool:
+        return self.remaining(now_wall, now_monotonic) <= self.checkpoint_margin_s
+
+    def term_due(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> bool:
+        return self.remaining(now_wall, now_monotonic) <= term_grace_s
+
+    def expired(self, now_wall: float, now_monotonic: float) -> bool:
+        return self.remaining(now_wall, now_monotonic) <= 0
+
+    def phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> Phase:
+        """The strongest escalation due now: expired (KILL), term, soft_stop, or running."""
+        remaining = self.remaining(now_wall, now_monotonic)
+        if remaining <= 0:
+            return "expired"
+        if remaining <= term_grace_s:
+            return "term"
+        if remaining <= self.checkpoint_margin_s:
+            return "soft_stop"
+        return "running"
+
+    def until_next_phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> float:
+        """Seconds until the next escalation threshold (0 once expired): how long to sleep."""
+        remaining = self.remaining(now_wall, now_monotonic)
+        upcoming = [t for t in (self.checkpoint_margin_s, term_grace_s, 0.0) if t < remaining]
+        return remaining - max(upcoming) if upcoming else 0.0
+
+
+def check_startable(clock: DeadlineClock, now_wall: float, now_monotonic: float) -> None:
+    """Refuse to start or resume when no more than the checkpoint margin is left."""
+    remaining = clock.remaining(now_wall, now_monotonic)
+    run_id = clock.record.identity.run_id
+    if remaining <= 0:
+        raise DeadlineExpiredError(
+            f"original job deadline expired {-remaining:.1f} s ago (run {run_id}); no fresh budget"
+        )
+    if remaining <= clock.checkpoint_margin_s:
+        raise InsufficientBudgetError(
+            f"insufficient original budget to start/resume: {remaining:.1f} s left, "
+            f"checkpoint margin {clock.checkpoint_margin_s:g} s (run {run_id})"
+        )

@@ -1,0 +1,167 @@
+"""The verdict: a pure function of what the supervisor observed, and the exit-code table.
+
+``decide`` keeps the soak monitor seed's order for composing the failure reason (``; ``-joined):
+
+1. the monitor's own failure (startup/stale timeout, cancellation, monitor crash, ...);
+2. ``trainer exited with returncode N``, only if nothing failed yet;
+3. ``soak completed before min_duration_seconds=...``, only if nothing failed yet;
+4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
+5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
+
+and its classification rules: a monitor kind or ``resource_leak`` stands unless the trainer wrote
+a valid abnormal shutdown classification, which the seed lets replace it; otherwise the summary's
+classification fills an empty slot; a failure with no kind is ``unknown_failure``.
+
+Added to the seed, ahead of everything above because they explain the rest:
+
+- ``deadline_expired``: the total-job deadline ran out; ``deadline_exhausted`` outranks the
+  trainer's non-zero exit and summary, which the kill at the deadline caused.
+- ``gpu_fault``: a GPU was lost or needs a reset; ``gpu_fault`` (retryable on another node).
+- ``upload_error``: kept in ``evidence_error`` always, but it turns the verdict into
+  ``evidence_lost`` only when the soak otherwise passed, so it never hides the soak's own verdict.
+
+A passed verdict has classification None (the seed's ``failure_classification``) and exit 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal, get_args
+
+from sidecar.core.exitcodes import ExitCode
+from sidecar.core.run_summary import SummaryOutcome
+
+MonitorKind = Literal[
+    "timeout/startup",
+    "timeout/stale_tick",
+    "external_cancellation",
+    "monitor_failure",
+    "launcher_missing",
+]
+PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
+
+# Classification -> exit code. The single source for the README table and the chart's
+# podFailurePolicy. 1-127 permanent, 128+ retryable (see exitcodes.py).
+CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
+    {
+        # the trainer's own shutdown classifications (normal_completion means passed)
+        "learner_failure": ExitCode.TRAINER_FAILED,
+        "collector_failure": ExitCode.TRAINER_FAILED,
+        "backend_worker_failure": ExitCode.TRAINER_FAILED,
+        "unknown_failure": ExitCode.TRAINER_FAILED,
+        "timeout/stale_tick": ExitCode.STALLED,
+        "external_cancellation": ExitCode.CANCELLED,
+        # the run_summary contract
+        "missing_run_summary": ExitCode.CONTRACT_VIOLATION,
+        "invalid_run_summary": ExitCode.CONTRACT_VIOLATION,
+        "stale_run_summary": ExitCode.CONTRACT_VIOLATION,
+        "schema_violation": ExitCode.CONTRACT_VIOLATION,
+        "shutdown_contract_violation": ExitCode.CONTRACT_VIOLATION,
+        # the monitor's own kinds
+        "timeout/startup": ExitCode.STALLED,
+        "resource_leak": ExitCode.RESOURCE_LEAK,
+        "monitor_failure": ExitCode.INTERNAL,
+        "launcher_missing": ExitCode.TRAINER_NOT_STARTED,
+        # deadline, hardware, evidence
+        "deadline_exhausted": ExitCode.DEADLINE_EXHAUSTED,
+        "gpu_fault": ExitCode.GPU_FAULT,
+        "evidence_lost": ExitCode.EVIDENCE_LOST,
+        # refusals before the trainer starts
+        "refused": ExitCode.REFUSED,
+        "insufficient_budget": ExitCode.INSUFFICIENT_BUDGET,
+        "transient_infra": ExitCode.TRANSIENT_INFRA,
+    }
+)
+ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
+
+DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
+
+
+def exit_code_for(classification: str | None) -> ExitCode:
+    """None (passed) is 0; an unknown classification is a bug and raises KeyError."""
+    return ExitCode.PASSED if classification is None else CLASSIFICATION_EXIT_CODES[classification]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Literal["passed", "failed"]
+    classification: str | None
+    reason: str | None
+    exit_code: ExitCode
+    evidence_error: str | None = None
+
+
+def _failed(classification: str, reason: str, evidence_error: str | None) -> Verdict:
+    return Verdict(
+        status="failed",
+        classification=classification,
+        reason=reason,
+        exit_code=exit_code_for(classification),
+        evidence_error=evidence_error,
+    )
+
+
+def refused(reason: str, *, classification: PreStartKind = "refused") -> Verdict:
+    """The verdict of a run that was not started (identity mismatch, no budget, store down)."""
+    return _failed(classification, reason, None)
+
+
+def decide(
+    *,
+    monitor_failure: tuple[MonitorKind, str] | None,
+    returncode: int | None,
+    duration_s: float,
+    min_duration_s: float,
+    residuals: Sequence[str],
+    summary: SummaryOutcome,
+    deadline_expired: bool,
+    gpu_fault: str | None,
+    upload_error: str | None,
+) -> Verdict:
+    """The soak's verdict. ``residuals``: short descriptions (pids) of survivors of shutdown.
+
+    ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
+    something else already failed.
+    """
+    parts: list[str] = []
+    kind: str | None = None
+    if deadline_expired:
+        parts.append(DEADLINE_REASON)
+    if gpu_fault is not None:
+        parts.append(f"GPU fault: {gpu_fault}")
+    if monitor_failure is not None:
+        monitor_kind, monitor_reason = monitor_failure
+        if monitor_kind not in get_args(MonitorKind):
+            raise ValueError(f"unknown monitor failure kind {monitor_kind!r}")
+        kind = monitor_kind
+        parts.append(monitor_reason)
+    if not parts:
+        if returncode is None:
+            parts.append("trainer exit status is unknown")
+        elif returncode != 0:
+            parts.append(f"trainer exited with returncode {returncode}")
+    if not parts and duration_s < min_duration_s:
+        parts.append(f"soak completed before min_duration_seconds={min_duration_s:.1f}")
+    if not parts and residuals:
+        parts.append(f"residual child processes after shutdown: {', '.join(residuals)}")
+        kind = "resource_leak"
+    parts.extend(summary.reason_parts(after_failure=bool(parts)))
+    if summary.classification is not None and (summary.classification_overrides or kind is None):
+        kind = summary.classification
+    if deadline_expired:
+        kind = "deadline_exhausted"
+    elif gpu_fault is not None:
+        kind = "gpu_fault"
+
+    if parts:
+        return _failed(kind or "unknown_failure", "; ".join(parts), upload_error)
+    if upload_error is not None:
+        return _failed(
+            "evidence_lost", f"soak passed but its artifact was not uploaded: {upload_error}",
+            upload_error,
+        )
+    return Verdict(
+        status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED
+    )

@@ -172,6 +172,36 @@ class S3Settings(_Group):
         "defaults). Default false.",
     )
     deadline_prefix: str = Field("soak-deadlines", description="Key prefix of the S3 deadline store. Default soak-deadlines.")
+    multipart_concurrency: int = Field(
+        4,
+        ge=1,
+        le=32,
+        description="Parts uploaded in parallel (memory: this times the part size). Default 4.",
+    )
+    lock_lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="S3 supervisor lock lease, seconds: a lease not renewed for this long "
+        "(judged on the waiter's own monotonic clock) may be taken over. Default 30.",
+    )
+    lock_renew_interval_s: float = Field(
+        10.0, gt=0, description="Seconds between renewals of the S3 lock lease. Default 10."
+    )
+
+    @model_validator(mode="after")
+    def _check_s3(self) -> S3Settings:
+        # Local import: settings must stay importable before any adapter or key code runs.
+        from sidecar.core.keys import template_fields, validate_key  # noqa: PLC0415
+
+        try:
+            template_fields(self.key_template)
+            validate_key(self.prefix)
+            validate_key(self.deadline_prefix)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+        if self.lock_renew_interval_s * 2 > self.lock_lease_s:
+            raise ValueError("lock_renew_interval_s must be at most half of lock_lease_s")
+        return self
 
 
 class KubeSettings(_Group):

@@ -65,6 +65,10 @@ class UploadError(SoakError):
     exit_code = ExitCode.EVIDENCE_LOST
 
 
+class ObjectConflictError(UploadError):
+    """The artifact's key already holds different bytes; nothing was overwritten."""
+
+
 class PublishError(TransientError):
     """The verdict could not be published to the Kubernetes API."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -56,7 +57,28 @@ class DeadlineStore(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class UploadedObject:
+    """One file as stored: its URI and the sha256 the store verified against the local bytes."""
+
+    path: Path
+    uri: str
+    sha256: str
+    size: int
+    parts: int
+    # True when the key already held exactly these bytes (an earlier attempt's upload).
+    already_present: bool
+
+
 class ArtifactSink(Protocol):
-    def upload(self, files: Sequence[Path], key_prefix: str) -> list[str]:
-        """Upload files under key_prefix, never overwriting; returns their URIs. Raises UploadError."""
+    @property
+    def location(self) -> str:
+        """Where uploads go (for messages), e.g. ``s3://bucket``."""
+        ...
+
+    def upload(self, files: Sequence[Path], key_prefix: str) -> list[UploadedObject]:
+        """Upload files under key_prefix (their bare names appended), never overwriting.
+
+        Stops at the first failure with UploadError; files uploaded before it stay uploaded.
+        """
         ...

@@ -1,0 +1,1 @@
+../sidecar/examples/trainer.py

@@ -1,0 +1,329 @@
+"""The soak artifact: a versioned, self-contained JSON document (schema in docs/artifact.md).
+
+Multi-day soaks must not grow memory: every sample is streamed to a compressed JSONL file beside
+the artifact, and only running aggregates plus a downsampled series stay in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sidecar.core.samples import GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
+
+ARTIFACT_SCHEMA_VERSION = "1.0.0"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SeriesPoint(_Model):
+    """A sample without its per-process detail: what the in-memory series keeps."""
+
+    elapsed_s: float
+    process_count: int
+    zombie_count: int
+    rss_kib_total: int
+    fd_count_total: int
+    fd_classes_total: dict[str, int]
+    threads_total: int
+    gpu_used_memory_mib: float | None
+    progress_bytes: int
+
+    @classmethod
+    def of(cls, sample: Sample) -> SeriesPoint:
+        proc = sample.process
+        return cls(
+            elapsed_s=sample.elapsed_s,
+            process_count=proc.process_count,
+            zombie_count=proc.zombie_count,
+            rss_kib_total=proc.rss_kib_total,
+            fd_count_total=proc.fd_count_total,
+            fd_classes_total=proc.fd_classes_total,
+            threads_total=proc.threads_total,
+            gpu_used_memory_mib=sample.gpu.used_memory_mib_total,
+            progress_bytes=sample.progress.bytes_total,
+        )
+
+
+class DeviceSummary(_Model):
+    uuid: str
+    index: int
+    name: str
+    first_used_mib: float | None = None
+    last_used_mib: float | None = None
+    max_used_mib: float | None = None
+
+    @property
+    def growth_mib(self) -> float | None:
+        if self.first_used_mib is None or self.last_used_mib is None:
+            return None
+        return self.last_used_mib - self.first_used_mib
+
+
+class ResourceSummary(_Model):
+    """Maxima and growth over the whole run (the seed's resource summary plus growth and GPUs)."""
+
+    sample_count: int = 0
+    max_process_count: int | None = None
+    max_zombie_count: int | None = None
+    max_process_rss_kib: int | None = None
+    max_fd_count: int | None = None
+    max_eventfd_count: int | None = None
+    max_shared_memory_fd_count: int | None = None
+    max_gpu_used_memory_mib: float | None = None
+    max_progress_bytes: int | None = None
+    rss_growth_kib: int | None = Field(None, description="Last sample's RSS minus the first's.")
+    fd_growth: int | None = Field(None, description="Last sample's fd count minus the first's.")
+    gpu_devices: list[DeviceSummary] = Field(default_factory=list)
+    gpu_attribution: str | None = None
+    gpu_fault: str | None = None
+    nvml_time_ms_max: float | None = None
+    residual_process_count: int = 0
+    run_summary_figures: dict[str, Any] = Field(
+        default_factory=dict, description="The seed's figures taken from run_summary (in-flight, replay ingress)."
+    )
+
+
+class SeriesInfo(_Model):
+    count: int
+    samples_file: str | None = Field(description="Compressed JSONL with every sample, beside the artifact.")
+    samples_sha256: str | None = None
+    downsampled: list[SeriesPoint]
+    stride: int = Field(description="Every stride-th sample is kept in `downsampled`.")
+
+
+class MonitorConfig(_Model):
+    sample_interval_s: float
+    startup_timeout_s: float
+    stale_progress_s: float
+    post_shutdown_grace_s: float
+    min_duration_s: float
+    sample_count: int
+
+
+class DeadlineInfo(_Model):
+    run_id: str
+    store: str
+    identity_sha256: str
+    started_unix: float
+    deadline_unix: float
+    budget_s: float
+    checkpoint_margin_s: float
+    remaining_at_start_s: float
+    resumed: bool
+    expired: bool = False
+    soft_stop_sent: bool = False
+    term_sent: bool = False
+    kill_sent: bool = False
+
+
+class UploadInfo(_Model):
+    uris: dict[str, str] = Field(default_factory=dict, description="File name -> URI.")
+    sha256: dict[str, str] = Field(default_factory=dict, description="File name -> sha256 hex.")
+    error: str | None = None
+
+
+class PostShutdown(_Model):
+    residual_processes: list[ProcessInfo] = Field(default_factory=list)
+    launcher_exit: dict[str, Any] | None = Field(None, description="The launcher's exit.json.")
+
+
+class Artifact(_Model):
+    schema_version: str = ARTIFACT_SCHEMA_VERSION
+    status: Literal["passed", "failed"]
+    failure_reason: str | None
+    failure_classification: str | None
+    exit_code: int
+    command: list[str]
+    context: dict[str, Any]
+    started_at_utc: str
+    ended_at_utc: str
+    duration_s: float
+    returncode: int | None
+    monitor: MonitorConfig
+    deadline: DeadlineInfo | None
+    samples: SeriesInfo
+    resource_summary: ResourceSummary
+    shutdown: dict[str, Any] | None
+    post_shutdown: PostShutdown
+    run_summary: Any
+    console_log: str | None
+    provenance: dict[str, Any]
+    upload: UploadInfo | None = None
+
+
+def _max(current: float | None, value: float | None) -> Any:
+    if value is None:
+        return current
+    return value if current is None or value > current else current
+
+
+class SampleRecorder:
+    """Streams samples to ``write_line`` and keeps O(series_points) memory.
+
+    The downsampled series doubles its stride whenever it fills up, so it stays evenly spaced
+    over the whole run however long the run is.
+    """
+
+    def __init__(self, write_line: Callable[[str], None] | None, series_points: int) -> None:
+        self._write_line = write_line
+        self._capacity = max(16, series_points)
+        self._stride = 1
+        self._series: list[SeriesPoint] = []
+        self._count = 0
+        self.summary = ResourceSummary()
+        self._first: Sample | None = None
+        self.last: Sample | None = None
+        self._devices: dict[str, DeviceSummary] = {}
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def add(self, sample: Sample) -> None:
+        if self._write_line is not None:
+            self._write_line(sample.model_dump_json())
+        if self._count % self._stride == 0:
+            self._series.append(SeriesPoint.of(sample))
+            if len(self._series) >= self._capacity:
+                self._series = self._series[::2]
+                self._stride *= 2
+        self._count += 1
+        if self._first is None:
+            self._first = sample
+        self.last = sample
+        self._aggregate(sample)
+
+    def _aggregate(self, sample: Sample) -> None:
+        s = self.summary
+        proc: ProcessTreeSample = sample.process
+        s.sample_count = self._count
+        s.max_process_count = _max(s.max_process_count, proc.process_count)
+        s.max_zombie_count = _max(s.max_zombie_count, proc.zombie_count)
+        s.max_process_rss_kib = _max(s.max_process_rss_kib, proc.rss_kib_total)
+        s.max_fd_count = _max(s.max_fd_count, proc.fd_count_total)
+        s.max_eventfd_count = _max(s.max_eventfd_count, proc.fd_classes_total.get("eventfd", 0))
+        s.max_shared_memory_fd_count = _max(
+            s.max_shared_memory_fd_count, proc.fd_classes_total.get("shared_memory", 0)
+        )
+        s.max_progress_bytes = _max(s.max_progress_bytes, sample.progress.bytes_total)
+        assert self._first is not None
+        s.rss_growth_kib = proc.rss_kib_total - self._first.process.rss_kib_total
+        s.fd_growth = proc.fd_count_total - self._first.process.fd_count_total
+        self._aggregate_gpu(sample.gpu)
+
+    def _aggregate_gpu(self, gpu: GpuSample) -> None:
+        s = self.summary
+        if not gpu.available:
+            return
+        s.max_gpu_used_memory_mib = _max(s.max_gpu_used_memory_mib, gpu.used_memory_mib_total)
+        s.nvml_time_ms_max = _max(s.nvml_time_ms_max, gpu.nvml_time_ms)
+        if gpu.attribution != "not_sampled":
+            s.gpu_attribution = gpu.attribution
+        if gpu.fault and s.gpu_fault is None:
+            s.gpu_fault = gpu.fault
+        for device in gpu.devices:
+            summary = self._devices.get(device.uuid)
+            if summary is None:
+                summary = DeviceSummary(uuid=device.uuid, index=device.index, name=device.name,
+                                        first_used_mib=device.memory_used_mib)
+                self._devices[device.uuid] = summary
+                s.gpu_devices.append(summary)
+            if device.memory_used_mib is not None:
+                summary.last_used_mib = device.memory_used_mib
+                summary.max_used_mib = _max(summary.max_used_mib, device.memory_used_mib)
+                if summary.first_used_mib is None:
+                    summary.first_used_mib = device.memory_used_mib
+
+    def series(self, samples_file: str | None, samples_sha256: str | None) -> SeriesInfo:
+        return SeriesInfo(
+            count=self._count,
+            samples_file=samples_file,
+            samples_sha256=samples_sha256,
+            downsampled=list(self._series),
+            stride=self._stride,
+        )
+
+
+def leak_failures(
+    summary: ResourceSummary,
+    *,
+    max_rss_growth_mib: float | None,
+    max_fd_growth: int | None,
+    max_gpu_growth_mib: float | None,
+) -> list[str]:
+    """Growth beyond the configured limits, as reasons; limits left unset are not checked."""
+    failures: list[str] = []
+    if max_rss_growth_mib is not None and summary.rss_growth_kib is not None:
+        growth_mib = summary.rss_growth_kib / 1024
+        if growth_mib > max_rss_growth_mib:
+            failures.append(f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB")
+    if max_fd_growth is not None and summary.fd_growth is not None and summary.fd_growth > max_fd_growth:
+        failures.append(f"process tree fd count grew by {summary.fd_growth} > {max_fd_growth}")
+    if max_gpu_growth_mib is not None:
+        for device in summary.gpu_devices:
+            growth = device.growth_mib
+            if growth is not None and growth > max_gpu_growth_mib:
+                failures.append(
+                    f"GPU {device.index} ({device.uuid}) memory grew by {growth:.1f} MiB > "
+                    f"{max_gpu_growth_mib:.1f} MiB"
+                )
+    return failures
+
+
+def run_summary_figures(run_summary: Any) -> dict[str, Any]:
+    """The seed's resource-summary figures that come from the trainer's own run_summary."""
+    manifest = run_summary.get("runtime_manifest") if isinstance(run_summary, dict) else None
+    if not isinstance(manifest, dict):
+        return {}
+
+    def section(name: str) -> dict[str, Any]:
+        value = manifest.get(name)
+        return value if isinstance(value, dict) else {}
+
+    flight, budget, replay = section("inference_flight"), section("inference_memory_budget"), section("replay_ingress")
+    figures: dict[str, Any] = {
+        "ipc_event_count": budget.get("ipc_event_count"),
+        "max_in_flight": flight.get("max_in_flight"),
+        "max_publication_lag": flight.get("max_publication_lag"),
+    }
+    for key, name in (
+        ("ingress_depth", "replay_ingress_depth"),
+        ("ingress_slot_rows", "replay_ingress_slot_rows"),
+        ("high_water_occupancy", "replay_ingress_high_water_occupancy"),
+        ("occupancy", "replay_ingress_final_occupancy"),
+        ("backpressure_waits", "replay_ingress_backpressure_waits"),
+        ("backpressure_wait_s", "replay_ingress_backpressure_wait_s"),
+        ("early_returns", "replay_ingress_early_returns"),
+        ("dropped_batches", "replay_ingress_dropped_batches"),
+    ):
+        figures[name] = replay.get(key)
+    # Only JSON-safe scalars: the trainer's document is untrusted input.
+    return {k: v for k, v in figures.items() if v is None or isinstance(v, (int, float, str, bool))}
+
+
+def dumps_artifact(artifact: Artifact) -> str:
+    return json.dumps(artifact.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+
+
+__all__ = [
+    "ARTIFACT_SCHEMA_VERSION",
+    "Artifact",
+    "DeadlineInfo",
+    "MonitorConfig",
+    "PostShutdown",
+    "ProgressSample",
+    "ResourceSummary",
+    "SampleRecorder",
+    "SeriesInfo",
+    "SeriesPoint",
+    "UploadInfo",
+    "dumps_artifact",
+    "leak_failures",
+    "run_summary_figures",
+]

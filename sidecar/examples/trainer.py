@@ -1,0 +1,162 @@
+"""Example trainer for soak-sidecar: writes progress and a valid run_summary.json.
+
+Standard library only, so it runs under any Python. Flags make it misbehave so that each verdict
+can be seen:
+
+    --crash           exit 3 after half the steps, with an abnormal run_summary
+    --hang            stop making progress (stale progress / deadline)
+    --leak-fds N      open N extra pipes every step and keep them
+    --leak-rss MIB    grow resident memory by MIB every step
+    --spawn-orphan    start a setsid()'d worker that outlives the trainer
+    --ignore-term     ignore SIGTERM (only SIGKILL stops it)
+    --no-summary      do not write run_summary.json
+    --bad-summary     write a run_summary.json that violates the replay-ingress contract
+
+It honours the soft stop: on the soft-stop signal (SIGUSR1) or when $SOAK_SOFT_STOP_FILE appears it
+writes a checkpoint and exits with an abnormal-but-valid summary (external_cancellation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SLOT_ROWS = 64
+
+
+def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run_summary(*, steps: int, completed: bool, classification: str, error: str | None) -> dict[str, Any]:
+    """A run_summary.json in the shape soak-sidecar validates (schema 1, manifest 2)."""
+    published = steps
+    return {
+        "status": "completed" if completed else "failed",
+        "metric_schema_version": 1,
+        "total_env_steps": steps * SLOT_ROWS,
+        "runtime_manifest": {
+            "schema_version": 2,
+            "shutdown": {
+                "classification": classification,
+                "owner": "example-trainer",
+                "phase": "final" if completed else "training",
+                "exception": None if error is None else {"type": "RuntimeError", "message": error},
+                "cleanup": {"errors": []},
+            },
+            "replay_ingress": {
+                "ingress_depth": 8,
+                "ingress_slot_rows": SLOT_ROWS,
+                "published_sequence": published,
+                "release_sequence": published,
+                "occupancy": 0,
+                "high_water_occupancy": min(8, max(1, published)),
+                "backpressure_waits": 0,
+                "backpressure_wait_s": 0.0,
+                "early_returns": 0,
+                "dropped_batches": 0,
+                "closed_returns": 0,
+                "stop_returns": 0,
+            },
+            "inference_flight": {
+                "queue_depth": 0,
+                "publication_lag": 0,
+                "max_in_flight": 4,
+                "max_publication_lag": 1,
+            },
+            "inference_memory_budget": {"ipc_event_count": steps},
+        },
+    }
+
+
+def _spawn_orphan() -> None:
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(3600)
+        os._exit(0)
+    os.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    parser.add_argument("--step-s", type=float, default=0.3, help="seconds per step (default 0.3)")
+    parser.add_argument(
+        "--progress-dir",
+        type=Path,
+        default=Path(os.environ.get("SOAK_PROGRESS_DIR", "soak-output/progress")),
+        help="where progress and run_summary.json go (default $SOAK_PROGRESS_DIR)",
+    )
+    parser.add_argument("--crash", action="store_true")
+    parser.add_argument("--hang", action="store_true")
+    parser.add_argument("--leak-fds", type=int, default=0, metavar="N")
+    parser.add_argument("--leak-rss", type=int, default=0, metavar="MIB")
+    parser.add_argument("--spawn-orphan", action="store_true")
+    parser.add_argument("--ignore-term", action="store_true")
+    parser.add_argument("--no-summary", action="store_true")
+    parser.add_argument("--bad-summary", action="store_true")
+    args = parser.parse_args(argv)
+
+    soft_stop = {"requested": False}
+    signal.signal(signal.SIGUSR1, lambda *_: soft_stop.update(requested=True))
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
+
+    progress = args.progress_dir
+    progress.mkdir(parents=True, exist_ok=True)
+    summary_path = progress / "run_summary.json"
+    leaked: list[Any] = []
+    if args.spawn_orphan:
+        _spawn_orphan()
+    for step in range(1, args.steps + 1):
+        if soft_stop["requested"] or (soft_stop_file and Path(soft_stop_file).exists()):
+            _write_atomic(progress / "checkpoint.json", {"step": step})
+            _write_atomic(
+                summary_path,
+                run_summary(steps=step, completed=False, classification="external_cancellation",
+                            error="soft stop before the deadline"),
+            )
+            print(f"soft stop at step {step}: checkpoint written", flush=True)
+            return 0
+        if args.crash and step > args.steps // 2:
+            if not args.no_summary:
+                _write_atomic(
+                    summary_path,
+                    run_summary(steps=step, completed=False, classification="learner_failure",
+                                error="example crash requested"),
+                )
+            print("crashing as requested", file=sys.stderr, flush=True)
+            return 3
+        for _ in range(args.leak_fds):
+            leaked.extend(os.pipe())
+        if args.leak_rss:
+            leaked.append(bytearray(args.leak_rss * 1024 * 1024))
+        if not args.hang or step == 1:
+            with (progress / "progress.jsonl").open("a", encoding="utf-8") as log:
+                log.write(json.dumps({"step": step, "t": time.time()}) + "\n")
+        print(f"step {step}/{args.steps}", flush=True)
+        time.sleep(args.step_s)
+    if args.hang:
+        while True:
+            time.sleep(1)
+    if not args.no_summary:
+        summary = run_summary(steps=args.steps, completed=True, classification="normal_completion", error=None)
+        if args.bad_summary:
+            summary["runtime_manifest"]["replay_ingress"]["occupancy"] = 1
+        _write_atomic(summary_path, summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

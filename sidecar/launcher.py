@@ -1,0 +1,1022 @@
+#!/usr/bin/env python3
+"""soak launcher: runs the trainer for soak-sidecar inside the trainer's own container.
+
+Python standard library only, Python 3.9+, usable as one copied file::
+
+    python3 launcher.py --run-dir /soak/run -- python train.py --epochs 3
+
+It becomes a child subreaper, announces itself in the run dir, waits for the sidecar's go.json
+(or abort.json), starts the trainer in a new session, tees its output to a bounded console log,
+forwards signals to the trainer's process group, enforces the deadline on its own clock as a
+fail-safe, kills the trainer when the sidecar's heartbeat goes stale, acts on control.json, and
+on exit kills and reaps every descendant (adopted orphans included) and writes exit.json.
+The protocol is documented in docs/run-dir-protocol.md; the sidecar imports the names below.
+It must never import anything from ``sidecar.*``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import math
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+PROTOCOL = 1
+
+LAUNCHER_FILE = "launcher.json"
+GO_FILE = "go.json"
+ABORT_FILE = "abort.json"
+HEARTBEAT_FILE = "sidecar.heartbeat"
+CONTROL_FILE = "control.json"
+SOFT_STOP_FILE = "soft-stop.json"
+TRAINER_FILE = "trainer.json"
+EXIT_FILE = "exit.json"
+DEADLINE_COPY_FILE = "deadline.json"
+CONSOLE_LOG = "console.log"
+CONSOLE_LOG_ROTATED = "console.log.1"
+# Every file the protocol defines, in the order a fresh run creates them (reset() removes these).
+RUN_DIR_FILES = (
+    LAUNCHER_FILE,
+    GO_FILE,
+    ABORT_FILE,
+    HEARTBEAT_FILE,
+    CONTROL_FILE,
+    DEADLINE_COPY_FILE,
+    TRAINER_FILE,
+    SOFT_STOP_FILE,
+    CONSOLE_LOG,
+    CONSOLE_LOG_ROTATED,
+    EXIT_FILE,
+)
+
+ACTIONS = ("soft_stop", "terminate", "kill")
+REASONS = (
+    "exited",
+    "deadline",
+    "heartbeat_lost",
+    "owner_lost",
+    "control",
+    "signalled",
+    "aborted",
+    "go_timeout",
+    "insufficient_budget",
+    "spawn_failed",
+    "protocol_error",
+    "subreaper_unavailable",
+    "launcher_error",
+)
+FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+# Environment the trainer sees (the launcher sets the path variables from its own --run-dir so a
+# different mount point in the trainer container cannot point them elsewhere).
+ENV_RUN_DIR = "SOAK_RUN_DIR"
+ENV_DEADLINE_FILE = "SOAK_DEADLINE_FILE"
+ENV_SOFT_STOP_FILE = "SOAK_SOFT_STOP_FILE"
+
+# Launcher exit codes besides the trainer's own (0-255, 128+N when the trainer died of signal N).
+EXIT_USAGE = 64  # bad command line
+EXIT_PROTOCOL = 65  # go.json present but malformed (EX_DATAERR)
+EXIT_LAUNCHER_ERROR = 70  # a bug in the launcher (EX_SOFTWARE); the trainer was killed
+EXIT_SUBREAPER = 71  # PR_SET_CHILD_SUBREAPER unavailable (EX_OSERR)
+EXIT_GO_TIMEOUT = 75  # no go.json/abort.json within --go-timeout (EX_TEMPFAIL)
+EXIT_INSUFFICIENT_BUDGET = 18  # less than the checkpoint margin left at go (sidecar's code too)
+EXIT_ABORT_DEFAULT = 15  # abort.json without a usable exit_code (the sidecar's REFUSED)
+EXIT_SUPERVISOR_LOST = 125  # heartbeat stale or --owner-pid lost (the seed's supervisor_lost)
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+DEFAULT_GO_TIMEOUT_S = 300.0
+DEFAULT_KILL_GRACE_S = 5.0
+DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024 * 1024
+# Fallback re-read of control/heartbeat files when inotify misses or is unavailable.
+FALLBACK_POLL_S = 0.5
+# After SIGKILL, how long to wait for the kernel to let processes die before giving up on reaping.
+REAP_LIMIT_S = 10.0
+
+PR_SET_CHILD_SUBREAPER = 36
+_IN_CLOSE_WRITE = 0x8
+_IN_MOVED_TO = 0x80
+_INOTIFY_HEADER = struct.Struct("iIII")
+
+
+def log(message: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"[soak-launcher] {message}\n")
+        sys.stderr.flush()
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def atomic_write_json(path: str, payload: Mapping[str, Any], *, durable: bool = True) -> None:
+    """Write JSON via temp file + rename so readers never see a partial file; fsync when durable."""
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
+    data = (json.dumps(dict(payload), sort_keys=True) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def read_json(path: str) -> dict[str, Any] | None:
+    """The JSON object at path, or None when missing or not (yet) a valid object."""
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+# ----------------------------------------------------------------------------- /proc
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the comm, starting with the state (field 3)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            raw = handle.read().decode(errors="replace")
+    except OSError:
+        return None
+    return raw.rpartition(")")[2].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat: start time in clock ticks since boot (PID-reuse guard)."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def boot_id() -> str | None:
+    data = read_bytes("/proc/sys/kernel/random/boot_id")
+    return data.decode().strip() if data else None
+
+
+def command_of(pid: int) -> str:
+    data = read_bytes(f"/proc/{pid}/cmdline")
+    if data:
+        parts = data.rstrip(b"\0").split(b"\0")
+        return " ".join(part.decode(errors="replace") for part in parts)[:512]
+    comm = read_bytes(f"/proc/{pid}/comm")
+    return f"[{comm.decode(errors='replace').strip()}]" if comm else "?"
+
+
+def _children(pid: int) -> list[int]:
+    """Children of every thread of pid (a child hangs off the thread that forked it)."""
+    kids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids
+    for tid in tasks:
+        data = read_bytes(f"/proc/{pid}/task/{tid}/children")
+        if data:
+            kids.extend(int(kid) for kid in data.split())
+    return kids
+
+
+def _scan_children() -> dict[int, list[int]]:
+    """ppid -> pids over all of /proc: the fallback when the children files are missing."""
+    table: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        fields = _stat_fields(int(entry)) if entry.isdigit() else None
+        if fields and len(fields) > 1:
+            table.setdefault(int(fields[1]), []).append(int(entry))
+    return table
+
+
+def alive_descendants(root: int) -> list[int]:
+    """Every live (non-zombie) descendant of root.
+
+    As a subreaper the launcher adopts orphans, so this includes workers that setsid()'d away.
+    The per-task children files only touch our own tree (fast); without CONFIG_PROC_CHILDREN
+    it falls back to a ppid walk over all of /proc.
+    """
+    table = None if os.path.exists(f"/proc/{root}/task/{root}/children") else _scan_children()
+    found: list[int] = []
+    seen = {root}
+    stack = [root]
+    while stack:
+        parent = stack.pop()
+        kids = _children(parent) if table is None else table.get(parent, [])
+        for pid in kids:
+            if pid in seen:
+                continue
+            seen.add(pid)
+            stack.append(pid)
+            fields = _stat_fields(pid)
+            if fields and fields[0] not in ("Z", "X"):
+                found.append(pid)
+    return found
+
+
+def set_child_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}")
+
+
+def signal_number(name: str) -> int:
+    """SIGUSR1 / USR1 / 10 -> 10; ValueError for anything else."""
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(signal.Signals(int(text)))
+    if not text.startswith("SIG"):
+        text = "SIG" + text
+    try:
+        return int(signal.Signals[text])
+    except KeyError:
+        raise ValueError(f"unknown signal {name!r}") from None
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+class _DirWatch:
+    """inotify on the run dir so go/control/heartbeat changes wake the loop at once."""
+
+    def __init__(self, directory: str) -> None:
+        self.fd: int | None = None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd < 0:
+                return
+            mask = _IN_CLOSE_WRITE | _IN_MOVED_TO
+            if libc.inotify_add_watch(fd, os.fsencode(directory), mask) < 0:
+                os.close(fd)
+                return
+            self.fd = fd
+        except (OSError, AttributeError):
+            self.fd = None
+
+    def drain(self) -> set[str]:
+        names: set[str] = set()
+        if self.fd is None:
+            return names
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return names
+            except OSError:
+                return names
+            offset = 0
+            while offset + _INOTIFY_HEADER.size <= len(buf):
+                _wd, _mask, _cookie, length = _INOTIFY_HEADER.unpack_from(buf, offset)
+                start = offset + _INOTIFY_HEADER.size
+                names.add(buf[start : start + length].rstrip(b"\0").decode(errors="replace"))
+                offset = start + length
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class ConsoleLog:
+    """console.log + console.log.1, each at most half the cap, so both stay within it."""
+
+    def __init__(self, path: str, cap_bytes: int) -> None:
+        self.path = path
+        self.half = max(1, cap_bytes // 2)
+        self.size = 0
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            room = self.half - self.size
+            if room <= 0:
+                self._rotate()
+                continue
+            part = view[:room]
+            _write_all(self.fd, part)
+            self.size += len(part)
+            view = view[len(part) :]
+
+    def _rotate(self) -> None:
+        os.close(self.fd)
+        os.replace(self.path, self.path + ".1")
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self.size = 0
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class DeadlineClock:
+    """The seed's Deadline: remaining = min(wall remaining, monotonic remaining).
+
+    The monotonic end is fixed when the launcher learns the deadline, so setting the wall clock
+    back cannot extend it; a wall clock jumping forward shortens it (never extends).
+    """
+
+    def __init__(
+        self,
+        deadline_unix: float,
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.deadline_unix = deadline_unix
+        self._wall = wall
+        self._monotonic = monotonic
+        self.monotonic_end = monotonic() + (deadline_unix - wall())
+
+    def remaining(self) -> float:
+        return min(self.deadline_unix - self._wall(), self.monotonic_end - self._monotonic())
+
+
+class GoRequest:
+    """Validated go.json."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        def number(key: str, default: float | None = None) -> float:
+            value = raw.get(key, default)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"go.json: {key} must be a finite number")
+            if not math.isfinite(value):
+                raise ValueError(f"go.json: {key} must be a finite number")
+            return float(value)
+
+        self.deadline_unix = number("deadline_unix")
+        self.checkpoint_margin_s = number("checkpoint_margin_s")
+        self.term_grace_s = number("term_grace_s")
+        self.heartbeat_timeout_s = number("heartbeat_timeout_s")
+        self.kill_grace_s = number("kill_grace_s", DEFAULT_KILL_GRACE_S)
+        if self.checkpoint_margin_s <= 0 or self.term_grace_s < 0 or self.kill_grace_s < 0:
+            raise ValueError("go.json: need margin > 0, term_grace_s >= 0, kill_grace_s >= 0")
+        if self.heartbeat_timeout_s <= 0:
+            raise ValueError("go.json: heartbeat_timeout_s must be > 0")
+        cap = raw.get("console_log_bytes", DEFAULT_CONSOLE_LOG_BYTES)
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
+            raise ValueError("go.json: console_log_bytes must be a positive integer")
+        self.console_log_bytes = cap
+        self.soft_stop_signal = signal_number(str(raw.get("soft_stop_signal", "SIGUSR1")))
+        env = raw.get("env", {})
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise ValueError("go.json: env must map strings to strings")
+        self.env: dict[str, str] = dict(env)
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+class _ExitRequestError(Exception):
+    """Leave the launcher with this code after exit.json is written."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class Launcher:
+    def __init__(
+        self,
+        run_dir: str,
+        command: list[str],
+        *,
+        go_timeout_s: float = DEFAULT_GO_TIMEOUT_S,
+        owner_pid: int | None = None,
+        subreaper: bool = True,
+    ) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.command = command
+        self.go_timeout_s = go_timeout_s
+        self.owner_pid = owner_pid
+        self.subreaper = subreaper
+        self.launch_id = uuid.uuid4().hex
+        self.pid = os.getpid()
+
+        self.go: GoRequest | None = None
+        self.clock: DeadlineClock | None = None
+        self.trainer: subprocess.Popen[bytes] | None = None
+        self.trainer_status: int | None = None
+        self.trainer_started_unix: float | None = None
+        self.console: ConsoleLog | None = None
+        self.pipe_fd: int | None = None
+        self.stdout_ok = True
+
+        self.reason: str | None = None
+        self.abort_exit_code: int | None = None
+        self.deadline_expired = False
+        self.heartbeat_lost = False
+        self.owner_lost = False
+        self.soft_stop_sent = False
+        self.term_sent = False
+        self.kill_sent = False
+        self.control_actions: list[dict[str, Any]] = []
+        self.signals_forwarded: list[str] = []
+        self.killed_with_trainer: dict[int, str] = {}
+        self.survivors_killed: dict[int, str] = {}
+        self.unreaped: list[int] = []
+        self.escalate_at: float | None = None
+        self.control_seq = -1
+        self.hb_content: bytes | None = None
+        self.hb_changed_at = 0.0
+        self.last_fallback = 0.0
+
+        self._pending: list[int] = []
+        self._owner_fd: int | None = None
+        self._owner_gone = False
+        self._dirty: set[str] = set()
+        self.sel = selectors.DefaultSelector()
+        self.watch = _DirWatch(self.run_dir)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.run_dir, name)
+
+    def _install_signals(self) -> None:
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_r, self._wake_w = read_fd, write_fd
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+        def record(signum: int, _frame: object) -> None:
+            self._pending.append(signum)
+
+        signal.signal(signal.SIGCHLD, record)
+        for name in FORWARDED_SIGNALS:
+            signal.signal(signal.Signals[name], record)
+        self.sel.register(read_fd, selectors.EVENT_READ, self._drain_wakeup)
+        if self.watch.fd is not None:
+            self.sel.register(self.watch.fd, selectors.EVENT_READ, self._on_watch)
+        if self.owner_pid is not None:
+            try:
+                self._owner_fd = os.pidfd_open(self.owner_pid)
+                self.sel.register(self._owner_fd, selectors.EVENT_READ, self._on_owner_exit)
+            except (OSError, AttributeError):
+                self._owner_fd = None  # fall back to the getppid() check on every wake-up
+
+    def _drain_wakeup(self) -> None:
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 4096):
+                pass
+
+    def _on_watch(self) -> None:
+        self._dirty |= self.watch.drain()
+
+    def _on_owner_exit(self) -> None:
+        self._owner_gone = True
+        if self._owner_fd is not None:
+            self.sel.unregister(self._owner_fd)
+            os.close(self._owner_fd)
+            self._owner_fd = None
+
+    def _on_output(self) -> None:
+        assert self.pipe_fd is not None
+        try:
+            data = os.read(self.pipe_fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.sel.unregister(self.pipe_fd)
+            os.close(self.pipe_fd)
+            self.pipe_fd = None
+            return
+        if self.console is not None:
+            try:
+                self.console.write(data)
+            except OSError as exc:
+                log(f"console log write failed, log disabled: {exc}")
+                self.console = None
+        if self.stdout_ok:
+            try:
+                _write_all(1, data)
+            except OSError:
+                self.stdout_ok = False
+
+    def wait(self, timeout: float | None) -> list[int]:
+        """One event-loop turn: wait for fds or the timeout, reap children, return signals seen."""
+        for key, _mask in self.sel.select(None if timeout is None else max(0.0, timeout)):
+            key.data()
+        self.reap()
+        pending, self._pending = self._pending, []
+        return [s for s in pending if s != signal.SIGCHLD]
+
+    def reap(self) -> bool:
+        """waitpid(-1) until nothing is left to reap: the trainer, its children, adopted orphans.
+
+        True when the launcher has no children left at all.
+        """
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid == 0:
+                return False
+            if self.trainer is not None and pid == self.trainer.pid:
+                self.trainer_status = status
+                self.trainer.returncode = os.waitstatus_to_exitcode(status)
+
+    def owner_lost_now(self) -> bool:
+        if self.owner_pid is None:
+            return False
+        return self._owner_gone or os.getppid() != self.owner_pid
+
+    # -- protocol -------------------------------------------------------------
+
+    def announce(self) -> None:
+        atomic_write_json(
+            self.path(LAUNCHER_FILE),
+            {
+                "protocol": PROTOCOL,
+                "launch_id": self.launch_id,
+                "pid": self.pid,
+                "start_ticks": start_ticks(self.pid),
+                "boot_id": boot_id(),
+                "hostname": socket.gethostname(),
+                "command": self.command,
+                "python": sys.executable,
+                "python_version": ".".join(str(v) for v in sys.version_info[:3]),
+                "subreaper": self.subreaper,
+                "owner_pid": self.owner_pid,
+                "go_timeout_s": self.go_timeout_s,
+                "started_unix": time.time(),
+            },
+        )
+
+    def _bound(self, raw: Mapping[str, Any] | None, *, allow_unbound: bool = False) -> bool:
+        """A request counts only when it names this launcher (never a stale file of another)."""
+        if raw is None or raw.get("protocol") != PROTOCOL:
+            return False
+        bound = raw.get("launch_id")
+        return bound == self.launch_id or (allow_unbound and bound is None)
+
+    def wait_for_go(self) -> GoRequest:
+        end = time.monotonic() + self.go_timeout_s
+        while True:
+            if self.owner_lost_now():
+                log("owner process lost before launch; not starting the trainer")
+                self.owner_lost = True
+                self.reason = "owner_lost"
+                raise _ExitRequestError(EXIT_SUPERVISOR_LOST)
+            abort = read_json(self.path(ABORT_FILE))
+            if self._bound(abort, allow_unbound=True):
+                assert abort is not None
+                code = abort.get("exit_code")
+                self.abort_exit_code = EXIT_ABORT_DEFAULT
+                if isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 255:
+                    self.abort_exit_code = code
+                self.reason = "aborted"
+                log(f"aborted by the sidecar: {abort.get('reason')}")
+                raise _ExitRequestError(self.abort_exit_code)
+            go = read_json(self.path(GO_FILE))
+            if self._bound(go):
+                assert go is not None
+                try:
+                    return GoRequest(go)
+                except ValueError as exc:
+                    log(str(exc))
+                    self.reason = "protocol_error"
+                    raise _ExitRequestError(EXIT_PROTOCOL) from exc
+            left = end - time.monotonic()
+            if left <= 0:
+                log(f"no go.json within {self.go_timeout_s:g}s")
+                self.reason = "go_timeout"
+                raise _ExitRequestError(EXIT_GO_TIMEOUT)
+            step = 1.0 if self.watch.fd is not None else 0.1
+            for signum in self.wait(min(left, step)):
+                if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    log(f"{signal_name(signum)} before the trainer started")
+                    self.reason = "signalled"
+                    raise _ExitRequestError(128 + signum)
+
+    def start_trainer(self, go: GoRequest) -> None:
+        self.go = go
+        self.clock = DeadlineClock(go.deadline_unix)
+        if self.clock.remaining() <= go.checkpoint_margin_s:
+            # The seed's rule: never start (or resume) inside the checkpoint margin.
+            log("less than the checkpoint margin left; not starting the trainer")
+            self.reason = "insufficient_budget"
+            raise _ExitRequestError(EXIT_INSUFFICIENT_BUDGET)
+        if self.owner_lost_now():
+            self.owner_lost = True
+            self.reason = "owner_lost"
+            raise _ExitRequestError(EXIT_SUPERVISOR_LOST)
+        env = dict(os.environ)
+        env.update(go.env)
+        env[ENV_RUN_DIR] = self.run_dir
+        env[ENV_DEADLINE_FILE] = self.path(DEADLINE_COPY_FILE)
+        env[ENV_SOFT_STOP_FILE] = self.path(SOFT_STOP_FILE)
+        self.console = ConsoleLog(self.path(CONSOLE_LOG), go.console_log_bytes)
+        try:
+            self.trainer = subprocess.Popen(
+                self.command,
+                start_new_session=True,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        except OSError as exc:
+            log(f"cannot start {self.command[0]!r}: {exc}")
+            self.reason = "spawn_failed"
+            missing = isinstance(exc, FileNotFoundError)
+            raise _ExitRequestError(EXIT_NOT_FOUND if missing else EXIT_NOT_EXECUTABLE) from exc
+        self.trainer_started_unix = time.time()
+        assert self.trainer.stdout is not None
+        self.pipe_fd = os.dup(self.trainer.stdout.fileno())
+        self.trainer.stdout.close()
+        os.set_blocking(self.pipe_fd, False)
+        self.sel.register(self.pipe_fd, selectors.EVENT_READ, self._on_output)
+        self.hb_content = read_bytes(self.path(HEARTBEAT_FILE))
+        self.hb_changed_at = time.monotonic()
+        atomic_write_json(
+            self.path(TRAINER_FILE),
+            {
+                "protocol": PROTOCOL,
+                "launch_id": self.launch_id,
+                "pid": self.trainer.pid,
+                "pgid": self.trainer.pid,
+                "start_ticks": start_ticks(self.trainer.pid),
+                "started_unix": self.trainer_started_unix,
+            },
+        )
+
+    # -- stopping -------------------------------------------------------------
+
+    def _signal_group(self, signum: int) -> None:
+        if self.trainer is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.trainer.pid, signum)
+
+    def kill_everything(self, into: dict[int, str]) -> None:
+        """SIGKILL the trainer's group and every descendant, repeating until a scan finds none.
+
+        A process forking while we kill leaves a child that reparents to us: the next scan gets it.
+        """
+        self.kill_sent = True
+        for _ in range(100):
+            victims = alive_descendants(self.pid)
+            for pid in victims:
+                if self.trainer is None or pid != self.trainer.pid:
+                    into.setdefault(pid, command_of(pid))
+            for pid in victims:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            self._signal_group(signal.SIGKILL)
+            if not victims:
+                return
+
+    def stop(self, reason: str, *, hard: bool) -> None:
+        if self.reason is None:
+            self.reason = reason
+        if hard:
+            self.kill_everything(self.killed_with_trainer)
+        else:
+            self.term_sent = True
+            self._signal_group(signal.SIGTERM)
+            if self.escalate_at is None:
+                self.escalate_at = time.monotonic() + (self.go.kill_grace_s if self.go else 0.0)
+
+    def send_soft_stop(self, reason: str) -> None:
+        if self.soft_stop_sent or self.go is None:
+            return
+        self.soft_stop_sent = True
+        atomic_write_json(
+            self.path(SOFT_STOP_FILE),
+            {
+                "protocol": PROTOCOL,
+                "launch_id": self.launch_id,
+                "reason": reason,
+                "deadline_unix": self.go.deadline_unix,
+                "sent_unix": time.time(),
+            },
+        )
+        self._signal_group(self.go.soft_stop_signal)
+
+    def check_heartbeat(self) -> None:
+        content = read_bytes(self.path(HEARTBEAT_FILE))
+        if content is not None and content != self.hb_content:
+            self.hb_content = content
+            self.hb_changed_at = time.monotonic()
+
+    def check_control(self) -> None:
+        raw = read_json(self.path(CONTROL_FILE))
+        if not self._bound(raw):
+            return
+        assert raw is not None
+        seq, action = raw.get("seq"), raw.get("action")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= self.control_seq:
+            return
+        self.control_seq = seq
+        if action not in ACTIONS:
+            log(f"control.json: unknown action {action!r} ignored")
+            return
+        self.control_actions.append({"seq": seq, "action": action, "reason": raw.get("reason")})
+        log(f"control: {action} ({raw.get('reason')})")
+        if action == "soft_stop":
+            self.send_soft_stop(f"control: {raw.get('reason')}")
+        else:
+            self.stop("control", hard=action == "kill")
+
+    # -- the main loop ----------------------------------------------------------
+
+    def supervise(self) -> None:
+        """Run until the trainer is reaped, enforcing deadline, heartbeat, owner and control."""
+        go, clock = self.go, self.clock
+        assert go is not None and clock is not None and self.trainer is not None
+        signals: list[int] = []
+        while self.trainer_status is None:
+            for signum in signals:
+                self.signals_forwarded.append(signal_name(signum))
+                self._signal_group(signum)
+            now = time.monotonic()
+            remaining = clock.remaining()
+            if remaining <= 0 and not self.deadline_expired:
+                self.deadline_expired = True
+                self.stop("deadline", hard=True)
+            if self.owner_lost_now() and not self.owner_lost:
+                log("owner process lost: killing the trainer")
+                self.owner_lost = True
+                self.stop("owner_lost", hard=True)
+            if now - self.hb_changed_at >= go.heartbeat_timeout_s and not self.heartbeat_lost:
+                self.check_heartbeat()
+                if time.monotonic() - self.hb_changed_at >= go.heartbeat_timeout_s:
+                    log(f"no heartbeat for {go.heartbeat_timeout_s:g}s: killing the trainer")
+                    self.heartbeat_lost = True
+                    self.stop("heartbeat_lost", hard=True)
+            if self.escalate_at is not None and now >= self.escalate_at and not self.kill_sent:
+                self.kill_everything(self.killed_with_trainer)
+            if remaining <= go.checkpoint_margin_s and not (self.soft_stop_sent or self.kill_sent):
+                self.send_soft_stop("checkpoint_margin")
+            if remaining <= go.term_grace_s and not (self.term_sent or self.kill_sent):
+                # The deadline's TERM: the trainer stopping now stopped because of the deadline.
+                self.reason = self.reason or "deadline"
+                self.term_sent = True
+                self._signal_group(signal.SIGTERM)
+            if HEARTBEAT_FILE in self._dirty:
+                self.check_heartbeat()
+            fallback_due = now - self.last_fallback >= FALLBACK_POLL_S
+            if CONTROL_FILE in self._dirty or fallback_due:
+                self.check_control()
+            if fallback_due:
+                self.check_heartbeat()
+                self.last_fallback = now
+            self._dirty.clear()
+            if self.kill_sent:
+                # Killed processes die within microseconds; re-scan for stragglers until reaped.
+                timeout = 0.05
+            else:
+                timeout = self._next_timeout(clock.remaining(), time.monotonic())
+            signals = self.wait(timeout)
+            if self.kill_sent and self.trainer_status is None:
+                self.kill_everything(self.killed_with_trainer)
+
+    def _next_timeout(self, remaining: float, now: float) -> float:
+        go = self.go
+        assert go is not None
+        due = [remaining, self.hb_changed_at + go.heartbeat_timeout_s - now]
+        due.append(self.last_fallback + FALLBACK_POLL_S - now)
+        if not self.soft_stop_sent:
+            due.append(remaining - go.checkpoint_margin_s)
+        if not self.term_sent:
+            due.append(remaining - go.term_grace_s)
+        if self.escalate_at is not None:
+            due.append(self.escalate_at - now)
+        return max(0.0, min(due))
+
+    def cleanup(self) -> None:
+        """After the trainer: TERM survivors, KILL them after kill_grace_s (at once past the
+        deadline or when the run was killed), reap everything."""
+        grace = self.go.kill_grace_s if self.go else DEFAULT_KILL_GRACE_S
+        survivors = alive_descendants(self.pid)
+        if survivors and not self.kill_sent:
+            for pid in survivors:
+                self.survivors_killed.setdefault(pid, command_of(pid))
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
+            end = time.monotonic() + grace
+            while survivors:
+                left = end - time.monotonic()
+                if self.clock is not None and self.clock.remaining() <= 0:
+                    self.deadline_expired = True
+                    break
+                if left <= 0:
+                    break
+                if self.clock is not None:
+                    left = min(left, max(0.0, self.clock.remaining()))
+                # SIGCHLD wakes us: adopted survivors are our children, others die with them.
+                self.wait(min(left, 0.05))
+                survivors = alive_descendants(self.pid)
+                for pid in survivors:
+                    self.survivors_killed.setdefault(pid, command_of(pid))
+        if alive_descendants(self.pid):
+            self.kill_everything(self.survivors_killed)
+        end = time.monotonic() + REAP_LIMIT_S
+        while not self.reap() and time.monotonic() < end:
+            self.wait(0.05)
+            if alive_descendants(self.pid):
+                self.kill_everything(self.survivors_killed)
+        self.unreaped = alive_descendants(self.pid)
+        self._drain_output()
+
+    def _drain_output(self) -> None:
+        end = time.monotonic() + 1.0
+        while self.pipe_fd is not None and time.monotonic() < end:
+            self._on_output()
+            if self.pipe_fd is not None:
+                self.wait(0.05)
+
+    # -- exit -----------------------------------------------------------------
+
+    def exit_code(self) -> int:
+        if self.reason in ("heartbeat_lost", "owner_lost"):
+            return EXIT_SUPERVISOR_LOST
+        if self.trainer_status is None:
+            return EXIT_LAUNCHER_ERROR
+        code = os.waitstatus_to_exitcode(self.trainer_status)
+        return 128 - code if code < 0 else code
+
+    def write_exit(self, code: int) -> None:
+        status = self.trainer_status
+        returncode = signum = None
+        if status is not None:
+            if os.WIFSIGNALED(status):
+                signum = os.WTERMSIG(status)
+            else:
+                returncode = os.waitstatus_to_exitcode(status)
+        record = {
+            "protocol": PROTOCOL,
+            "launch_id": self.launch_id,
+            "exit_code": code,
+            "returncode": returncode,
+            "signal": signum,
+            "signal_name": signal_name(signum) if signum is not None else None,
+            "reason": self.reason or "exited",
+            "trainer_pid": self.trainer.pid if self.trainer is not None else None,
+            "deadline_expired": self.deadline_expired,
+            "heartbeat_lost": self.heartbeat_lost,
+            "owner_lost": self.owner_lost,
+            "soft_stop_sent": self.soft_stop_sent,
+            "term_sent": self.term_sent,
+            "kill_sent": self.kill_sent,
+            "control": self.control_actions,
+            "signals_forwarded": self.signals_forwarded,
+            "killed_with_trainer": _process_list(self.killed_with_trainer),
+            "survivors_killed": _process_list(self.survivors_killed),
+            "unreaped": self.unreaped,
+            "started_unix": self.trainer_started_unix,
+            "ended_unix": time.time(),
+        }
+        try:
+            atomic_write_json(self.path(EXIT_FILE), record)
+        except OSError as exc:
+            log(f"cannot write {EXIT_FILE}: {exc}")
+
+    def run(self) -> int:
+        code = EXIT_LAUNCHER_ERROR
+        try:
+            self._install_signals()
+            self.announce()
+            self.start_trainer(self.wait_for_go())
+            self.supervise()
+            self.cleanup()
+            code = self.exit_code()
+        except _ExitRequestError as done:
+            code = done.code
+            self.cleanup()
+        except Exception as exc:
+            # Fail closed: whatever went wrong, nothing we started may outlive us.
+            log(f"launcher error: {exc!r}")
+            self.reason = self.reason or "launcher_error"
+            with contextlib.suppress(Exception):
+                self.kill_everything(self.killed_with_trainer)
+                self.cleanup()
+            code = EXIT_LAUNCHER_ERROR
+        self.write_exit(code)
+        return code
+
+
+def _process_list(found: Mapping[int, str]) -> list[dict[str, Any]]:
+    return [{"pid": pid, "command": command} for pid, command in sorted(found.items())]
+
+
+def _parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="launcher.py",
+        description="Run a trainer under soak-sidecar supervision (see docs/run-dir-protocol.md).",
+    )
+    parser.add_argument("--run-dir", required=True, help="Run dir shared with the sidecar.")
+    parser.add_argument(
+        "--go-timeout",
+        type=float,
+        default=DEFAULT_GO_TIMEOUT_S,
+        help=f"Seconds to wait for go.json (default {DEFAULT_GO_TIMEOUT_S:g}); "
+        f"exit {EXIT_GO_TIMEOUT} on timeout.",
+    )
+    parser.add_argument(
+        "--owner-pid",
+        type=int,
+        default=None,
+        help="Local mode: kill the trainer as soon as the launcher's parent is no longer this PID.",
+    )
+    # Test-only: proves the orphan test can fail. Never use it in a real run.
+    parser.add_argument("--no-subreaper", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("missing trainer command after --")
+    if not args.go_timeout > 0:
+        parser.error("--go-timeout must be > 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) and exc.code != 2 else EXIT_USAGE
+    run_dir = os.path.abspath(args.run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    if not args.no_subreaper:
+        try:
+            set_child_subreaper()
+        except OSError as exc:
+            log(str(exc))
+            atomic_write_json(
+                os.path.join(run_dir, EXIT_FILE),
+                {
+                    "protocol": PROTOCOL,
+                    "launch_id": None,
+                    "exit_code": EXIT_SUBREAPER,
+                    "reason": "subreaper_unavailable",
+                    "ended_unix": time.time(),
+                },
+            )
+            return EXIT_SUBREAPER
+    launcher = Launcher(
+        run_dir,
+        list(args.command),
+        go_timeout_s=args.go_timeout,
+        owner_pid=args.owner_pid,
+        subreaper=not args.no_subreaper,
+    )
+    return launcher.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""Deadline record, create-or-resume and clock: every time is injected, nothing sleeps."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.core.deadline import (
+    MAX_RECORD_BYTES,
+    RECORD_FORMAT,
+    DeadlineClock,
+    DeadlineRecord,
+    check_startable,
+    create_or_resume,
+    encode_record,
+    new_record,
+    parse_record,
+)
+from sidecar.core.identity import RunIdentity, make_identity
+from sidecar.errors import (
+    ConfigError,
+    DeadlineExpiredError,
+    DeadlineRecordError,
+    InsufficientBudgetError,
+    RecordExistsError,
+    RefusedError,
+)
+
+RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
+T0 = 1_700_000_000.25
+MAX_BUDGET = 7 * 24 * 3600.0
+
+
+def identity(**overrides: Any) -> RunIdentity:
+    fields: dict[str, Any] = {
+        "run_id": RUN_ID,
+        "command": ("python3", "train.py"),
+        "budget_s": 7200,
+        "checkpoint_margin_s": 120,
+        "deadline_store": "/store",
+        "code_sha256": {"train.py": "b" * 64},
+    }
+    fields.update(overrides)
+    return make_identity(**fields)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileDeadlineStore:
+    return FileDeadlineStore(tmp_path / "deadlines")
+
+
+def good_json() -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(encode_record(new_record(identity(), now_wall=T0)))
+    return value
+
+
+def test_encode_parse_round_trip_is_exact() -> None:
+    record = new_record(identity(), now_wall=T0)
+    data = encode_record(record)
+    assert parse_record(data, max_budget_s=MAX_BUDGET) == record
+    assert record.deadline_unix == T0 + 7200
+    assert record.soft_stop_unix == T0 + 7200 - 120
+    stored = json.loads(data)
+    assert stored["format"] == RECORD_FORMAT == "soak-sidecar-deadline-v1"
+    assert stored["identity_sha256"] == identity().digest()
+
+
+def _mutate(change: Any) -> bytes:
+    value = good_json()
+    change(value)
+    return json.dumps(value).encode()
+
+
+def _retamper_budget(value: dict[str, Any]) -> None:
+    """A careful tamperer: raise the identity's budget and recompute its digest."""
+    value["identity"]["budget_s"] = 10800.0
+    value["identity_sha256"] = RunIdentity.model_validate(value["identity"]).digest()
+
+
+CORRUPT: list[tuple[str, bytes, str]] = [
+    ("bad json", b'{"format": "soak-sidecar-deadline-v1",', "not valid JSON"),
+    ("not utf-8", b"\xff\xfe{}", "not valid JSON"),
+    ("empty file", b"", "not valid JSON"),
+    ("not an object", b"[1, 2]", "not a JSON object"),
+    ("wrong format", _mutate(lambda v: v.update(format="chess-total-deadline-v1")), "format"),
+    ("missing format", _mutate(lambda v: v.pop("format")), "format"),
+    ("bool number", _mutate(lambda v: v.update(budget_seconds=True)), "invalid deadline number"),
+    ("string number", _mutate(lambda v: v.update(started_unix="1")), "invalid deadline number"),
+    ("null number", _mutate(lambda v: v.update(deadline_unix=None)), "invalid deadline number"),
+    (
+        "NaN",
+        encode_record(new_record(identity(), now_wall=T0)).replace(
+            f'"started_unix": {T0!r}'.encode(), b'"started_unix": NaN'
+        ),
+        "non-finite",
+    ),
+    (
+        "inf",
+        encode_record(new_record(identity(), now_wall=T0)).replace(
+            f'"started_unix": {T0!r}'.encode(), b'"started_unix": Infinity'
+        ),
+        "non-finite",
+    ),
+    (
+        "overflow to inf",
+        encode_record(new_record(identity(), now_wall=T0)).replace(
+            f'"started_unix": {T0!r}'.encode(), b'"started_unix": 1e999'
+        ),
+        "invalid deadline number",
+    ),
+    ("negative budget", _mutate(lambda v: v.update(budget_seconds=-7200)), "budget_seconds"),
+    ("zero budget", _mutate(lambda v: v.update(budget_seconds=0)), "budget_seconds"),
+    (
+        "budget over cap",
+        _mutate(lambda v: v.update(budget_seconds=MAX_BUDGET + 1)),
+        "budget_seconds",
+    ),
+    ("margin >= budget", _mutate(lambda v: v.update(checkpoint_margin_seconds=7200)), "margin"),
+    ("margin zero", _mutate(lambda v: v.update(checkpoint_margin_seconds=0)), "margin"),
+    (
+        "inconsistent deadline",
+        _mutate(lambda v: v.update(deadline_unix=v["deadline_unix"] + 3600)),
+        "inconsistent deadline",
+    ),
+    (
+        "extended budget, consistent numbers",
+        _mutate(lambda v: v.update(budget_seconds=10800, deadline_unix=v["started_unix"] + 10800)),
+        "disagree with its identity",
+    ),
+    (
+        "tampered identity",
+        _mutate(lambda v: v["identity"].update(command=["python3", "other.py"])),
+        "tampered",
+    ),
+    (
+        "tampered digest",
+        _mutate(lambda v: v.update(identity_sha256="0" * 64)),
+        "tampered",
+    ),
+    (
+        "re-digested budget change",
+        _mutate(_retamper_budget),
+        "disagree with its identity",
+    ),
+    (
+        "invalid identity",
+        _mutate(lambda v: v["identity"].update(run_id="x")),
+        "identity is invalid",
+    ),
+    ("identity extra key", _mutate(lambda v: v["identity"].update(extra=1)), "identity is invalid"),
+    ("missing key", _mutate(lambda v: v.pop("checkpoint_margin_seconds")), "missing"),
+    ("missing identity", _mutate(lambda v: v.pop("identity")), "missing"),
+    ("extra key", _mutate(lambda v: v.update(extended=True)), "unknown"),
+    (
+        "duplicate key",
+        encode_record(new_record(identity(), now_wall=T0)).replace(
+            b'"budget_seconds": 7200.0', b'"budget_seconds": 7200.0, "budget_seconds": 99999.0'
+        ),
+        "duplicate key",
+    ),
+    ("oversized", b" " * (MAX_RECORD_BYTES + 1), "larger than"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), [c[1:] for c in CORRUPT], ids=[c[0] for c in CORRUPT])
+def test_corrupt_record_fails_closed(data: bytes, message: str) -> None:
+    with pytest.raises(DeadlineRecordError, match=message):
+        parse_record(data, max_budget_s=MAX_BUDGET)
+
+
+def test_corrupt_cases_mutate_a_valid_record() -> None:
+    # Guard for the table above: the untouched record parses, so each failure is the mutation's.
+    assert parse_record(json.dumps(good_json()).encode(), max_budget_s=MAX_BUDGET)
+
+
+def test_corrupt_stored_record_refuses_to_run(store: FileDeadlineStore) -> None:
+    store.create(RUN_ID, _mutate(lambda v: v.update(deadline_unix=v["deadline_unix"] + 1)))
+    with pytest.raises(DeadlineRecordError, match="inconsistent") as caught:
+        create_or_resume(
+            store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
+        )
+    assert isinstance(caught.value, RefusedError)
+
+
+def test_consistently_extended_record_is_refused_on_resume(store: FileDeadlineStore) -> None:
+    """Budget, deadline and identity all rewritten coherently: parses, but is not this run."""
+
+    def extend(value: dict[str, Any]) -> None:
+        _retamper_budget(value)
+        value["budget_seconds"] = 10800
+        value["deadline_unix"] = value["started_unix"] + 10800
+
+    store.create(RUN_ID, _mutate(extend))
+    with pytest.raises(RefusedError, match="differs in budget_s"):
+        create_or_resume(
+            store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET
+        )
+
+
+def test_budget_over_cap_is_a_config_error(store: FileDeadlineStore) -> None:
+    with pytest.raises(ConfigError, match="exceeds max_budget_s"):
+        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=3600)
+    assert store.load(RUN_ID) is None
+
+
+def test_create_then_resume_never_extends(store: FileDeadlineStore) -> None:
+    first = create_or_resume(
+        store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
+    )
+    assert first.started_unix == T0
+    assert first.deadline_unix == T0 + 7200
+    stored = store.load(RUN_ID)
+    for later in (T0 + 1, T0 + 3600, T0 + 7199, T0 + 10**6):
+        again = create_or_resume(
+            store, identity(), now_wall=later, resume_required=True, max_budget_s=MAX_BUDGET
+        )
+        assert again == first
+    assert store.load(RUN_ID) == stored
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"budget_s": 10800}, "budget_s"),
+        ({"checkpoint_margin_s": 60}, "checkpoint_margin_s"),
+        ({"command": ("python3", "train.py", "--more")}, "command"),
+        ({"code_sha256": {"train.py": "c" * 64}}, "code_sha256"),
+        ({"dataset_manifest_sha256": "d" * 64}, "dataset_manifest_sha256"),
+        ({"deadline_store": "/elsewhere"}, "deadline_store"),
+        ({"image_digest": "sha256:" + "e" * 64}, "image_digest"),
+        ({"resume_checkpoint_path": "/ckpt/latest.pt"}, "resume_checkpoint_path"),
+    ],
+)
+def test_identity_mismatch_is_refused_naming_the_field(
+    store: FileDeadlineStore, change: dict[str, Any], field: str
+) -> None:
+    create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    before = store.load(RUN_ID)
+    with pytest.raises(RefusedError, match="never extend an existing job") as caught:
+        create_or_resume(
+            store,
+            identity(**change),
+            now_wall=T0 + 5,
+            resume_required=False,
+            max_budget_s=MAX_BUDGET,
+        )
+    assert f"differs in {field}:" in str(caught.value)
+    assert store.load(RUN_ID) == before
+
+
+def test_mismatch_lists_every_differing_field(store: FileDeadlineStore) -> None:
+    create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    with pytest.raises(RefusedError, match=r"differs in command, budget_s: command: record"):
+        create_or_resume(
+            store,
+            identity(budget_s=3600, command=("python3", "x.py")),
+            now_wall=T0,
+            resume_required=False,
+            max_budget_s=MAX_BUDGET,
+        )
+
+
+def test_explicit_resume_without_record_is_refused(store: FileDeadlineStore) -> None:
+    with pytest.raises(RefusedError, match="explicit resume requires the original deadline record"):
+        create_or_resume(
+            store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET
+        )
+    assert store.load(RUN_ID) is None
+
+
+class RacingStore(FileDeadlineStore):
+    """A real file store where another supervisor creates the record just before this one."""
+
+    def __init__(self, directory: Path, rival: DeadlineRecord) -> None:
+        super().__init__(directory)
+        self.rival = rival
+        self.lost = False
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        super().create(run_id, encode_record(self.rival))
+        try:
+            super().create(run_id, payload)
+        except RecordExistsError:
+            self.lost = True
+            raise
+
+
+def test_lost_create_race_adopts_the_winners_record(tmp_path: Path) -> None:
+    rival = new_record(identity(), now_wall=T0 - 30)
+    store = RacingStore(tmp_path, rival)
+    got = create_or_resume(
+        store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
+    )
+    assert store.lost
+    assert got == rival
+
+
+def test_lost_create_race_to_another_identity_is_refused(tmp_path: Path) -> None:
+    store = RacingStore(tmp_path, new_record(identity(budget_s=3600), now_wall=T0))
+    with pytest.raises(RefusedError, match="differs in budget_s"):
+        create_or_resume(
+            store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
+        )
+
+
+class BlackHoleStore(FileDeadlineStore):
+    """Accepts a create but never shows it: the read-back must catch this."""
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        return None
+
+
+def test_record_missing_after_create_fails_closed(tmp_path: Path) -> None:
+    with pytest.raises(DeadlineRecordError, match="vanished"):
+        create_or_resume(
+            BlackHoleStore(tmp_path),
+            identity(),
+            now_wall=T0,
+            resume_required=False,
+            max_budget_s=MAX_BUDGET,
+        )
+
+
+# --- the clock -------------------------------------------------------------------------------
+
+M0 = 500.0  # an arbitrary monotonic origin
+
+
+def clock_at(wall: float, mono: float = M0) -> DeadlineClock:
+    return DeadlineClock(new_record(identity(), now_wall=T0), now_wall=wall, now_monotonic=mono)
+
+
+def test_remaining_tracks_both_clocks() -> None:
+    clock = clock_at(T0)
+    assert clock.remaining(T0, M0) == 7200
+    assert clock.remaining(T0 + 100, M0 + 100) == 7100
+
+
+def test_wall_clock_rollback_does_not_extend() -> None:
+    clock = clock_at(T0 + 1000, M0)
+    # One hour later the wall clock is set back two hours: the monotonic bound holds.
+    assert clock.remaining(T0 + 1000 + 3600 - 7200, M0 + 3600) == pytest.approx(7200 - 1000 - 3600)
+    assert not clock.expired(T0 - 10**6, M0 + 6199.999)
+    assert clock.expired(T0 - 10**6, M0 + 6200)
+    assert clock.phase(T0 - 10**6, M0 + 6200 - 3, term_grace_s=5) == "term"
+
+
+def test_wall_clock_jump_forward_shortens() -> None:
+    clock = clock_at(T0, M0)
+    assert clock.remaining(T0 + 7200, M0 + 1) == 0
+    assert clock.expired(T0 + 7200, M0 + 1)
+
+
+def test_resumed_clock_starts_from_the_original_deadline() -> None:
+    # An attempt resumed 7000 s into the budget has 200 s left, whatever its own start time.
+    clock = clock_at(T0 + 7000, M0)
+    assert clock.remaining(T0 + 7000, M0) == 200
+
+
+def test_phases_and_next_phase() -> None:
+    clock = clock_at(T0, M0)
+    grace = 5.0
+
+    def at(remaining: float) -> tuple[str, float, bool, bool, bool]:
+        elapsed = 7200 - remaining
+        wall, mono = T0 + elapsed, M0 + elapsed
+        return (
+            clock.phase(wall, mono, grace),
+            clock.until_next_phase(wall, mono, grace),
+            clock.soft_stop_due(wall, mono),
+            clock.term_due(wall, mono, grace),
+            clock.expired(wall, mono),
+        )
+
+    assert at(7200) == ("running", 7080, False, False, False)
+    assert at(120) == ("soft_stop", 115, True, False, False)
+    assert at(6) == ("soft_stop", 1, True, False, False)
+    assert at(5) == ("term", 5, True, True, False)
+    assert at(0.5) == ("term", 0.5, True, True, False)
+    assert at(0) == ("expired", 0, True, True, True)
+    assert at(-3) == ("expired", 0, True, True, True)
+
+
+def test_check_startable_accepts_enough_budget() -> None:
+    check_startable(clock_at(T0), T0, M0)
+    check_startable(clock_at(T0), T0 + 7079, M0 + 7079)
+
+
+def test_insufficient_budget_is_refused() -> None:
+    clock = clock_at(T0)
+    with pytest.raises(
+        InsufficientBudgetError, match="insufficient original budget to start/resume"
+    ):
+        check_startable(clock, T0 + 7080, M0 + 7080)
+
+
+def test_expired_deadline_is_a_verdict_not_a_crash() -> None:
+    clock = clock_at(T0 + 9000)
+    with pytest.raises(DeadlineExpiredError, match=r"expired 1800\.0 s ago") as caught:
+        check_startable(clock, T0 + 9000, M0)
+    assert isinstance(caught.value, InsufficientBudgetError)
+    assert caught.value.exit_code == InsufficientBudgetError.exit_code
+
+
+def test_non_finite_wall_clock_is_rejected() -> None:
+    with pytest.raises(ConfigError):
+        new_record(identity(), now_wall=float("nan"))

@@ -159,9 +159,8 @@ def decide(
         return _failed(kind or "unknown_failure", "; ".join(parts), upload_error)
     if upload_error is not None:
         return _failed(
-            "evidence_lost", f"soak passed but its artifact was not uploaded: {upload_error}",
+            "evidence_lost",
+            f"soak passed but its artifact was not uploaded: {upload_error}",
             upload_error,
         )
-    return Verdict(
-        status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED
-    )
+    return Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)

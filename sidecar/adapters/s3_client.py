@@ -1,0 +1,193 @@
+"""The boto3 client shared by the S3 artifact sink and the S3 deadline store.
+
+Credentials come from boto3's own chain (env, web identity, shared files, container/instance
+metadata); a Kubernetes Secret reaches us as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` env.
+Retries are botocore's "standard" mode; every attempt is counted so callers and tests can see
+how many retries an outcome took.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import boto3
+import botocore.exceptions
+from botocore.config import Config
+
+from sidecar.settings import S3Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+AUTH_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "ExpiredToken",
+        "InvalidToken",
+        "TokenRefreshRequired",
+        "InvalidClientTokenId",
+        "AuthorizationHeaderMalformed",
+    }
+)
+CHECKSUM_CODES = frozenset(
+    {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "InvalidChecksum"}
+)
+# 409 ConditionalRequestConflict: a concurrent conditional write on the key; S3 asks for a retry.
+CONFLICT_RETRIES = 3
+# Raised by botocore when the endpoint cannot be reached even after its retries.
+UNREACHABLE_ERRORS: tuple[type[Exception], ...] = (
+    botocore.exceptions.EndpointConnectionError,
+    botocore.exceptions.ConnectTimeoutError,
+    botocore.exceptions.ReadTimeoutError,
+    botocore.exceptions.ConnectionClosedError,
+    botocore.exceptions.ConnectionError,
+)
+
+
+@dataclass
+class S3Stats:
+    """API calls made and HTTP attempts sent (attempts - calls = retries), thread-safe."""
+
+    calls: int = 0
+    attempts: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - self.calls
+
+    def _on_call(self, **_: Any) -> None:
+        with self._lock:
+            self.calls += 1
+
+    def _on_send(self, **_: Any) -> None:
+        # before-send handlers must return None, or botocore takes the value as the response.
+        with self._lock:
+            self.attempts += 1
+
+    def attach(self, client: S3Client) -> None:
+        client.meta.events.register("before-call.s3", self._on_call)
+        client.meta.events.register("before-send.s3", self._on_send)
+
+
+ClientFactory = Callable[[S3Settings], "S3Client"]
+
+
+def botocore_config(settings: S3Settings) -> Config:
+    extra: dict[str, Any] = {}
+    if settings.checksum_when_required:
+        extra["request_checksum_calculation"] = "when_required"
+        extra["response_checksum_validation"] = "when_required"
+    return Config(
+        region_name=settings.region,
+        retries={"mode": "standard", "max_attempts": settings.max_attempts},
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.read_timeout_s,
+        s3={"addressing_style": settings.addressing_style},
+        # Room for every concurrent part plus the main thread.
+        max_pool_connections=max(10, settings.multipart_concurrency + 2),
+        **extra,
+    )
+
+
+def make_s3_client(
+    settings: S3Settings, *, session: boto3.session.Session | None = None
+) -> S3Client:
+    """An S3 client for ``settings``; ``session`` overrides boto3's default credential chain."""
+    chosen = session if session is not None else boto3.session.Session()
+    return chosen.client("s3", endpoint_url=settings.endpoint_url, config=botocore_config(settings))
+
+
+def b64_digest(digest: bytes) -> str:
+    return base64.b64encode(digest).decode("ascii")
+
+
+def error_code(exc: BaseException) -> str:
+    """The S3 error code of a ClientError ('' for other errors)."""
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def http_status(exc: BaseException) -> int:
+    if isinstance(exc, botocore.exceptions.ClientError):
+        return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    return 0
+
+
+def is_precondition_failed(exc: BaseException) -> bool:
+    return http_status(exc) == 412 or error_code(exc) == "PreconditionFailed"
+
+
+def is_conditional_conflict(exc: BaseException) -> bool:
+    """409 on a conditional write: a concurrent request raced us; S3 says retry."""
+    return http_status(exc) == 409 or error_code(exc) == "ConditionalRequestConflict"
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return http_status(exc) == 404 or error_code(exc) in ("NoSuchKey", "404", "NotFound")
+
+
+def is_auth_failure(exc: BaseException) -> bool:
+    if isinstance(
+        exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError
+    ):
+        return True
+    return error_code(exc) in AUTH_CODES or http_status(exc) == 403
+
+
+def describe(exc: BaseException, settings: S3Settings, attempts: int | None = None) -> str:
+    """One line saying what went wrong and what to check, without botocore internals."""
+    where = f"endpoint {settings.endpoint_url or 'AWS'}, bucket {settings.bucket}"
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return (
+            "no S3 credentials found (env AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, web identity, "
+            f"shared files) ({where})"
+        )
+    if isinstance(exc, UNREACHABLE_ERRORS):
+        tried = f" after {attempts} HTTP attempts" if attempts else ""
+        return f"S3 endpoint unreachable{tried} ({where}): {exc}"
+    code = error_code(exc)
+    if is_auth_failure(exc):
+        message = (
+            exc.response["Error"].get("Message", "")
+            if isinstance(exc, botocore.exceptions.ClientError)
+            else str(exc)
+        )
+        return (
+            f"S3 rejected the credentials or permissions: {code or 'HTTP 403'}: {message} ({where})"
+        )
+    if code in CHECKSUM_CODES:
+        return (
+            f"S3 rejected the upload's SHA-256 checksum ({code}): the bytes received differ from "
+            f"the local file (corrupted in transit or changed while uploading) ({where})"
+        )
+    if code == "NoSuchBucket":
+        return f"S3 bucket does not exist ({where})"
+    if isinstance(exc, botocore.exceptions.ClientError):
+        message = exc.response.get("Error", {}).get("Message", "")
+        return f"S3 error {code or http_status(exc)}: {message} ({where})"
+    return f"S3 client error: {exc} ({where})"
+
+
+_T = TypeVar("_T")
+
+
+def retry_conflicts(call: Callable[[], _T]) -> _T:
+    """Run a conditional write, retrying when S3 answers 409 (a concurrent conditional write)."""
+    attempt = 0
+    while True:
+        try:
+            return call()
+        except botocore.exceptions.ClientError as exc:
+            attempt += 1
+            if not is_conditional_conflict(exc) or attempt >= CONFLICT_RETRIES:
+                raise
+            time.sleep(0.2 * attempt)

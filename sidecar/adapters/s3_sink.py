@@ -1,0 +1,314 @@
+"""Artifact upload to S3-compatible storage: checksummed, never overwriting.
+
+Every object and every part carries a SHA-256 computed locally (``x-amz-checksum-sha256``), so
+the server refuses bytes that changed on the way. Writes are conditional (``If-None-Match: *``
+on PutObject and CompleteMultipartUpload): an existing key is never replaced. When a write meets
+412 (the key exists, e.g. an earlier attempt or botocore's own retry got there first), the
+stored object is verified by size and SHA-256 and accepted only if it holds our bytes.
+
+Multipart is our own create/upload_part/complete loop (not boto3's transfer manager) so each
+part carries its checksum and the completion is conditional; parts go out in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import botocore.exceptions
+
+from sidecar.adapters.s3_client import (
+    ClientFactory,
+    S3Stats,
+    b64_digest,
+    describe,
+    is_not_found,
+    is_precondition_failed,
+    make_s3_client,
+    retry_conflicts,
+)
+from sidecar.core.keys import object_key
+from sidecar.errors import ConfigError, ObjectConflictError, UploadError
+from sidecar.ports import UploadedObject
+from sidecar.settings import S3Settings
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
+log = logging.getLogger(__name__)
+
+_HASH_BLOCK = 1024 * 1024
+_BotoErrors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+
+
+@dataclass(frozen=True)
+class _Digests:
+    size: int
+    sha256_hex: str
+    full_b64: str
+    # Composite checksum S3 reports for a multipart object: sha256 of the part digests + "-N".
+    composite_b64: str | None
+    part_b64: tuple[str, ...]
+
+
+def _hash_file(path: Path, part_size: int | None) -> _Digests:
+    """Whole-file sha256 and, for multipart, each part's sha256 (one read pass)."""
+    whole = hashlib.sha256()
+    parts: list[bytes] = []
+    size = 0
+    with path.open("rb") as handle:
+        while True:
+            block = handle.read(part_size or _HASH_BLOCK)
+            if not block:
+                break
+            whole.update(block)
+            size += len(block)
+            if part_size:
+                parts.append(hashlib.sha256(block).digest())
+    composite = (
+        f"{b64_digest(hashlib.sha256(b''.join(parts)).digest())}-{len(parts)}" if parts else None
+    )
+    return _Digests(
+        size=size,
+        sha256_hex=whole.hexdigest(),
+        full_b64=b64_digest(whole.digest()),
+        composite_b64=composite,
+        part_b64=tuple(b64_digest(d) for d in parts),
+    )
+
+
+class S3ArtifactSink:
+    """``ArtifactSink`` on an S3-compatible bucket (``settings.bucket`` must be set)."""
+
+    def __init__(
+        self, settings: S3Settings, *, client_factory: ClientFactory = make_s3_client
+    ) -> None:
+        if not settings.bucket:
+            raise ConfigError("S3 upload needs s3.bucket")
+        self._settings = settings
+        self._bucket: str = settings.bucket
+        try:
+            self._client: S3Client = client_factory(settings)
+        except (*_BotoErrors, ValueError) as exc:
+            raise ConfigError(f"cannot build the S3 client: {exc}") from exc
+        self.stats = S3Stats()
+        self.stats.attach(self._client)
+
+    @property
+    def location(self) -> str:
+        return f"s3://{self._bucket}"
+
+    def upload(self, files: Sequence[Path], key_prefix: str) -> list[UploadedObject]:
+        names = [path.name for path in files]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ConfigError(f"two artifact files share a name: {', '.join(duplicates)}")
+        keys = [object_key(key_prefix, name) for name in names]
+        return [self._upload_one(path, key) for path, key in zip(files, keys, strict=True)]
+
+    # -- one object ---------------------------------------------------------------------------
+
+    def _upload_one(self, path: Path, key: str) -> UploadedObject:
+        try:
+            size = path.stat().st_size
+            multipart = size > self._settings.multipart_threshold_bytes
+            digests = _hash_file(path, self._settings.multipart_chunk_bytes if multipart else None)
+        except OSError as exc:
+            raise UploadError(f"cannot read artifact file {path}: {exc}") from exc
+        if digests.size != size:
+            raise UploadError(f"artifact file {path} changed size while it was being hashed")
+        attempts_before = self.stats.attempts
+        try:
+            if multipart:
+                parts, present = self._put_multipart(path, key, digests)
+            else:
+                parts, present = 1, self._put_single(path, key, digests)
+        except UploadError:
+            raise
+        except _BotoErrors as exc:
+            raise UploadError(
+                f"upload of {path.name} to s3://{self._bucket}/{key} failed: "
+                f"{describe(exc, self._settings, attempts=self.stats.attempts - attempts_before)}"
+            ) from exc
+        except OSError as exc:
+            raise UploadError(f"cannot read artifact file {path}: {exc}") from exc
+        return UploadedObject(
+            path=path,
+            uri=f"s3://{self._bucket}/{key}",
+            sha256=digests.sha256_hex,
+            size=digests.size,
+            parts=parts,
+            already_present=present,
+        )
+
+    def _write_args(self, digests: _Digests) -> dict[str, Any]:
+        args: dict[str, Any] = {"Metadata": {"sha256": digests.sha256_hex}}
+        if self._settings.sse:
+            args["ServerSideEncryption"] = self._settings.sse
+        if self._settings.sse_kms_key_id:
+            args["SSEKMSKeyId"] = self._settings.sse_kms_key_id
+        if self._settings.storage_class:
+            args["StorageClass"] = self._settings.storage_class
+        return args
+
+    def _put_single(self, path: Path, key: str, digests: _Digests) -> bool:
+        """PutObject If-None-Match; returns True when the key already held our bytes."""
+
+        def put() -> bool:
+            with path.open("rb") as body:
+                self._client.put_object(
+                    Bucket=self._bucket,
+                    Key=key,
+                    Body=body,
+                    ContentLength=digests.size,
+                    ChecksumSHA256=digests.full_b64,
+                    IfNoneMatch="*",
+                    **self._write_args(digests),
+                )
+            return False
+
+        try:
+            return retry_conflicts(put)
+        except botocore.exceptions.ClientError as exc:
+            if is_precondition_failed(exc):
+                return self._verify_existing(path, key, digests)
+            raise
+
+    def _put_multipart(self, path: Path, key: str, digests: _Digests) -> tuple[int, bool]:
+        # Cheap early exit: a retried attempt need not push gigabytes to learn the key is taken.
+        if self._exists(key):
+            return len(digests.part_b64), self._verify_existing(path, key, digests)
+        created = self._client.create_multipart_upload(
+            Bucket=self._bucket, Key=key, ChecksumAlgorithm="SHA256", **self._write_args(digests)
+        )
+        upload_id = created["UploadId"]
+        try:
+            parts = self._upload_parts(path, key, upload_id, digests)
+            try:
+                result = retry_conflicts(
+                    lambda: self._client.complete_multipart_upload(
+                        Bucket=self._bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        MultipartUpload={"Parts": parts},
+                        IfNoneMatch="*",
+                    )
+                )
+            except botocore.exceptions.ClientError as exc:
+                if not is_precondition_failed(exc):
+                    raise
+                self._abort(key, upload_id)
+                return len(parts), self._verify_existing(path, key, digests)
+        except BaseException:
+            self._abort(key, upload_id)
+            raise
+        stored = result.get("ChecksumSHA256")
+        if stored and stored not in (digests.composite_b64, digests.full_b64):
+            raise UploadError(
+                f"s3://{self._bucket}/{key}: the server's checksum {stored} differs from ours "
+                f"{digests.composite_b64} after completing the upload"
+            )
+        return len(parts), False
+
+    def _upload_parts(
+        self, path: Path, key: str, upload_id: str, digests: _Digests
+    ) -> list[CompletedPartTypeDef]:
+        chunk = self._settings.multipart_chunk_bytes
+        limit = self._settings.multipart_concurrency
+        done: list[CompletedPartTypeDef] = []
+        pending: set[Future[CompletedPartTypeDef]] = set()
+
+        def send(number: int, data: bytes) -> CompletedPartTypeDef:
+            checksum = digests.part_b64[number - 1]
+            # The part's bytes are re-hashed by the server; a file edited since hashing fails here.
+            answer = self._client.upload_part(
+                Bucket=self._bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                ContentLength=len(data),
+                ChecksumAlgorithm="SHA256",
+                ChecksumSHA256=checksum,
+            )
+            return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": checksum}
+
+        with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="s3-part") as pool:
+            try:
+                with path.open("rb") as handle:
+                    for number in range(1, len(digests.part_b64) + 1):
+                        # Bounded read-ahead: at most `limit` parts in flight plus this one.
+                        while len(pending) >= limit:
+                            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                            done.extend(f.result() for f in finished)
+                        pending.add(pool.submit(send, number, _read_exact(handle, chunk)))
+                finished, pending = wait(pending)
+                done.extend(f.result() for f in finished)
+            finally:
+                for future in pending:
+                    future.cancel()
+        return sorted(done, key=lambda part: part["PartNumber"])
+
+    def _abort(self, key: str, upload_id: str) -> None:
+        try:
+            self._client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
+        except _BotoErrors as exc:
+            # Left-over parts cost storage only; a bucket lifecycle rule cleans them up.
+            log.warning("could not abort multipart upload %s of %s: %s", upload_id, key, exc)
+
+    def _exists(self, key: str) -> bool:
+        try:
+            self._client.head_object(Bucket=self._bucket, Key=key)
+        except botocore.exceptions.ClientError as exc:
+            if is_not_found(exc):
+                return False
+            raise
+        return True
+
+    # -- verification of an existing key -----------------------------------------------------
+
+    def _verify_existing(self, path: Path, key: str, digests: _Digests) -> bool:
+        """Accept an existing object only if it holds our bytes; else ObjectConflictError."""
+        uri = f"s3://{self._bucket}/{key}"
+        head = self._client.head_object(Bucket=self._bucket, Key=key, ChecksumMode="ENABLED")
+        stored_size = head.get("ContentLength", -1)
+        if stored_size != digests.size:
+            raise ObjectConflictError(
+                f"{uri} already exists with different content ({stored_size} bytes stored, "
+                f"{digests.size} in {path}); nothing was overwritten"
+            )
+        stored = head.get("ChecksumSHA256")
+        if stored in (digests.full_b64, digests.composite_b64):
+            return True
+        if stored and "-" not in stored:
+            raise ObjectConflictError(
+                f"{uri} already exists with different content (stored sha256 {stored}, "
+                f"local {digests.full_b64}); nothing was overwritten"
+            )
+        # No checksum, or a composite over other part sizes: hash the stored bytes.
+        body = self._client.get_object(Bucket=self._bucket, Key=key)["Body"]
+        remote = hashlib.sha256()
+        try:
+            for block in body.iter_chunks(_HASH_BLOCK):
+                remote.update(block)
+        finally:
+            body.close()
+        if remote.hexdigest() != digests.sha256_hex:
+            raise ObjectConflictError(
+                f"{uri} already exists with different content (stored sha256 "
+                f"{remote.hexdigest()}, local {digests.sha256_hex}); nothing was overwritten"
+            )
+        return True
+
+
+def _read_exact(handle: BinaryIO, size: int) -> bytes:
+    data = handle.read(size)
+    if not data:
+        raise UploadError(f"artifact file {getattr(handle, 'name', '?')} shrank while uploading")
+    return data

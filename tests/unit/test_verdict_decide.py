@@ -1,0 +1,419 @@
+"""verdict.decide: the seed's precedence, the added deadline/GPU/evidence outcomes, exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sidecar.core.exitcodes import ExitCode
+from sidecar.core.run_summary import (
+    SHUTDOWN_CLASSIFICATIONS,
+    SUMMARY_CLASSIFICATIONS,
+    SummaryOutcome,
+    evaluate_parsed,
+    evaluate_run_summary,
+)
+from sidecar.core.verdict import (
+    ALL_CLASSIFICATIONS,
+    CLASSIFICATION_EXIT_CODES,
+    DEADLINE_REASON,
+    MonitorKind,
+    PreStartKind,
+    Verdict,
+    decide,
+    exit_code_for,
+    refused,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
+COMPLETED: dict[str, Any] = json.loads((DATA / "minimal_completed.json").read_text())
+ABNORMAL: dict[str, Any] = json.loads((DATA / "minimal_abnormal.json").read_text())
+ABNORMAL_SHUTDOWN = (
+    "shutdown classification='learner_failure', owner='learner', phase='train', "
+    "exception='RuntimeError': 'CUDA error: an illegal memory access', cleanup_errors=0"
+)
+
+
+def outcome_of(document: dict[str, Any]) -> SummaryOutcome:
+    return evaluate_parsed(copy.deepcopy(document), manifest_validator=None)
+
+
+GOOD = outcome_of(COMPLETED)
+MISSING = evaluate_run_summary(
+    None, mtime=None, run_started_wall=None, max_bytes=1024, manifest_validator=None
+)
+LEARNER = outcome_of(ABNORMAL)
+
+
+def run(**overrides: Any) -> Verdict:
+    options: dict[str, Any] = {
+        "monitor_failure": None,
+        "returncode": 0,
+        "duration_s": 100.0,
+        "min_duration_s": 0.0,
+        "residuals": (),
+        "summary": GOOD,
+        "deadline_expired": False,
+        "gpu_fault": None,
+        "upload_error": None,
+    }
+    options.update(overrides)
+    return decide(**options)
+
+
+def test_clean_run_passes() -> None:
+    assert run() == Verdict(
+        status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED
+    )
+
+
+# (case, overrides, classification, reason)
+CASES: list[tuple[str, dict[str, Any], str, str]] = [
+    (
+        "nonzero exit",
+        {"returncode": 3},
+        "unknown_failure",
+        "trainer exited with returncode 3",
+    ),
+    (
+        "killed by signal",
+        {"returncode": -9},
+        "unknown_failure",
+        "trainer exited with returncode -9",
+    ),
+    (
+        "unknown exit status fails closed",
+        {"returncode": None},
+        "unknown_failure",
+        "trainer exit status is unknown",
+    ),
+    (
+        "too short",
+        {"duration_s": 5.0, "min_duration_s": 10.0},
+        "unknown_failure",
+        "soak completed before min_duration_seconds=10.0",
+    ),
+    (
+        "residuals",
+        {"residuals": ["123", "456 (python worker.py)"]},
+        "resource_leak",
+        "residual child processes after shutdown: 123, 456 (python worker.py)",
+    ),
+    (
+        "residuals only when nothing failed yet",
+        {"returncode": 1, "residuals": ["123"]},
+        "unknown_failure",
+        "trainer exited with returncode 1",
+    ),
+    (
+        "min duration hides residuals",
+        {"duration_s": 1.0, "min_duration_s": 2.0, "residuals": ["9"]},
+        "unknown_failure",
+        "soak completed before min_duration_seconds=2.0",
+    ),
+    (
+        "missing summary",
+        {"summary": MISSING},
+        "missing_run_summary",
+        "trainer did not write run_summary.json",
+    ),
+    (
+        "exit code then missing summary",
+        {"returncode": 2, "summary": MISSING},
+        "missing_run_summary",
+        "trainer exited with returncode 2; trainer did not write run_summary.json",
+    ),
+    (
+        "residuals keep their kind over the summary's",
+        {"residuals": ["7"], "summary": MISSING},
+        "resource_leak",
+        "residual child processes after shutdown: 7; trainer did not write run_summary.json",
+    ),
+    (
+        "monitor stale tick",
+        {
+            "monitor_failure": (
+                "timeout/stale_tick",
+                "training progress did not change for 130.0s",
+            ),
+            "returncode": -15,
+            "summary": MISSING,
+        },
+        "timeout/stale_tick",
+        "training progress did not change for 130.0s; trainer did not write run_summary.json",
+    ),
+    (
+        "startup timeout",
+        {
+            "monitor_failure": (
+                "timeout/startup",
+                "training produced no progress artifact within 600.0s",
+            ),
+            "returncode": -15,
+            "summary": MISSING,
+        },
+        "timeout/startup",
+        "training produced no progress artifact within 600.0s; "
+        "trainer did not write run_summary.json",
+    ),
+    (
+        "abnormal summary alone",
+        {"returncode": 0, "summary": LEARNER},
+        "learner_failure",
+        f"run_summary status is 'failed', expected 'completed'; {ABNORMAL_SHUTDOWN}",
+    ),
+    (
+        "status message only when nothing failed before",
+        {"returncode": 1, "summary": LEARNER},
+        "learner_failure",
+        f"trainer exited with returncode 1; {ABNORMAL_SHUTDOWN}",
+    ),
+    (
+        "the trainer's classification replaces the monitor's (seed)",
+        {
+            "monitor_failure": ("external_cancellation", "soak was interrupted"),
+            "returncode": -2,
+            "summary": LEARNER,
+        },
+        "learner_failure",
+        f"soak was interrupted; {ABNORMAL_SHUTDOWN}",
+    ),
+    (
+        "... and replaces resource_leak (seed)",
+        {"residuals": ["5"], "summary": LEARNER},
+        "learner_failure",
+        f"residual child processes after shutdown: 5; {ABNORMAL_SHUTDOWN}",
+    ),
+    (
+        "launcher missing",
+        {
+            "monitor_failure": ("launcher_missing", "launcher.json did not appear within 300.0s"),
+            "returncode": None,
+            "summary": MISSING,
+        },
+        "launcher_missing",
+        "launcher.json did not appear within 300.0s; trainer did not write run_summary.json",
+    ),
+    (
+        "monitor crash",
+        {
+            "monitor_failure": ("monitor_failure", "soak monitor failed: OSError: boom"),
+            "returncode": -15,
+        },
+        "monitor_failure",
+        "soak monitor failed: OSError: boom",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides", "classification", "reason"), CASES, ids=[c[0] for c in CASES]
+)
+def test_seed_precedence(
+    case: str, overrides: dict[str, Any], classification: str, reason: str
+) -> None:
+    verdict = run(**overrides)
+    assert verdict.status == "failed"
+    assert verdict.classification == classification
+    assert verdict.reason == reason
+    assert verdict.exit_code == CLASSIFICATION_EXIT_CODES[classification]
+    assert verdict.evidence_error is None
+
+
+def test_summary_kind_fills_an_empty_slot_after_a_kindless_failure() -> None:
+    broken = copy.deepcopy(COMPLETED)
+    broken["runtime_manifest"]["replay_ingress"]["dropped_batches"] = 1
+    verdict = run(returncode=1, summary=outcome_of(broken))
+    assert verdict.classification == "schema_violation"
+    assert verdict.exit_code == ExitCode.CONTRACT_VIOLATION
+    assert verdict.reason == (
+        "trainer exited with returncode 1; "
+        "replay_ingress early_returns and dropped_batches disagree: 0 != 1"
+    )
+
+
+def test_invalid_abnormal_shutdown_keeps_the_monitor_kind() -> None:
+    broken = copy.deepcopy(ABNORMAL)
+    broken["runtime_manifest"]["shutdown"]["owner"] = ""
+    verdict = run(
+        monitor_failure=("timeout/stale_tick", "stale"), returncode=-15, summary=outcome_of(broken)
+    )
+    assert verdict.classification == "timeout/stale_tick"
+    assert verdict.reason == "stale; shutdown has invalid owner ''"
+
+
+def test_deadline_outranks_the_kill_it_caused() -> None:
+    cancelled = copy.deepcopy(ABNORMAL)
+    cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
+    verdict = run(returncode=-9, deadline_expired=True, summary=outcome_of(cancelled))
+    assert verdict.classification == "deadline_exhausted"
+    assert verdict.exit_code == ExitCode.DEADLINE_EXHAUSTED
+    assert verdict.reason is not None
+    assert verdict.reason.startswith(f"{DEADLINE_REASON}; shutdown classification=")
+    assert "trainer exited with returncode" not in verdict.reason
+
+    verdict = run(returncode=-9, deadline_expired=True, summary=MISSING, residuals=["4"])
+    assert verdict.reason == f"{DEADLINE_REASON}; trainer did not write run_summary.json"
+    # a deadline reached even though the trainer then wrote a good summary still fails
+    assert run(deadline_expired=True).classification == "deadline_exhausted"
+
+
+def test_gpu_fault_is_retryable_and_outranks_the_trainer() -> None:
+    verdict = run(returncode=1, gpu_fault="GPU 0 fell off the bus (Xid 79)", summary=LEARNER)
+    assert verdict.classification == "gpu_fault"
+    assert verdict.exit_code == ExitCode.GPU_FAULT and verdict.exit_code.retryable
+    assert verdict.reason == f"GPU fault: GPU 0 fell off the bus (Xid 79); {ABNORMAL_SHUTDOWN}"
+    both = run(returncode=-9, gpu_fault="lost", deadline_expired=True)
+    assert both.classification == "deadline_exhausted"
+    assert both.reason == f"{DEADLINE_REASON}; GPU fault: lost"
+
+
+def test_upload_failure_only_fails_a_passing_soak() -> None:
+    verdict = run(upload_error="PutObject: 503 SlowDown")
+    assert verdict.status == "failed"
+    assert verdict.classification == "evidence_lost"
+    assert verdict.exit_code == ExitCode.EVIDENCE_LOST
+    assert (
+        verdict.reason == "soak passed but its artifact was not uploaded: PutObject: 503 SlowDown"
+    )
+    assert verdict.evidence_error == "PutObject: 503 SlowDown"
+
+    failed = run(returncode=1, upload_error="denied")
+    assert failed.classification == "unknown_failure"
+    assert failed.reason == "trainer exited with returncode 1"
+    assert failed.evidence_error == "denied"
+
+
+def test_unknown_monitor_kind_is_rejected() -> None:
+    with pytest.raises(ValueError, match="unknown monitor failure kind 'gpu_fault'"):
+        run(monitor_failure=("gpu_fault", "no"))
+
+
+def test_refusals() -> None:
+    verdict = refused("approval record does not match the run identity")
+    assert verdict == Verdict(
+        status="failed",
+        classification="refused",
+        reason="approval record does not match the run identity",
+        exit_code=ExitCode.REFUSED,
+    )
+    assert refused("3s left", classification="insufficient_budget").exit_code == (
+        ExitCode.INSUFFICIENT_BUDGET
+    )
+    store_down = refused("deadline store unreachable", classification="transient_infra")
+    assert store_down.exit_code == ExitCode.TRANSIENT_INFRA and store_down.exit_code.retryable
+
+
+# --- the exit-code table ------------------------------------------------------------------------
+
+EXPECTED_TABLE = {
+    "learner_failure": 10,
+    "collector_failure": 10,
+    "backend_worker_failure": 10,
+    "unknown_failure": 10,
+    "missing_run_summary": 11,
+    "invalid_run_summary": 11,
+    "stale_run_summary": 11,
+    "schema_violation": 11,
+    "shutdown_contract_violation": 11,
+    "timeout/startup": 12,
+    "timeout/stale_tick": 12,
+    "resource_leak": 13,
+    "deadline_exhausted": 14,
+    "refused": 15,
+    "evidence_lost": 16,
+    "external_cancellation": 17,
+    "insufficient_budget": 18,
+    "launcher_missing": 19,
+    "monitor_failure": 70,
+    "gpu_fault": 150,
+    "transient_infra": 151,
+}
+
+
+def test_exit_code_table() -> None:
+    assert {name: int(code) for name, code in CLASSIFICATION_EXIT_CODES.items()} == EXPECTED_TABLE
+    assert set(ALL_CLASSIFICATIONS) == set(EXPECTED_TABLE)
+    assert len(ALL_CLASSIFICATIONS) == len(set(ALL_CLASSIFICATIONS))
+    assert exit_code_for(None) == ExitCode.PASSED
+    with pytest.raises(KeyError):
+        exit_code_for("normal_completion")
+    with pytest.raises(TypeError):
+        CLASSIFICATION_EXIT_CODES["x"] = ExitCode.INTERNAL  # type: ignore[index]
+
+
+def test_every_producible_classification_has_a_code() -> None:
+    producible = (
+        {c for c in SHUTDOWN_CLASSIFICATIONS if c != "normal_completion"}
+        | set(SUMMARY_CLASSIFICATIONS)
+        | set(get_args(MonitorKind))
+        | set(get_args(PreStartKind))
+        | {"resource_leak", "deadline_exhausted", "gpu_fault", "evidence_lost"}
+    )
+    assert producible == set(ALL_CLASSIFICATIONS)
+    # every failure code of the table is reachable; only usage errors come from elsewhere
+    assert set(CLASSIFICATION_EXIT_CODES.values()) == set(ExitCode) - {
+        ExitCode.PASSED,
+        ExitCode.USAGE,
+    }
+    retryable = {name for name, code in CLASSIFICATION_EXIT_CODES.items() if code.retryable}
+    assert retryable == {"gpu_fault", "transient_infra"}
+
+
+SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcome_of({})]
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    monitor=st.none()
+    | st.tuples(st.sampled_from(get_args(MonitorKind)), st.text(min_size=1, max_size=20)),
+    returncode=st.none() | st.integers(-64, 255),
+    duration=st.floats(0, 1e6),
+    minimum=st.floats(0, 1e6),
+    residuals=st.lists(st.text(min_size=1, max_size=8), max_size=3),
+    summary=st.sampled_from(SUMMARIES),
+    deadline=st.booleans(),
+    gpu=st.none() | st.text(min_size=1, max_size=20),
+    upload=st.none() | st.text(min_size=1, max_size=20),
+)
+def test_decide_is_total_and_consistent(
+    *,
+    monitor: tuple[MonitorKind, str] | None,
+    returncode: int | None,
+    duration: float,
+    minimum: float,
+    residuals: list[str],
+    summary: SummaryOutcome,
+    deadline: bool,
+    gpu: str | None,
+    upload: str | None,
+) -> None:
+    verdict = decide(
+        monitor_failure=monitor,
+        returncode=returncode,
+        duration_s=duration,
+        min_duration_s=minimum,
+        residuals=residuals,
+        summary=summary,
+        deadline_expired=deadline,
+        gpu_fault=gpu,
+        upload_error=upload,
+    )
+    assert verdict.exit_code == exit_code_for(verdict.classification)
+    assert (
+        (verdict.status == "passed") == (verdict.reason is None) == (verdict.classification is None)
+    )
+    assert verdict.evidence_error == upload
+    if verdict.status == "passed":
+        assert summary.passed and returncode == 0 and not residuals
+        assert monitor is None and not deadline and gpu is None and upload is None
+    if deadline:
+        assert verdict.classification == "deadline_exhausted"
+    elif gpu is not None:
+        assert verdict.classification == "gpu_fault"

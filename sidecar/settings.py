@@ -90,8 +90,13 @@ class DeadlineSettings(_Group):
     resume_checkpoint: Path | None = Field(None, description="Checkpoint to resume from (must be approved). Default none.")
     checkpoint_path: Path | None = Field(
         None,
-        description="The run's checkpoint file, fixed for every attempt: it joins the run identity and "
-        "the approval, and resume_checkpoint must name it. Default none (no resume allowed).",
+        description="The run's checkpoint file, fixed for every attempt: it joins the run "
+        "identity and the approval, and resume_checkpoint must name it. Default none (no resume).",
+    )
+    resume_flag: str | None = Field(
+        "--resume",
+        description="Trainer argument followed by the checkpoint path on a resumed attempt; "
+        "empty or null appends nothing. Default --resume.",
     )
     dataset_manifest: Path | None = Field(
         None, description="File whose sha256 joins the run identity. Default none."

@@ -171,3 +171,18 @@ def _check_resume_request(
         )
     if exists is not True:
         raise RefusedError(f"missing resume checkpoint {requested!r}")
+
+
+def attempt_command(
+    identity: RunIdentity, resume_checkpoint: str | None, *, resume_flag: str | None
+) -> tuple[str, ...]:
+    """The trainer argv for this attempt: the identity's command, plus the seed's
+    ``--resume <path>`` when resuming (call after ``check_approval`` accepted the request).
+
+    The identity keeps the base command, so resumed and fresh attempts share one identity.
+    """
+    if resume_checkpoint is None or not resume_flag:
+        return identity.command
+    if resume_checkpoint != identity.resume_checkpoint_path:
+        raise RefusedError(f"unapproved resume checkpoint {resume_checkpoint!r}")
+    return (*identity.command, resume_flag, resume_checkpoint)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.core.approval import APPROVAL_FORMAT, check_approval, render_approval
+from sidecar.core.approval import APPROVAL_FORMAT, attempt_command, check_approval, render_approval
 from sidecar.core.identity import RunIdentity, make_identity
 from sidecar.errors import RefusedError
 
@@ -219,3 +219,14 @@ def test_resume_rules_apply_without_an_approval_file() -> None:
         check_approval(
             None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=False
         )
+
+
+def test_attempt_command_appends_the_resume_flag() -> None:
+    base = ("python3", "train.py", "--steps", "100")
+    assert attempt_command(identity(), None, resume_flag="--resume") == base
+    assert attempt_command(identity(), CKPT, resume_flag="--resume") == (*base, "--resume", CKPT)
+    assert attempt_command(identity(), CKPT, resume_flag="--from") == (*base, "--from", CKPT)
+    assert attempt_command(identity(), CKPT, resume_flag=None) == base
+    assert attempt_command(identity(), CKPT, resume_flag="") == base
+    with pytest.raises(RefusedError, match="unapproved resume checkpoint"):
+        attempt_command(identity(), "/ckpt/other.pt", resume_flag="--resume")

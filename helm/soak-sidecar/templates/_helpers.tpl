@@ -1,0 +1,102 @@
+{{/*
+Names. Kubernetes names are at most 63 characters; the Job name is kept at 52 so that the
+controller's pod-name suffix still fits.
+*/}}
+{{- define "soak-sidecar.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "soak-sidecar.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "soak-sidecar.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "soak-sidecar.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "soak-sidecar.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "soak-sidecar.labels" -}}
+helm.sh/chart: {{ include "soak-sidecar.chart" . }}
+{{ include "soak-sidecar.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: soak-sidecar
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "soak-sidecar.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "soak-sidecar.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "soak-sidecar.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{- define "soak-sidecar.trainerImage" -}}
+{{- default (include "soak-sidecar.image" .) .Values.trainer.image }}
+{{- end }}
+
+{{/*
+Exit codes of soak-sidecar (sidecar/core/exitcodes.py, ExitCode). 1-127 are permanent: the Job
+fails at once. The named retryable codes (ExitCode members >= 128) get job.retryableExitCodeAction;
+other codes >= 128 (a signal killed the sidecar, e.g. 137 after an OOM kill) fall to the default
+action, Count. tests/integration/test_helm_chart.py keeps this list equal to ExitCode.
+*/}}
+{{- define "soak-sidecar.permanentExitCodes" -}}
+[{{ join ", " (untilStep 1 128 1) }}]
+{{- end }}
+
+{{- define "soak-sidecar.retryableExitCodes" -}}
+[150, 151]
+{{- end }}
+
+{{/* The container securityContext shared by every container: one non-root UID, nothing more. */}}
+{{- define "soak-sidecar.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.podSecurity.runAsUser }}
+runAsGroup: {{ .Values.podSecurity.runAsGroup }}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop:
+    - ALL
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/*
+A number as an env value: whole numbers without the float64 exponent form ("7200", not
+"7.2e+03"), fractions as they are.
+*/}}
+{{- define "soak-sidecar.number" -}}
+{{- if eq (float64 .) (float64 (int64 .)) }}
+{{- int64 . }}
+{{- else }}
+{{- . }}
+{{- end }}
+{{- end }}

@@ -235,15 +235,32 @@ class GpuSettings(_Group):
     )
     require: bool = Field(False, description="Fail when GPU data is unavailable. Default false.")
     devices: list[str] | None = Field(
-        None, description="Explicit device indices/UUIDs; default: the trainer's NVIDIA_VISIBLE_DEVICES."
+        None,
+        description="Explicit device indices/UUIDs; default: the trainer's NVIDIA_VISIBLE_DEVICES.",
     )
     mock_library_dir: Path | None = Field(
-        None, description="Directory holding the mock libnvidia-ml.so.1 (backend mock). Default built-in."
+        None,
+        description="Directory holding the mock libnvidia-ml.so.1 (backend mock). Default built-in.",
     )
-    mock_scenario: Path | None = Field(None, description="Scenario JSON for the mock library. Default none.")
+    mock_scenario: Path | None = Field(
+        None, description="Scenario JSON for the mock library. Default none."
+    )
+    max_memory_growth_mib: float | None = Field(
+        None,
+        ge=0,
+        description="Fail (resource_leak) when a device's used memory grows more than this, MiB. Default off.",
+    )
     process_interval_s: float = Field(
         15.0, gt=0, description="Seconds between (expensive) per-process NVML queries. Default 15."
     )
+
+    @model_validator(mode="after")
+    def _backend_consistent(self) -> GpuSettings:
+        if self.require and self.backend == "none":
+            raise ValueError("require needs a GPU backend other than none")
+        if self.backend == "mock" and self.mock_scenario is None:
+            raise ValueError("backend mock needs mock_scenario")
+        return self
 
 
 class Settings(BaseSettings):

@@ -57,6 +57,10 @@ class GpuDevice(_Model):
     ecc_uncorrected: int | None = None
     retired_pages: int | None = None
     unavailable: list[str] = Field(default_factory=list, description="Metrics NVML does not support here.")
+    errors: dict[str, str] = Field(
+        default_factory=dict, description="Metrics that failed in this sample (other NVML errors)."
+    )
+    fault: str | None = Field(default=None, description="Hardware fault (GPU lost, reset needed).")
 
 
 class GpuProcess(_Model):
@@ -69,15 +73,22 @@ class GpuProcess(_Model):
 
 class GpuSample(_Model):
     available: bool = False
-    reason: str | None = Field(None, description="Why GPU data is missing or partial.")
+    reason: str | None = Field(default=None, description="Why GPU data is missing or partial.")
     devices: list[GpuDevice] = Field(default_factory=list)
     processes: list[GpuProcess] = Field(default_factory=list)
     attribution: Literal["pid", "unavailable", "not_sampled"] = "not_sampled"
     used_memory_mib_total: float | None = Field(
-        None, description="Memory of the trainer's processes when attributed, else of its devices."
+        default=None,
+        description="Memory of the trainer's processes when attributed, else of its devices.",
     )
-    fault: str | None = Field(None, description="Hardware fault (GPU lost, reset required).")
+    fault: str | None = Field(
+        default=None, description="Hardware fault (GPU lost, reset required)."
+    )
     nvml_time_ms: float = 0.0
+    processes_age_s: float | None = Field(
+        default=None, description="Age of the process list (queried every gpu.process_interval_s)."
+    )
+    driver_version: str | None = None
 
 
 class Sample(_Model):

@@ -1,0 +1,441 @@
+"""GPU sampling through NVML (pynvml), and the mock-library loader for backend ``mock``.
+
+Every pynvml error stops here: a missing library or driver becomes "no GPU data" with the reason
+(``GpuUnavailableError`` only when ``gpu.require`` is set), NOT_SUPPORTED/FUNCTION_NOT_FOUND make a
+metric unavailable for good, GPU_IS_LOST/RESET_REQUIRED set the device's fault, and any other error
+is recorded against the metric for that sample only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import pynvml
+
+from sidecar.core.gpu_select import DeviceSelection, attribute, resolve_selection, select_devices
+from sidecar.core.samples import GpuDevice, GpuProcess, GpuSample
+from sidecar.errors import ConfigError, GpuUnavailableError
+from sidecar.nvml_mock.build import LIBRARY_NAME, cached_mock_library, default_cache_root
+from sidecar.nvml_mock.scenario import compile_scenario
+from sidecar.ports import GpuBackend
+from sidecar.settings import GpuSettings
+
+_MIB = 1024.0 * 1024.0
+_UNSUPPORTED = frozenset(
+    {
+        pynvml.NVML_ERROR_NOT_SUPPORTED,
+        pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+        pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+    }
+)
+_FAULTS = {
+    pynvml.NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    pynvml.NVML_ERROR_RESET_REQUIRED: "GPU requires a reset",
+}
+
+T = TypeVar("T")
+ProcessKind = Literal["compute", "graphics"]
+_PROCESS_LISTS: tuple[tuple[ProcessKind, str, Callable[[Any], list[Any]]], ...] = (
+    ("compute", "compute_processes", pynvml.nvmlDeviceGetComputeRunningProcesses_v3),
+    ("graphics", "graphics_processes", pynvml.nvmlDeviceGetGraphicsRunningProcesses_v3),
+)
+
+
+def _describe(exc: pynvml.NVMLError) -> str:
+    return f"{exc} (NVML error {exc.value})"
+
+
+class _DeviceFaultError(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+@dataclass
+class _Device:
+    """One selected GPU: its handle, identity, and what is known to fail on it."""
+
+    index: int
+    uuid: str
+    name: str
+    handle: Any
+    memory_total_mib: float | None
+    unsupported: set[str] = field(default_factory=set)
+    fault: str | None = None
+    # Slow-cadence figures, carried between process-list queries.
+    processes: list[tuple[int, float | None, ProcessKind]] = field(default_factory=list)
+    process_problem: str | None = None
+    ecc_uncorrected: int | None = None
+    retired_pages: int | None = None
+
+
+class NullGpuBackend:
+    """No GPU data, with the reason in every sample (backend none, no library, no trainer GPUs)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def devices(self) -> list[GpuDevice]:
+        return []
+
+    def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample:
+        return GpuSample(available=False, reason=self.reason)
+
+    def close(self) -> None:
+        return None
+
+
+class NvmlGpuBackend:
+    """Samples the selected GPUs through pynvml; :meth:`open` it, :meth:`close` it."""
+
+    def __init__(
+        self,
+        devices: list[_Device],
+        driver_version: str | None,
+        process_interval_s: float,
+        notes: list[str],
+    ) -> None:
+        self._devices = devices
+        self._driver_version = driver_version
+        self._process_interval_s = process_interval_s
+        self._notes = notes
+        self._last_slow: float | None = None
+        self._closed = False
+
+    @classmethod
+    def open(cls, selection: DeviceSelection, process_interval_s: float) -> NvmlGpuBackend:
+        """Initialise NVML and bind the selected devices; GpuUnavailableError says why it cannot."""
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise GpuUnavailableError(f"NVML unavailable: {_describe(exc)}") from exc
+        try:
+            return cls._bind(selection, process_interval_s)
+        except BaseException:
+            pynvml.nvmlShutdown()
+            raise
+
+    @classmethod
+    def _bind(cls, selection: DeviceSelection, process_interval_s: float) -> NvmlGpuBackend:
+        try:
+            driver = str(pynvml.nvmlSystemGetDriverVersion())
+            count = int(pynvml.nvmlDeviceGetCount())
+        except pynvml.NVMLError as exc:
+            raise GpuUnavailableError(f"NVML cannot list devices: {_describe(exc)}") from exc
+        found: list[_Device] = []
+        for index in range(count):
+            found.append(cls._identify(index))
+        resolved = resolve_selection(selection, [(dev.index, dev.uuid) for dev in found])
+        notes = [f"{selection.source}: {selection.note}"] if selection.note else []
+        if resolved.missing:
+            notes.append(f"selected GPUs not visible to NVML: {', '.join(resolved.missing)}")
+        if not resolved.indices:
+            raise GpuUnavailableError(f"no selected GPU is visible to NVML ({'; '.join(notes)})")
+        chosen = [found[index] for index in resolved.indices]
+        return cls(chosen, driver, process_interval_s, notes)
+
+    @staticmethod
+    def _identify(index: int) -> _Device:
+        """Handle and identity of GPU ``index``; a GPU already faulted stays listed, as faulted."""
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = str(pynvml.nvmlDeviceGetUUID(handle))
+            name = str(pynvml.nvmlDeviceGetName(handle))
+        except pynvml.NVMLError as exc:
+            fault = _FAULTS.get(exc.value)
+            if fault is None:
+                raise GpuUnavailableError(
+                    f"NVML cannot identify GPU {index}: {_describe(exc)}"
+                ) from exc
+            return _Device(index, "unknown", "unknown", None, None, fault=fault)
+        # Memory is left to the samples: exactly one memory query per device per sample.
+        return _Device(index, uuid, name, handle, None)
+
+    def devices(self) -> list[GpuDevice]:
+        """The selected GPUs' identity; memory_total_mib is known once a sample has read it."""
+        return [
+            GpuDevice(
+                index=d.index,
+                uuid=d.uuid,
+                name=d.name,
+                memory_total_mib=d.memory_total_mib,
+                fault=d.fault,
+            )
+            for d in self._devices
+        ]
+
+    def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample:
+        if self._closed:
+            return GpuSample(available=False, reason="GPU backend closed")
+        started = time.perf_counter()
+        slow_due = (
+            self._last_slow is None or now_monotonic - self._last_slow >= self._process_interval_s
+        )
+        records = [self._sample_device(dev, slow_due) for dev in self._devices]
+        if slow_due:
+            self._last_slow = now_monotonic
+        nvml_time_ms = (time.perf_counter() - started) * 1000.0
+
+        processes = [
+            GpuProcess(
+                pid=pid,
+                device_uuid=dev.uuid,
+                used_memory_mib=used,
+                kind=kind,
+                in_tree=pid in tree_pids,
+            )
+            for dev in self._devices
+            if dev.fault is None
+            for pid, used, kind in dev.processes
+        ]
+        reasons = list(self._notes)
+        problems = [
+            f"GPU {d.index}: {d.process_problem}"
+            for d in self._devices
+            if d.fault is None and d.process_problem
+        ]
+        attribution_mode: Literal["pid", "unavailable"]
+        if problems:
+            # A missing list on one GPU could hide the trainer's processes there: no partial claims.
+            attribution_mode = "unavailable"
+            reasons.append(f"compute process list unavailable ({'; '.join(problems)})")
+        else:
+            attribution = attribute(
+                [(p.pid, p.used_memory_mib) for p in processes], tree_pids, self._driver_version
+            )
+            attribution_mode = attribution.mode
+            if attribution.reason:
+                reasons.append(attribution.reason)
+        if attribution_mode == "pid":
+            total: float | None = sum(p.used_memory_mib or 0.0 for p in processes if p.in_tree)
+        else:
+            used = [rec.memory_used_mib for rec in records if rec.memory_used_mib is not None]
+            total = sum(used) if used else None
+        faults = [f"GPU {rec.index} ({rec.uuid}): {rec.fault}" for rec in records if rec.fault]
+        return GpuSample(
+            available=True,
+            reason="; ".join(reasons) or None,
+            devices=records,
+            processes=processes,
+            attribution=attribution_mode,
+            used_memory_mib_total=total,
+            fault="; ".join(faults) or None,
+            nvml_time_ms=nvml_time_ms,
+            processes_age_s=None
+            if self._last_slow is None
+            else max(0.0, now_monotonic - self._last_slow),
+            driver_version=self._driver_version,
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Shutting down a library that already failed changes nothing for the run.
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+
+    # -- per device -----------------------------------------------------------------------------
+
+    def _sample_device(self, dev: _Device, slow_due: bool) -> GpuDevice:
+        record = GpuDevice(
+            index=dev.index, uuid=dev.uuid, name=dev.name, memory_total_mib=dev.memory_total_mib
+        )
+        if dev.fault is None:
+            try:
+                self._read_fast(dev, record)
+                if slow_due:
+                    self._read_slow(dev, record)
+            except _DeviceFaultError as fault:
+                dev.fault = fault.text
+                dev.processes = []
+        record.fault = dev.fault
+        record.ecc_uncorrected = dev.ecc_uncorrected
+        record.retired_pages = dev.retired_pages
+        record.unavailable = sorted(dev.unsupported)
+        return record
+
+    def _query(
+        self, dev: _Device, record: GpuDevice, metric: str, call: Callable[[], T]
+    ) -> T | None:
+        if metric in dev.unsupported:
+            return None
+        try:
+            return call()
+        except pynvml.NVMLError as exc:
+            if exc.value in _FAULTS:
+                raise _DeviceFaultError(_FAULTS[exc.value]) from exc
+            if exc.value in _UNSUPPORTED:
+                dev.unsupported.add(metric)
+            else:
+                record.errors[metric] = _describe(exc)
+            return None
+
+    def _read_fast(self, dev: _Device, record: GpuDevice) -> None:
+        handle = dev.handle
+        memory = self._query(
+            dev,
+            record,
+            "memory_reserved",
+            lambda: pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2),
+        )
+        if memory is not None:
+            record.memory_reserved_mib = memory.reserved / _MIB
+        else:
+            # Without v2 (older drivers) "used" includes the driver's reservation.
+            memory = self._query(
+                dev, record, "memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle)
+            )
+        if memory is not None:
+            dev.memory_total_mib = record.memory_total_mib = memory.total / _MIB
+            record.memory_used_mib = memory.used / _MIB
+        utilization = self._query(
+            dev, record, "utilization", lambda: pynvml.nvmlDeviceGetUtilizationRates(handle)
+        )
+        if utilization is not None:
+            record.utilization_gpu_pct = float(utilization.gpu)
+            record.utilization_memory_pct = float(utilization.memory)
+        temperature = self._query(
+            dev,
+            record,
+            "temperature_v",
+            lambda: pynvml.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU),
+        )
+        if temperature is None:
+            temperature = self._query(
+                dev,
+                record,
+                "temperature",
+                lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            )
+        if temperature is not None:
+            record.temperature_c = float(temperature)
+        power = self._query(dev, record, "power", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
+        if power is not None:
+            record.power_w = power / 1000.0
+        sm_clock = self._query(
+            dev,
+            record,
+            "sm_clock",
+            lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        )
+        if sm_clock is not None:
+            record.sm_clock_mhz = float(sm_clock)
+        mem_clock = self._query(
+            dev,
+            record,
+            "mem_clock",
+            lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+        )
+        if mem_clock is not None:
+            record.mem_clock_mhz = float(mem_clock)
+
+    def _read_slow(self, dev: _Device, record: GpuDevice) -> None:
+        handle = dev.handle
+        dev.ecc_uncorrected = self._query(
+            dev,
+            record,
+            "ecc",
+            lambda: int(
+                pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                )
+            ),
+        )
+        dev.retired_pages = self._query(
+            dev,
+            record,
+            "retired_pages",
+            lambda: sum(
+                len(pynvml.nvmlDeviceGetRetiredPages(handle, cause))
+                for cause in (
+                    pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                    pynvml.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+                )
+            ),
+        )
+        processes: list[tuple[int, float | None, ProcessKind]] = []
+        for kind, metric, query in _PROCESS_LISTS:
+            entries = self._query(dev, record, metric, lambda query=query: query(handle))  # type: ignore[misc]
+            if kind == "compute":
+                if metric in dev.unsupported:
+                    dev.process_problem = "not supported"
+                elif metric in record.errors:
+                    dev.process_problem = record.errors[metric]
+                else:
+                    dev.process_problem = None
+            for entry in entries or []:
+                used = None if entry.usedGpuMemory is None else entry.usedGpuMemory / _MIB
+                processes.append((int(entry.pid), used, kind))
+        dev.processes = processes
+
+
+def load_mock_library(library_dir: Path | None) -> ctypes.CDLL:
+    """Load the mock libnvidia-ml.so.1 so that pynvml's dlopen("libnvidia-ml.so.1") finds it.
+
+    The mock's soname is libnvidia-ml.so.1 and the dynamic loader matches a bare dlopen name against
+    the sonames of objects already loaded, so preloading it by path is enough; LD_LIBRARY_PATH is
+    only read at process start. Refuses when a real NVML is already loaded in this process.
+    """
+    loaded = pynvml.nvmlLib
+    if loaded is not None:
+        if not hasattr(loaded, "soak_nvml_mock_version"):
+            raise ConfigError(
+                "a real NVML library is already loaded in this process; the mock cannot replace it"
+            )
+        return loaded  # type: ignore[no-any-return]
+    path = (
+        library_dir / LIBRARY_NAME
+        if library_dir is not None
+        else cached_mock_library(default_cache_root())
+    )
+    if not path.is_file():
+        raise ConfigError(f"NVML mock library not found: {path}")
+    try:
+        return ctypes.CDLL(str(path.resolve()))
+    except OSError as exc:
+        raise ConfigError(f"cannot load the NVML mock library {path}: {exc}") from exc
+
+
+def _open_mock(settings: GpuSettings, selection: DeviceSelection) -> NvmlGpuBackend:
+    assert settings.mock_scenario is not None  # enforced by GpuSettings
+    library = load_mock_library(settings.mock_library_dir)
+    with tempfile.TemporaryDirectory(prefix="soak-nvml-mock-") as scratch:
+        flat = compile_scenario(settings.mock_scenario, Path(scratch))
+        # The mock reads its scenario at the first nvmlInit only; the override is dropped after it.
+        library.soak_nvml_mock_set_scenario(str(flat).encode())
+        try:
+            return NvmlGpuBackend.open(selection, settings.process_interval_s)
+        finally:
+            library.soak_nvml_mock_set_scenario(None)
+
+
+def open_gpu_backend(settings: GpuSettings, trainer_env: Mapping[str, str] | None) -> GpuBackend:
+    """The GPU backend the settings ask for, or a NullGpuBackend saying why there is no GPU data.
+
+    ``trainer_env`` is the trainer's environment (None when unreadable). Raises GpuUnavailableError
+    when ``settings.require`` is set and no GPU data can be had; ConfigError for a broken mock.
+    """
+    if settings.backend == "none":
+        return NullGpuBackend("GPU sampling is off (gpu.backend=none)")
+    selection = select_devices(settings.devices, trainer_env)
+    if selection.mode == "none":
+        reason = f"the trainer has no GPUs ({selection.source})"
+        if settings.require:
+            raise GpuUnavailableError(reason)
+        return NullGpuBackend(reason)
+    try:
+        if settings.backend == "mock":
+            return _open_mock(settings, selection)
+        return NvmlGpuBackend.open(selection, settings.process_interval_s)
+    except GpuUnavailableError as exc:
+        if settings.require:
+            raise
+        return NullGpuBackend(str(exc))

@@ -1,0 +1,807 @@
+/*
+ * A mock libnvidia-ml.so.1 for tests, demos and the kind image: it exports the NVML symbols the
+ * sidecar reaches through pynvml, with the real signatures, struct layouts and versioned-struct
+ * checks, and answers from a scenario file instead of a driver.
+ *
+ * The scenario is a flat "key=value" file compiled from JSON by sidecar/nvml_mock/scenario.py
+ * (see docs/nvml-mock.md). It is read at every first nvmlInit (refcount 0 -> 1) from
+ * soak_nvml_mock_set_scenario() if called, else from $SOAK_NVML_MOCK_SCENARIO; without either,
+ * nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED like a host that has the library but no driver.
+ *
+ * Build: gcc -shared -fPIC -O2 -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 nvml_mock.c -lpthread
+ * The soname lets an in-process preload by absolute path satisfy pynvml's dlopen("libnvidia-ml.so.1").
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int nvmlReturn_t;
+
+#define NVML_SUCCESS 0
+#define NVML_ERROR_UNINITIALIZED 1
+#define NVML_ERROR_INVALID_ARGUMENT 2
+#define NVML_ERROR_NOT_SUPPORTED 3
+#define NVML_ERROR_NO_PERMISSION 4
+#define NVML_ERROR_NOT_FOUND 6
+#define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
+#define NVML_ERROR_LIBRARY_NOT_FOUND 12
+#define NVML_ERROR_FUNCTION_NOT_FOUND 13
+#define NVML_ERROR_GPU_IS_LOST 15
+#define NVML_ERROR_RESET_REQUIRED 16
+#define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
+#define NVML_ERROR_UNKNOWN 999
+
+#define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
+#define MIB 1048576.0
+
+/* Versioned structs: version = sizeof(struct) | (struct version << 24), as in nvml.h. */
+#define NVML_STRUCT_VERSION(size, ver) ((unsigned int)(size) | ((unsigned int)(ver) << 24U))
+
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total;
+    unsigned long long reserved;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_v2_t;
+
+typedef struct {
+    unsigned int gpu;
+    unsigned int memory;
+} nvmlUtilization_t;
+
+typedef struct {
+    unsigned int version;
+    int sensorType;
+    int temperature;
+} nvmlTemperature_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_t; /* the v2 and v3 layouts are identical */
+
+#define MAX_DEVICES 64
+#define MAX_POINTS 64
+#define MAX_PROCS 64
+#define SPEC_LEN 512
+
+/* One function (or one clock domain) that can be made to fail from the scenario. */
+enum {
+    F_MEMORY,
+    F_MEMORY_V2,
+    F_UTILIZATION,
+    F_TEMPERATURE,
+    F_TEMPERATURE_V,
+    F_POWER,
+    F_CLOCK_GRAPHICS,
+    F_CLOCK_SM,
+    F_CLOCK_MEM,
+    F_ECC,
+    F_RETIRED_PAGES,
+    F_COMPUTE_PROCESSES,
+    F_GRAPHICS_PROCESSES,
+    F_NAME,
+    F_UUID,
+    F_COUNT
+};
+
+static const char *const function_keys[F_COUNT] = {
+    "memory", "memory_v2", "utilization", "temperature", "temperature_v", "power", "clock_graphics",
+    "clock_sm", "clock_mem", "ecc", "retired_pages", "compute_processes", "graphics_processes", "name",
+    "uuid",
+};
+
+typedef struct {
+    int count;
+    double t[MAX_POINTS];
+    double v[MAX_POINTS];
+} series;
+
+typedef struct {
+    int code; /* 0: none */
+    double from;
+    double until; /* < 0: forever */
+} injected_error;
+
+typedef struct {
+    char pid_spec[SPEC_LEN]; /* "123", "$ENV_NAME" or "@/path/to/pidfile" */
+    series used_mib;
+    int graphics;
+} mock_process;
+
+typedef struct mock_device {
+    char uuid[96];
+    char name[96];
+    double total_mib;
+    double reserved_mib;
+    series used_mib;
+    unsigned int util_gpu, util_mem, temperature_c, power_mw;
+    unsigned int clock_graphics, clock_sm, clock_mem;
+    unsigned long long ecc_uncorrected;
+    unsigned int retired_sbe, retired_dbe;
+    injected_error errors[F_COUNT];
+    double lost_at, reset_at; /* < 0: never */
+    int process_count;
+    mock_process processes[MAX_PROCS];
+    unsigned long samples; /* memory queries so far: the "samples" time unit */
+} mock_device;
+
+typedef mock_device *nvmlDevice_t;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int refcount;
+static char scenario_override[4096];
+static char driver_version[80] = "535.129.03";
+static int time_in_samples;
+static int device_count;
+static mock_device devices[MAX_DEVICES];
+static struct timespec init_time;
+
+/* Exported so the sidecar can tell this mock from a real driver library. */
+int soak_nvml_mock_version(void) { return 1; }
+
+/* Names the scenario for the next first nvmlInit; NULL or "" falls back to the environment. */
+void soak_nvml_mock_set_scenario(const char *path) {
+    pthread_mutex_lock(&lock);
+    if (path == NULL) {
+        scenario_override[0] = '\0';
+    } else {
+        snprintf(scenario_override, sizeof scenario_override, "%s", path);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static double elapsed_s(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - init_time.tv_sec) + (double)(now.tv_nsec - init_time.tv_nsec) / 1e9;
+}
+
+static double device_time(const mock_device *dev) {
+    return time_in_samples ? (double)dev->samples : elapsed_s();
+}
+
+static double series_at(const series *s, double t) {
+    if (s->count == 0) {
+        return 0.0;
+    }
+    if (t <= s->t[0]) {
+        return s->v[0];
+    }
+    for (int i = 1; i < s->count; i++) {
+        if (t <= s->t[i]) {
+            double span = s->t[i] - s->t[i - 1];
+            double frac = span > 0 ? (t - s->t[i - 1]) / span : 1.0;
+            return s->v[i - 1] + frac * (s->v[i] - s->v[i - 1]);
+        }
+    }
+    return s->v[s->count - 1];
+}
+
+/* "t:v,t:v,..." */
+static int parse_series(const char *text, series *out) {
+    out->count = 0;
+    const char *p = text;
+    while (*p != '\0') {
+        if (out->count >= MAX_POINTS) {
+            return -1;
+        }
+        char *end = NULL;
+        double t = strtod(p, &end);
+        if (end == p || *end != ':') {
+            return -1;
+        }
+        p = end + 1;
+        double v = strtod(p, &end);
+        if (end == p) {
+            return -1;
+        }
+        out->t[out->count] = t;
+        out->v[out->count] = v;
+        out->count++;
+        p = end;
+        if (*p == ',') {
+            p++;
+        } else if (*p != '\0') {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* "code,from,until" */
+static int parse_error(const char *text, injected_error *out) {
+    return sscanf(text, "%d,%lf,%lf", &out->code, &out->from, &out->until) == 3 ? 0 : -1;
+}
+
+static int parse_uint(const char *text, unsigned int *out) {
+    char *end = NULL;
+    unsigned long v = strtoul(text, &end, 10);
+    if (end == text || *end != '\0' || v > 0xFFFFFFFFUL) {
+        return -1;
+    }
+    *out = (unsigned int)v;
+    return 0;
+}
+
+static int parse_double(const char *text, double *out) {
+    char *end = NULL;
+    *out = strtod(text, &end);
+    return (end == text || *end != '\0') ? -1 : 0;
+}
+
+static int apply_process_key(mock_device *dev, int pi, const char *key, const char *value) {
+    if (pi < 0 || pi >= MAX_PROCS) {
+        return -1;
+    }
+    if (pi >= dev->process_count) {
+        dev->process_count = pi + 1;
+    }
+    mock_process *proc = &dev->processes[pi];
+    if (strcmp(key, "pid") == 0) {
+        snprintf(proc->pid_spec, sizeof proc->pid_spec, "%s", value);
+        return 0;
+    }
+    if (strcmp(key, "used_mib") == 0) {
+        return parse_series(value, &proc->used_mib);
+    }
+    if (strcmp(key, "kind") == 0) {
+        proc->graphics = strcmp(value, "graphics") == 0;
+        return (proc->graphics || strcmp(value, "compute") == 0) ? 0 : -1;
+    }
+    return -1;
+}
+
+static int apply_device_key(mock_device *dev, const char *key, const char *value) {
+    int pi = 0;
+    int consumed = 0;
+    if (sscanf(key, "p%d.%n", &pi, &consumed) == 1 && consumed > 0) {
+        return apply_process_key(dev, pi, key + consumed, value);
+    }
+    if (strncmp(key, "err.", 4) == 0) {
+        for (int f = 0; f < F_COUNT; f++) {
+            if (strcmp(key + 4, function_keys[f]) == 0) {
+                return parse_error(value, &dev->errors[f]);
+            }
+        }
+        return -1;
+    }
+    if (strcmp(key, "uuid") == 0) {
+        snprintf(dev->uuid, sizeof dev->uuid, "%s", value);
+        return 0;
+    }
+    if (strcmp(key, "name") == 0) {
+        snprintf(dev->name, sizeof dev->name, "%s", value);
+        return 0;
+    }
+    if (strcmp(key, "total_mib") == 0) return parse_double(value, &dev->total_mib);
+    if (strcmp(key, "reserved_mib") == 0) return parse_double(value, &dev->reserved_mib);
+    if (strcmp(key, "used_mib") == 0) return parse_series(value, &dev->used_mib);
+    if (strcmp(key, "util_gpu") == 0) return parse_uint(value, &dev->util_gpu);
+    if (strcmp(key, "util_mem") == 0) return parse_uint(value, &dev->util_mem);
+    if (strcmp(key, "temperature_c") == 0) return parse_uint(value, &dev->temperature_c);
+    if (strcmp(key, "power_mw") == 0) return parse_uint(value, &dev->power_mw);
+    if (strcmp(key, "clock_graphics") == 0) return parse_uint(value, &dev->clock_graphics);
+    if (strcmp(key, "clock_sm") == 0) return parse_uint(value, &dev->clock_sm);
+    if (strcmp(key, "clock_mem") == 0) return parse_uint(value, &dev->clock_mem);
+    if (strcmp(key, "retired_sbe") == 0) return parse_uint(value, &dev->retired_sbe);
+    if (strcmp(key, "retired_dbe") == 0) return parse_uint(value, &dev->retired_dbe);
+    if (strcmp(key, "ecc_uncorrected") == 0) {
+        char *end = NULL;
+        dev->ecc_uncorrected = strtoull(value, &end, 10);
+        return (end == value || *end != '\0') ? -1 : 0;
+    }
+    if (strcmp(key, "lost_at") == 0) return parse_double(value, &dev->lost_at);
+    if (strcmp(key, "reset_at") == 0) return parse_double(value, &dev->reset_at);
+    return -1;
+}
+
+static int apply_key(const char *key, const char *value, int *init_error) {
+    int di = 0;
+    int consumed = 0;
+    if (sscanf(key, "d%d.%n", &di, &consumed) == 1 && consumed > 0) {
+        if (di < 0 || di >= device_count) {
+            return -1;
+        }
+        return apply_device_key(&devices[di], key + consumed, value);
+    }
+    if (strcmp(key, "format") == 0) return strcmp(value, "soak-nvml-mock/1") == 0 ? 0 : -1;
+    if (strcmp(key, "driver_version") == 0) {
+        snprintf(driver_version, sizeof driver_version, "%s", value);
+        return 0;
+    }
+    if (strcmp(key, "time_unit") == 0) {
+        time_in_samples = strcmp(value, "samples") == 0;
+        return (time_in_samples || strcmp(value, "seconds") == 0) ? 0 : -1;
+    }
+    if (strcmp(key, "init_error") == 0) return sscanf(value, "%d", init_error) == 1 ? 0 : -1;
+    if (strcmp(key, "device_count") == 0) {
+        if (sscanf(value, "%d", &device_count) != 1 || device_count < 0 || device_count > MAX_DEVICES) {
+            return -1;
+        }
+        for (int i = 0; i < device_count; i++) {
+            devices[i].lost_at = -1;
+            devices[i].reset_at = -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+/* Called with the lock held. Returns NVML_SUCCESS or the init error to report. */
+static nvmlReturn_t load_scenario(void) {
+    const char *path = scenario_override[0] != '\0' ? scenario_override : getenv("SOAK_NVML_MOCK_SCENARIO");
+    if (path == NULL || path[0] == '\0') {
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        fprintf(stderr, "nvml-mock: cannot open scenario %s: %s\n", path, strerror(errno));
+        return NVML_ERROR_DRIVER_NOT_LOADED;
+    }
+    memset(devices, 0, sizeof devices);
+    device_count = 0;
+    time_in_samples = 0;
+    snprintf(driver_version, sizeof driver_version, "%s", "535.129.03");
+    int init_error = 0;
+    char line[8192];
+    int lineno = 0;
+    nvmlReturn_t result = NVML_SUCCESS;
+    while (fgets(line, sizeof line, file) != NULL) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0' || line[0] == '#') {
+            continue;
+        }
+        char *eq = strchr(line, '=');
+        if (eq == NULL) {
+            fprintf(stderr, "nvml-mock: %s:%d: expected key=value\n", path, lineno);
+            result = NVML_ERROR_UNKNOWN;
+            break;
+        }
+        *eq = '\0';
+        if (apply_key(line, eq + 1, &init_error) != 0) {
+            fprintf(stderr, "nvml-mock: %s:%d: bad entry %s\n", path, lineno, line);
+            result = NVML_ERROR_UNKNOWN;
+            break;
+        }
+    }
+    fclose(file);
+    if (result != NVML_SUCCESS) {
+        return result;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &init_time);
+    return init_error != 0 ? init_error : NVML_SUCCESS;
+}
+
+static nvmlReturn_t do_init(void) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (refcount == 0) {
+        ret = load_scenario();
+    }
+    if (ret == NVML_SUCCESS) {
+        refcount++;
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlInit(void) { return do_init(); }
+nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return do_init();
+}
+
+nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else {
+        refcount--;
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src) {
+    if (dst == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    size_t need = strlen(src) + 1;
+    if (length < need) {
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    memcpy(dst, src, need);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = refcount == 0 ? NVML_ERROR_UNINITIALIZED : copy_string(version, length, driver_version);
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    pthread_mutex_lock(&lock);
+    char nvml_version[96];
+    snprintf(nvml_version, sizeof nvml_version, "12.%s", driver_version);
+    nvmlReturn_t ret = refcount == 0 ? NVML_ERROR_UNINITIALIZED : copy_string(version, length, nvml_version);
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+static nvmlReturn_t get_count(unsigned int *count) {
+    if (count == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else {
+        *count = (unsigned int)device_count;
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *count) { return get_count(count); }
+nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *count) { return get_count(count); }
+
+/* The fault state of a device at time t, before any per-function injection. */
+static nvmlReturn_t device_fault(const mock_device *dev, double t) {
+    if (dev->lost_at >= 0 && t >= dev->lost_at) {
+        return NVML_ERROR_GPU_IS_LOST;
+    }
+    if (dev->reset_at >= 0 && t >= dev->reset_at) {
+        return NVML_ERROR_RESET_REQUIRED;
+    }
+    return NVML_SUCCESS;
+}
+
+/*
+ * Common prologue of every per-device call: takes the lock (kept on success, released on error),
+ * checks init and the handle, then hardware faults and injected errors for function f.
+ * samples_tick: this call is a memory query, which advances the "samples" clock.
+ */
+static nvmlReturn_t enter(nvmlDevice_t dev, int f, int samples_tick) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else if (dev < devices || dev >= devices + device_count) {
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    } else if (f >= 0 && dev->errors[f].code == NVML_ERROR_FUNCTION_NOT_FOUND) {
+        /* A function the "driver" lacks: no call happens, so the samples clock does not move. */
+        ret = NVML_ERROR_FUNCTION_NOT_FOUND;
+    } else {
+        if (samples_tick) {
+            dev->samples++;
+        }
+        double t = device_time(dev);
+        ret = device_fault(dev, t);
+        const injected_error *err = f >= 0 ? &dev->errors[f] : NULL;
+        if (ret == NVML_SUCCESS && err != NULL && err->code != 0 && t >= err->from &&
+            (err->until < 0 || t < err->until)) {
+            ret = err->code;
+        }
+    }
+    if (ret != NVML_SUCCESS) {
+        pthread_mutex_unlock(&lock);
+    }
+    return ret;
+}
+
+static nvmlReturn_t leave(nvmlReturn_t ret) {
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+static nvmlReturn_t handle_by_index(unsigned int index, nvmlDevice_t *device) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else if (device == NULL || index >= (unsigned int)device_count) {
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        ret = device_fault(&devices[index], device_time(&devices[index]));
+        if (ret == NVML_SUCCESS) {
+            *device = &devices[index];
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return handle_by_index(index, device);
+}
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    return handle_by_index(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_ERROR_NOT_FOUND;
+    if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else if (uuid == NULL || device == NULL) {
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        for (int i = 0; i < device_count; i++) {
+            if (strcmp(devices[i].uuid, uuid) == 0) {
+                ret = device_fault(&devices[i], device_time(&devices[i]));
+                if (ret == NVML_SUCCESS) {
+                    *device = &devices[i];
+                }
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    nvmlReturn_t ret = enter(device, -1, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (index == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *index = (unsigned int)(device - devices);
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    nvmlReturn_t ret = enter(device, F_UUID, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    return leave(copy_string(uuid, length, device->uuid));
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    nvmlReturn_t ret = enter(device, F_NAME, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    return leave(copy_string(name, length, device->name));
+}
+
+/* Allocated (v2 "used") and reserved memory now, clamped to the total. */
+static void memory_now(const mock_device *dev, double *used_mib, double *reserved_mib) {
+    double reserved = dev->reserved_mib < dev->total_mib ? dev->reserved_mib : dev->total_mib;
+    double used = series_at(&dev->used_mib, device_time(dev));
+    if (used < 0) used = 0;
+    if (used > dev->total_mib - reserved) used = dev->total_mib - reserved;
+    *used_mib = used;
+    *reserved_mib = reserved;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    nvmlReturn_t ret = enter(device, F_MEMORY, 1);
+    if (ret != NVML_SUCCESS) return ret;
+    if (memory == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    double used = 0, reserved = 0;
+    memory_now(device, &used, &reserved);
+    /* v1 counts reserved memory as used, as the real driver does. */
+    memory->total = (unsigned long long)(device->total_mib * MIB);
+    memory->used = (unsigned long long)((used + reserved) * MIB);
+    memory->free = memory->total - memory->used;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    nvmlReturn_t ret = enter(device, F_MEMORY_V2, 1);
+    if (ret != NVML_SUCCESS) return ret;
+    if (memory == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (memory->version != NVML_STRUCT_VERSION(sizeof(nvmlMemory_v2_t), 2)) {
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
+    double used = 0, reserved = 0;
+    memory_now(device, &used, &reserved);
+    memory->total = (unsigned long long)(device->total_mib * MIB);
+    memory->reserved = (unsigned long long)(reserved * MIB);
+    memory->used = (unsigned long long)(used * MIB);
+    memory->free = memory->total - memory->reserved - memory->used;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    nvmlReturn_t ret = enter(device, F_UTILIZATION, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (utilization == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    utilization->gpu = device->util_gpu;
+    utilization->memory = device->util_mem;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *temp) {
+    nvmlReturn_t ret = enter(device, F_TEMPERATURE, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (temp == NULL || sensor != 0) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *temp = device->temperature_c;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t *temperature) {
+    nvmlReturn_t ret = enter(device, F_TEMPERATURE_V, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (temperature == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if (temperature->version != NVML_STRUCT_VERSION(sizeof(nvmlTemperature_v1_t), 1)) {
+        return leave(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
+    if (temperature->sensorType != 0) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    temperature->temperature = (int)device->temperature_c;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    nvmlReturn_t ret = enter(device, F_POWER, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (power == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *power = device->power_mw;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
+    int f = type == 0 ? F_CLOCK_GRAPHICS : type == 1 ? F_CLOCK_SM : type == 2 ? F_CLOCK_MEM : -1;
+    if (f < 0 || clock == NULL) {
+        return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    nvmlReturn_t ret = enter(device, f, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    *clock = type == 0 ? device->clock_graphics : type == 1 ? device->clock_sm : device->clock_mem;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, int counter_type,
+                                         unsigned long long *count) {
+    nvmlReturn_t ret = enter(device, F_ECC, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (count == NULL || error_type < 0 || error_type > 1 || counter_type < 0 || counter_type > 1) {
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    /* Corrected errors are not modelled; uncorrected ones are the same for volatile and aggregate. */
+    *count = error_type == 1 ? device->ecc_uncorrected : 0;
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t retired_pages(nvmlDevice_t device, int cause, unsigned int *count,
+                                  unsigned long long *addresses, unsigned long long *timestamps) {
+    nvmlReturn_t ret = enter(device, F_RETIRED_PAGES, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (count == NULL || cause < 0 || cause > 1) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    unsigned int have = cause == 0 ? device->retired_sbe : device->retired_dbe;
+    if (addresses == NULL || *count < have) {
+        *count = have;
+        return leave(have == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    for (unsigned int i = 0; i < have; i++) {
+        addresses[i] = 0x100000ULL * (unsigned long long)(cause + 1) + 0x1000ULL * i;
+        if (timestamps != NULL) {
+            timestamps[i] = 1700000000ULL + i;
+        }
+    }
+    *count = have;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, int cause, unsigned int *count,
+                                       unsigned long long *addresses) {
+    return retired_pages(device, cause, count, addresses, NULL);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause, unsigned int *count,
+                                          unsigned long long *addresses, unsigned long long *timestamps) {
+    return retired_pages(device, cause, count, addresses, timestamps);
+}
+
+/* A pid spec resolved now: 0 when a placeholder names nothing (that process is not running). */
+static unsigned int resolve_pid(const char *spec) {
+    char buffer[64];
+    const char *text = spec;
+    if (spec[0] == '$') {
+        text = getenv(spec + 1);
+        if (text == NULL) {
+            return 0;
+        }
+    } else if (spec[0] == '@') {
+        FILE *file = fopen(spec + 1, "r");
+        if (file == NULL) {
+            return 0;
+        }
+        char *got = fgets(buffer, sizeof buffer, file);
+        fclose(file);
+        if (got == NULL) {
+            return 0;
+        }
+        text = buffer;
+    }
+    char *end = NULL;
+    unsigned long pid = strtoul(text, &end, 10);
+    if (end == text || pid == 0 || pid > 0x7FFFFFFFUL) {
+        return 0;
+    }
+    return (unsigned int)pid;
+}
+
+static nvmlReturn_t running_processes(nvmlDevice_t device, int graphics, unsigned int *count,
+                                      nvmlProcessInfo_t *infos) {
+    nvmlReturn_t ret = enter(device, graphics ? F_GRAPHICS_PROCESSES : F_COMPUTE_PROCESSES, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (count == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    nvmlProcessInfo_t found[MAX_PROCS];
+    unsigned int have = 0;
+    double t = device_time(device);
+    for (int i = 0; i < device->process_count; i++) {
+        const mock_process *proc = &device->processes[i];
+        unsigned int pid = proc->graphics == graphics ? resolve_pid(proc->pid_spec) : 0;
+        if (pid == 0) {
+            continue;
+        }
+        found[have].pid = pid;
+        found[have].usedGpuMemory = (unsigned long long)(series_at(&proc->used_mib, t) * MIB);
+        found[have].gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+        found[have].computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+        have++;
+    }
+    if (infos == NULL || *count < have) {
+        *count = have;
+        return leave(have == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE);
+    }
+    memcpy(infos, found, have * sizeof *infos);
+    *count = have;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(device, 0, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    return running_processes(device, 0, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    return running_processes(device, 1, count, infos);
+}
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                                      nvmlProcessInfo_t *infos) {
+    return running_processes(device, 1, count, infos);
+}

@@ -1,0 +1,264 @@
+"""Scenario JSON for the mock NVML library, validated here and compiled to the flat file it reads.
+
+The JSON format is documented in docs/nvml-mock.md. The C side only parses ``key=value`` lines, so
+all validation (and every helpful error message) lives here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sidecar.errors import ConfigError
+
+FORMAT = "soak-nvml-mock/1"
+
+# NVML return codes a scenario may inject, by the names nvml.h gives them (without NVML_ERROR_).
+ERROR_CODES: dict[str, int] = {
+    "NO_PERMISSION": 4,
+    "NOT_SUPPORTED": 3,
+    "DRIVER_NOT_LOADED": 9,
+    "TIMEOUT": 10,
+    "FUNCTION_NOT_FOUND": 13,
+    "GPU_IS_LOST": 15,
+    "RESET_REQUIRED": 16,
+    "NO_DATA": 21,
+    "INSUFFICIENT_RESOURCES": 23,
+    "UNKNOWN": 999,
+}
+
+# A metric name (as the sidecar reports it in ``unavailable``) -> the mock functions behind it.
+METRIC_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "memory": ("memory", "memory_v2"),
+    "memory_v2": ("memory_v2",),
+    "utilization": ("utilization",),
+    "temperature": ("temperature", "temperature_v"),
+    "temperature_v": ("temperature_v",),
+    "power": ("power",),
+    "sm_clock": ("clock_sm",),
+    "mem_clock": ("clock_mem",),
+    "graphics_clock": ("clock_graphics",),
+    "ecc": ("ecc",),
+    "retired_pages": ("retired_pages",),
+    "compute_processes": ("compute_processes",),
+    "graphics_processes": ("graphics_processes",),
+    "name": ("name",),
+    "uuid": ("uuid",),
+}
+
+# NVML symbols a scenario may declare absent (an older driver), -> mock function keys.
+MISSING_FUNCTIONS: dict[str, str] = {
+    "nvmlDeviceGetMemoryInfo_v2": "memory_v2",
+    "nvmlDeviceGetTemperatureV": "temperature_v",
+    "nvmlDeviceGetComputeRunningProcesses_v3": "compute_processes",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3": "graphics_processes",
+    "nvmlDeviceGetRetiredPages": "retired_pages",
+    "nvmlDeviceGetTotalEccErrors": "ecc",
+}
+
+MAX_DEVICES = 64
+MAX_POINTS = 64
+MAX_PROCESSES = 64
+
+Point = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
+# A constant, or (t, value) points interpolated linearly and held after the last one.
+Series = (
+    Annotated[float, Field(ge=0)]
+    | Annotated[list[Point], Field(min_length=1, max_length=MAX_POINTS)]
+)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class InjectedError(_Model):
+    code: str
+    from_t: float = Field(0.0, ge=0, alias="from")
+    until_t: float | None = Field(None, gt=0, alias="until")
+
+    @field_validator("code")
+    @classmethod
+    def _known(cls, code: str) -> str:
+        if code not in ERROR_CODES:
+            raise ValueError(
+                f"unknown NVML error {code!r}; known: {', '.join(sorted(ERROR_CODES))}"
+            )
+        return code
+
+
+class MockProcess(_Model):
+    pid: int | str = Field(
+        description="A literal PID, '$ENV_NAME' (that variable of the process using NVML, read "
+        "at each query) or '@/path' (a file holding the PID). An unresolved one hides the process."
+    )
+    used_memory_mib: Series = 0.0
+    kind: Literal["compute", "graphics"] = "compute"
+
+    @field_validator("pid")
+    @classmethod
+    def _pid_form(cls, pid: int | str) -> int | str:
+        if isinstance(pid, int):
+            if pid <= 0:
+                raise ValueError("pid must be positive")
+            return pid
+        if len(pid) < 2 or pid[0] not in "$@" or "\n" in pid or len(pid) > 500:
+            raise ValueError("pid must be an integer, '$ENV_NAME' or '@/path/to/pidfile'")
+        return pid
+
+
+class MockDevice(_Model):
+    uuid: str = Field(pattern=r"^GPU-[0-9a-fA-F-]{8,80}$")
+    name: str = Field("NVIDIA H100 80GB HBM3", pattern=r"^[^\r\n]{1,90}$")
+    memory_total_mib: float = Field(81559.0, gt=0)
+    memory_reserved_mib: float = Field(0.0, ge=0)
+    memory_used_mib: Series = 0.0
+    utilization_gpu_pct: int = Field(0, ge=0, le=100)
+    utilization_memory_pct: int = Field(0, ge=0, le=100)
+    temperature_c: int = Field(40, ge=0, le=200)
+    power_w: float = Field(70.0, ge=0, le=4_000_000)
+    graphics_clock_mhz: int = Field(1980, ge=0)
+    sm_clock_mhz: int = Field(1980, ge=0)
+    mem_clock_mhz: int = Field(2619, ge=0)
+    ecc_uncorrected: int = Field(0, ge=0)
+    retired_pages_sbe: int = Field(0, ge=0, le=10_000)
+    retired_pages_dbe: int = Field(0, ge=0, le=10_000)
+    errors: dict[str, str | InjectedError] = Field(default_factory=dict)
+    lost_at: float | None = Field(None, ge=0)
+    reset_required_at: float | None = Field(None, ge=0)
+    processes: list[MockProcess] = Field(default_factory=list, max_length=MAX_PROCESSES)
+
+    @field_validator("errors")
+    @classmethod
+    def _known_metrics(
+        cls, errors: dict[str, str | InjectedError]
+    ) -> dict[str, str | InjectedError]:
+        for metric, err in errors.items():
+            if metric not in METRIC_FUNCTIONS:
+                raise ValueError(
+                    f"unknown metric {metric!r}; known: {', '.join(sorted(METRIC_FUNCTIONS))}"
+                )
+            if isinstance(err, str) and err not in ERROR_CODES:
+                raise ValueError(
+                    f"unknown NVML error {err!r}; known: {', '.join(sorted(ERROR_CODES))}"
+                )
+        return errors
+
+
+class Scenario(_Model):
+    driver_version: str = Field("550.54.15", pattern=r"^[0-9][0-9.]{0,30}$")
+    time_unit: Literal["seconds", "samples"] = Field(
+        "seconds",
+        description="seconds: since nvmlInit. samples: the number of memory queries made on that "
+        "device so far, i.e. the sidecar's sample count.",
+    )
+    init_error: str | None = None
+    missing_functions: list[str] = Field(default_factory=list)
+    devices: list[MockDevice] = Field(default_factory=list, max_length=MAX_DEVICES)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        if self.init_error is not None and self.init_error not in ERROR_CODES:
+            raise ValueError(f"unknown init_error {self.init_error!r}")
+        unknown = [name for name in self.missing_functions if name not in MISSING_FUNCTIONS]
+        if unknown:
+            raise ValueError(
+                f"cannot mark {unknown} missing; known: {', '.join(sorted(MISSING_FUNCTIONS))}"
+            )
+        uuids = [device.uuid for device in self.devices]
+        if len(set(uuids)) != len(uuids):
+            raise ValueError("device UUIDs must be unique")
+        return self
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Parse and validate a scenario JSON file; ConfigError with the reason otherwise."""
+    try:
+        return Scenario.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError) as exc:
+        raise ConfigError(f"NVML mock scenario {path}: {exc}") from exc
+
+
+def _series(value: float | list[tuple[float, float]]) -> str:
+    points = [(0.0, value)] if isinstance(value, (int, float)) else sorted(value)
+    return ",".join(f"{t!r}:{v!r}" for t, v in points)
+
+
+def _error(err: str | InjectedError) -> str:
+    if isinstance(err, str):
+        return f"{ERROR_CODES[err]},0,-1"
+    until = -1.0 if err.until_t is None else err.until_t
+    return f"{ERROR_CODES[err.code]},{err.from_t!r},{until!r}"
+
+
+def render(scenario: Scenario) -> str:
+    """The flat ``key=value`` text nvml_mock.c reads."""
+    lines = [
+        f"format={FORMAT}",
+        f"driver_version={scenario.driver_version}",
+        f"time_unit={scenario.time_unit}",
+        f"init_error={ERROR_CODES[scenario.init_error] if scenario.init_error else 0}",
+        f"device_count={len(scenario.devices)}",
+    ]
+    missing = {MISSING_FUNCTIONS[name] for name in scenario.missing_functions}
+    for i, dev in enumerate(scenario.devices):
+        d = f"d{i}."
+        lines += [
+            f"{d}uuid={dev.uuid}",
+            f"{d}name={dev.name}",
+            f"{d}total_mib={dev.memory_total_mib!r}",
+            f"{d}reserved_mib={dev.memory_reserved_mib!r}",
+            f"{d}used_mib={_series(dev.memory_used_mib)}",
+            f"{d}util_gpu={dev.utilization_gpu_pct}",
+            f"{d}util_mem={dev.utilization_memory_pct}",
+            f"{d}temperature_c={dev.temperature_c}",
+            f"{d}power_mw={round(dev.power_w * 1000)}",
+            f"{d}clock_graphics={dev.graphics_clock_mhz}",
+            f"{d}clock_sm={dev.sm_clock_mhz}",
+            f"{d}clock_mem={dev.mem_clock_mhz}",
+            f"{d}ecc_uncorrected={dev.ecc_uncorrected}",
+            f"{d}retired_sbe={dev.retired_pages_sbe}",
+            f"{d}retired_dbe={dev.retired_pages_dbe}",
+        ]
+        if dev.lost_at is not None:
+            lines.append(f"{d}lost_at={dev.lost_at!r}")
+        if dev.reset_required_at is not None:
+            lines.append(f"{d}reset_at={dev.reset_required_at!r}")
+        injected: dict[str, str] = {}
+        for metric, err in dev.errors.items():
+            for function in METRIC_FUNCTIONS[metric]:
+                injected[function] = _error(err)
+        for function in missing:
+            injected[function] = _error("FUNCTION_NOT_FOUND")
+        lines += [f"{d}err.{function}={text}" for function, text in sorted(injected.items())]
+        for j, proc in enumerate(dev.processes):
+            p = f"{d}p{j}."
+            lines += [
+                f"{p}pid={proc.pid}",
+                f"{p}used_mib={_series(proc.used_memory_mib)}",
+                f"{p}kind={proc.kind}",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def compile_scenario(source: Path | Scenario, out_dir: Path) -> Path:
+    """Validate a scenario (JSON path or model) and write its flat form atomically into out_dir."""
+    scenario = load_scenario(source) if isinstance(source, Path) else source
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".scenario-", suffix=".tmp", dir=out_dir)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(render(scenario))
+        name = (source.stem if isinstance(source, Path) else "scenario") + ".nvmlmock"
+        target = out_dir / name
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sidecar.core.publication import normalize_prefix
 from sidecar.errors import ConfigError
 
 
@@ -25,13 +26,19 @@ class MonitorSettings(_Group):
 
     sample_interval_s: float = Field(5.0, gt=0, description="Seconds between samples. Default 5.")
     startup_timeout_s: float = Field(
-        600.0, gt=0, description="Seconds allowed before the first progress file appears. Default 600."
+        600.0,
+        gt=0,
+        description="Seconds allowed before the first progress file appears. Default 600.",
     )
     stale_progress_s: float = Field(
-        120.0, gt=0, description="Seconds without any progress change before the soak fails. Default 120."
+        120.0,
+        gt=0,
+        description="Seconds without any progress change before the soak fails. Default 120.",
     )
     post_shutdown_grace_s: float = Field(
-        5.0, ge=0, description="Seconds to wait after the trainer exits before the residual check. Default 5."
+        5.0,
+        ge=0,
+        description="Seconds to wait after the trainer exits before the residual check. Default 5.",
     )
     min_duration_s: float = Field(
         0.0, ge=0, description="A soak that ends sooner than this many seconds fails. Default 0."
@@ -40,6 +47,16 @@ class MonitorSettings(_Group):
         Path("soak-output/progress"),
         description="Directory the trainer writes progress and run_summary.json to. "
         "Default ./soak-output/progress (local), /soak/progress in the chart.",
+    )
+    max_rss_growth_mib: float | None = Field(
+        None,
+        ge=0,
+        description="Fail (resource_leak) when the tree's RSS grows more than this, MiB. Default off.",
+    )
+    max_fd_growth: int | None = Field(
+        None,
+        ge=0,
+        description="Fail (resource_leak) when the tree's fd count grows more than this. Default off.",
     )
     series_points: int = Field(
         512, ge=16, description="Samples kept in memory as a downsampled series. Default 512."
@@ -54,9 +71,13 @@ class MonitorSettings(_Group):
 class SummarySettings(_Group):
     """run_summary.json validation."""
 
-    file_name: str = Field("run_summary.json", description="Name inside progress_dir. Default run_summary.json.")
+    file_name: str = Field(
+        "run_summary.json", description="Name inside progress_dir. Default run_summary.json."
+    )
     max_bytes: int = Field(
-        16 * 1024 * 1024, gt=0, description="Largest accepted run_summary.json, bytes. Default 16 MiB."
+        16 * 1024 * 1024,
+        gt=0,
+        description="Largest accepted run_summary.json, bytes. Default 16 MiB.",
     )
     manifest_validator: str | None = Field(
         None,
@@ -69,25 +90,39 @@ class SummarySettings(_Group):
 class DeadlineSettings(_Group):
     """The persistent total-job deadline."""
 
-    budget_s: float = Field(7200.0, gt=0, description="Total job budget in seconds, across retries. Default 7200.")
+    budget_s: float = Field(
+        7200.0, gt=0, description="Total job budget in seconds, across retries. Default 7200."
+    )
     checkpoint_margin_s: float = Field(
         120.0, gt=0, description="Soft stop this many seconds before the deadline. Default 120."
     )
     max_budget_s: float = Field(
-        7 * 24 * 3600.0, gt=0, description="Largest budget a record may carry, seconds. Default 7 days."
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Largest budget a record may carry, seconds. Default 7 days.",
     )
     term_grace_s: float = Field(
-        5.0, ge=0, description="SIGTERM this many seconds before the deadline, SIGKILL at it. Default 5."
+        5.0,
+        ge=0,
+        description="SIGTERM this many seconds before the deadline, SIGKILL at it. Default 5.",
     )
-    store: Literal["file", "s3"] = Field("file", description="Where deadline records live. Default file.")
+    store: Literal["file", "s3"] = Field(
+        "file", description="Where deadline records live. Default file."
+    )
     store_dir: Path = Field(
-        Path("soak-output/deadlines"), description="Directory of the file store. Default ./soak-output/deadlines."
+        Path("soak-output/deadlines"),
+        description="Directory of the file store. Default ./soak-output/deadlines.",
     )
     run_id: str | None = Field(
         None, description="Run UUID shared by every attempt. Default: a new UUID (local mode only)."
     )
-    resume: bool = Field(False, description="Require an existing record (never create a fresh budget). Default false.")
-    resume_checkpoint: Path | None = Field(None, description="Checkpoint to resume from (must be approved). Default none.")
+    resume: bool = Field(
+        False,
+        description="Require an existing record (never create a fresh budget). Default false.",
+    )
+    resume_checkpoint: Path | None = Field(
+        None, description="Checkpoint to resume from (must be approved). Default none."
+    )
     checkpoint_path: Path | None = Field(
         None,
         description="The run's checkpoint file, fixed for every attempt: it joins the run "
@@ -105,9 +140,12 @@ class DeadlineSettings(_Group):
         default_factory=list, description="Files whose sha256 join the run identity. Default none."
     )
     approval_file: Path | None = Field(
-        None, description="Approval record that must match the identity exactly. Default none (off)."
+        None,
+        description="Approval record that must match the identity exactly. Default none (off).",
     )
-    require_approval: bool = Field(False, description="Refuse to run without an approval file. Default false.")
+    require_approval: bool = Field(
+        False, description="Refuse to run without an approval file. Default false."
+    )
 
     @model_validator(mode="after")
     def _margin_below_budget(self) -> DeadlineSettings:
@@ -121,10 +159,17 @@ class DeadlineSettings(_Group):
 class LauncherSettings(_Group):
     """The run-dir protocol between sidecar and launcher."""
 
-    run_dir: Path = Field(Path("soak-output/run"), description="Shared run dir. Default ./soak-output/run; /soak/run in the chart.")
-    heartbeat_interval_s: float = Field(1.0, gt=0, description="Sidecar heartbeat period, seconds. Default 1.")
+    run_dir: Path = Field(
+        Path("soak-output/run"),
+        description="Shared run dir. Default ./soak-output/run; /soak/run in the chart.",
+    )
+    heartbeat_interval_s: float = Field(
+        1.0, gt=0, description="Sidecar heartbeat period, seconds. Default 1."
+    )
     heartbeat_timeout_s: float = Field(
-        15.0, gt=0, description="Launcher kills the trainer after this long without a heartbeat. Default 15."
+        15.0,
+        gt=0,
+        description="Launcher kills the trainer after this long without a heartbeat. Default 15.",
     )
     appear_timeout_s: float = Field(
         300.0, gt=0, description="Seconds the sidecar waits for launcher.json. Default 300."
@@ -138,37 +183,53 @@ class LauncherSettings(_Group):
     console_log_bytes: int = Field(
         64 * 1024 * 1024, gt=0, description="Cap of the console log, bytes. Default 64 MiB."
     )
-    soft_stop_signal: str = Field("SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1.")
+    soft_stop_signal: str = Field(
+        "SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1."
+    )
 
 
 class ArtifactSettings(_Group):
     """Where the local artifact goes."""
 
-    output_dir: Path = Field(Path("soak-output"), description="Local artifact directory. Default ./soak-output.")
+    output_dir: Path = Field(
+        Path("soak-output"), description="Local artifact directory. Default ./soak-output."
+    )
 
 
 class S3Settings(_Group):
     """Artifact upload and the S3 deadline store (upload is on when bucket is set)."""
 
-    bucket: str | None = Field(None, description="Bucket name; unset disables upload. Default none.")
+    bucket: str | None = Field(
+        None, description="Bucket name; unset disables upload. Default none."
+    )
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint URL. Default AWS.")
     region: str | None = Field(None, description="Region name. Default from the AWS chain.")
-    addressing_style: Literal["auto", "path", "virtual"] = Field("auto", description="Bucket addressing. Default auto.")
+    addressing_style: Literal["auto", "path", "virtual"] = Field(
+        "auto", description="Bucket addressing. Default auto."
+    )
     prefix: str = Field("soak", description="First key segment. Default soak.")
     key_template: str = Field(
         "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/",
         description="Artifact key prefix template. Default {prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/.",
     )
-    max_attempts: int = Field(5, ge=1, le=20, description="boto3 'standard' retry attempts. Default 5.")
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="boto3 'standard' retry attempts. Default 5."
+    )
     connect_timeout_s: float = Field(5.0, gt=0, description="Connect timeout, seconds. Default 5.")
     read_timeout_s: float = Field(30.0, gt=0, description="Read timeout, seconds. Default 30.")
     multipart_threshold_bytes: int = Field(
-        16 * 1024 * 1024, ge=5 * 1024 * 1024, description="Multipart above this size, bytes. Default 16 MiB."
+        16 * 1024 * 1024,
+        ge=5 * 1024 * 1024,
+        description="Multipart above this size, bytes. Default 16 MiB.",
     )
     multipart_chunk_bytes: int = Field(
-        16 * 1024 * 1024, ge=5 * 1024 * 1024, description="Multipart part size, bytes. Default 16 MiB."
+        16 * 1024 * 1024,
+        ge=5 * 1024 * 1024,
+        description="Multipart part size, bytes. Default 16 MiB.",
     )
-    sse: str | None = Field(None, description="ServerSideEncryption (AES256, aws:kms). Default none.")
+    sse: str | None = Field(
+        None, description="ServerSideEncryption (AES256, aws:kms). Default none."
+    )
     sse_kms_key_id: str | None = Field(None, description="KMS key id for aws:kms. Default none.")
     storage_class: str | None = Field(None, description="Storage class. Default bucket default.")
     checksum_when_required: bool = Field(
@@ -176,7 +237,9 @@ class S3Settings(_Group):
         description="Send integrity headers only when required (for stores that reject boto3's "
         "defaults). Default false.",
     )
-    deadline_prefix: str = Field("soak-deadlines", description="Key prefix of the S3 deadline store. Default soak-deadlines.")
+    deadline_prefix: str = Field(
+        "soak-deadlines", description="Key prefix of the S3 deadline store. Default soak-deadlines."
+    )
     multipart_concurrency: int = Field(
         4,
         ge=1,
@@ -212,19 +275,54 @@ class S3Settings(_Group):
 class KubeSettings(_Group):
     """Pod mode: identity from the downward API and verdict publication."""
 
-    pod_name: str | None = Field(None, description="Pod name (downward API POD_NAME). Default none.")
+    pod_name: str | None = Field(
+        None, description="Pod name (downward API POD_NAME). Default none."
+    )
     namespace: str | None = Field(None, description="Pod namespace (POD_NAMESPACE). Default none.")
     pod_uid: str | None = Field(None, description="Pod UID (POD_UID). Default none.")
-    trainer_container: str = Field("trainer", description="Name of the trainer container. Default trainer.")
-    annotation_prefix: str = Field("soak.sidecar.io/", description="Annotation key prefix. Default soak.sidecar.io/.")
-    publish_events: bool = Field(True, description="Emit a Kubernetes Event with the verdict. Default true.")
+    trainer_container: str = Field(
+        "trainer", description="Name of the trainer container. Default trainer."
+    )
+    annotation_prefix: str = Field(
+        "soak.sidecar.io/", description="Annotation key prefix. Default soak.sidecar.io/."
+    )
+    publish_events: bool = Field(
+        True, description="Emit a Kubernetes Event with the verdict. Default true."
+    )
     progress_annotations_s: float = Field(
-        0.0, ge=0, description="Minimum seconds between progress annotations; 0 disables. Default 0."
+        0.0,
+        ge=0,
+        description="Minimum seconds between progress annotations; 0 disables. Default 0.",
     )
     termination_log: Path = Field(
-        Path("/dev/termination-log"), description="Termination message file. Default /dev/termination-log."
+        Path("/dev/termination-log"),
+        description="Termination message file. Default /dev/termination-log.",
     )
     api_retries: int = Field(5, ge=0, description="Retries on 409/429/5xx. Default 5.")
+    api_backoff_s: float = Field(
+        0.5,
+        gt=0,
+        description="First retry delay, doubling up to 8 s (Retry-After wins). Default 0.5.",
+    )
+    request_timeout_s: float = Field(
+        10.0, gt=0, description="Per-request API timeout, seconds. Default 10."
+    )
+    kubeconfig: Path | None = Field(
+        None,
+        description="Kubeconfig to use instead of the in-cluster service account. Default none.",
+    )
+    sidecar_container: str = Field(
+        "soak-sidecar",
+        description="Name of the sidecar container (its Events' field path). Default soak-sidecar.",
+    )
+
+    @field_validator("annotation_prefix")
+    @classmethod
+    def _valid_prefix(cls, value: str) -> str:
+        try:
+            return normalize_prefix(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
 
 
 class GpuSettings(_Group):
@@ -289,6 +387,7 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc

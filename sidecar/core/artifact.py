@@ -77,21 +77,24 @@ class ResourceSummary(_Model):
     max_shared_memory_fd_count: int | None = None
     max_gpu_used_memory_mib: float | None = None
     max_progress_bytes: int | None = None
-    rss_growth_kib: int | None = Field(None, description="Last sample's RSS minus the first's.")
-    fd_growth: int | None = Field(None, description="Last sample's fd count minus the first's.")
+    rss_growth_kib: int | None = Field(default=None, description="Last sample's RSS minus the first's.")
+    fd_growth: int | None = Field(default=None, description="Last sample's fd count minus the first's.")
     gpu_devices: list[DeviceSummary] = Field(default_factory=list)
     gpu_attribution: str | None = None
     gpu_fault: str | None = None
     nvml_time_ms_max: float | None = None
     residual_process_count: int = 0
     run_summary_figures: dict[str, Any] = Field(
-        default_factory=dict, description="The seed's figures taken from run_summary (in-flight, replay ingress)."
+        default_factory=dict,
+        description="The seed's figures taken from run_summary (in-flight, replay ingress).",
     )
 
 
 class SeriesInfo(_Model):
     count: int
-    samples_file: str | None = Field(description="Compressed JSONL with every sample, beside the artifact.")
+    samples_file: str | None = Field(
+        description="Compressed JSONL with every sample, beside the artifact."
+    )
     samples_sha256: str | None = None
     downsampled: list[SeriesPoint]
     stride: int = Field(description="Every stride-th sample is kept in `downsampled`.")
@@ -130,7 +133,7 @@ class UploadInfo(_Model):
 
 class PostShutdown(_Model):
     residual_processes: list[ProcessInfo] = Field(default_factory=list)
-    launcher_exit: dict[str, Any] | None = Field(None, description="The launcher's exit.json.")
+    launcher_exit: dict[str, Any] | None = Field(default=None, description="The launcher's exit.json.")
 
 
 class Artifact(_Model):
@@ -230,8 +233,12 @@ class SampleRecorder:
         for device in gpu.devices:
             summary = self._devices.get(device.uuid)
             if summary is None:
-                summary = DeviceSummary(uuid=device.uuid, index=device.index, name=device.name,
-                                        first_used_mib=device.memory_used_mib)
+                summary = DeviceSummary(
+                    uuid=device.uuid,
+                    index=device.index,
+                    name=device.name,
+                    first_used_mib=device.memory_used_mib,
+                )
                 self._devices[device.uuid] = summary
                 s.gpu_devices.append(summary)
             if device.memory_used_mib is not None:
@@ -262,8 +269,14 @@ def leak_failures(
     if max_rss_growth_mib is not None and summary.rss_growth_kib is not None:
         growth_mib = summary.rss_growth_kib / 1024
         if growth_mib > max_rss_growth_mib:
-            failures.append(f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB")
-    if max_fd_growth is not None and summary.fd_growth is not None and summary.fd_growth > max_fd_growth:
+            failures.append(
+                f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB"
+            )
+    if (
+        max_fd_growth is not None
+        and summary.fd_growth is not None
+        and summary.fd_growth > max_fd_growth
+    ):
         failures.append(f"process tree fd count grew by {summary.fd_growth} > {max_fd_growth}")
     if max_gpu_growth_mib is not None:
         for device in summary.gpu_devices:
@@ -286,7 +299,11 @@ def run_summary_figures(run_summary: Any) -> dict[str, Any]:
         value = manifest.get(name)
         return value if isinstance(value, dict) else {}
 
-    flight, budget, replay = section("inference_flight"), section("inference_memory_budget"), section("replay_ingress")
+    flight, budget, replay = (
+        section("inference_flight"),
+        section("inference_memory_budget"),
+        section("replay_ingress"),
+    )
     figures: dict[str, Any] = {
         "ipc_event_count": budget.get("ipc_event_count"),
         "max_in_flight": flight.get("max_in_flight"),

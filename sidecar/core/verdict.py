@@ -26,7 +26,7 @@ A passed verdict has classification None (the seed's ``failure_classification``)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal, get_args
 
@@ -116,6 +116,7 @@ def decide(
     min_duration_s: float,
     residuals: Sequence[str],
     summary: SummaryOutcome,
+    leaks: Sequence[str] = (),
     deadline_expired: bool,
     gpu_fault: str | None,
     upload_error: str | None,
@@ -147,6 +148,9 @@ def decide(
     if not parts and residuals:
         parts.append(f"residual child processes after shutdown: {', '.join(residuals)}")
         kind = "resource_leak"
+    if not parts and leaks:
+        parts.extend(leaks)
+        kind = "resource_leak"
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
     if summary.classification is not None and (summary.classification_overrides or kind is None):
         kind = summary.classification
@@ -164,3 +168,12 @@ def decide(
             upload_error,
         )
     return Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
+
+
+def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:
+    """The verdict once the upload failed: a pass becomes evidence_lost, a failure keeps its kind."""
+    if verdict.status == "passed":
+        return _failed(
+            "evidence_lost", f"soak passed but its artifact was not uploaded: {upload_error}", upload_error
+        )
+    return replace(verdict, evidence_error=upload_error)

@@ -36,7 +36,9 @@ def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_summary(*, steps: int, completed: bool, classification: str, error: str | None) -> dict[str, Any]:
+def run_summary(
+    *, steps: int, completed: bool, classification: str, error: str | None
+) -> dict[str, Any]:
     """A run_summary.json in the shape soak-sidecar validates (schema 1, manifest 2)."""
     published = steps
     return {
@@ -88,7 +90,9 @@ def _spawn_orphan() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
     parser.add_argument("--step-s", type=float, default=0.3, help="seconds per step (default 0.3)")
     parser.add_argument(
@@ -124,8 +128,12 @@ def main(argv: list[str] | None = None) -> int:
             _write_atomic(progress / "checkpoint.json", {"step": step})
             _write_atomic(
                 summary_path,
-                run_summary(steps=step, completed=False, classification="external_cancellation",
-                            error="soft stop before the deadline"),
+                run_summary(
+                    steps=step,
+                    completed=False,
+                    classification="external_cancellation",
+                    error="soft stop before the deadline",
+                ),
             )
             print(f"soft stop at step {step}: checkpoint written", flush=True)
             return 0
@@ -133,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_summary:
                 _write_atomic(
                     summary_path,
-                    run_summary(steps=step, completed=False, classification="learner_failure",
-                                error="example crash requested"),
+                    run_summary(
+                        steps=step,
+                        completed=False,
+                        classification="learner_failure",
+                        error="example crash requested",
+                    ),
                 )
             print("crashing as requested", file=sys.stderr, flush=True)
             return 3
@@ -151,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         while True:
             time.sleep(1)
     if not args.no_summary:
-        summary = run_summary(steps=args.steps, completed=True, classification="normal_completion", error=None)
+        summary = run_summary(
+            steps=args.steps, completed=True, classification="normal_completion", error=None
+        )
         if args.bad_summary:
             summary["runtime_manifest"]["replay_ingress"]["occupancy"] = 1
         _write_atomic(summary_path, summary)

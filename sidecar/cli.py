@@ -1,0 +1,628 @@
+"""The ``soak-sidecar`` command line. Builds the settings once and wires adapters into the supervisor."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sidecar import __version__
+from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
+from sidecar.core.publication import Publication
+from sidecar.errors import ConfigError, SoakError, TransientError
+from sidecar.ports import ArtifactSink, DeadlineStore
+from sidecar.settings import Settings, load_settings
+from sidecar.supervisor import Ports
+
+EPILOG_RUN = """\
+examples:
+  soak-sidecar run --local                       # the bundled example trainer, a passing soak
+  soak-sidecar run --local -- python3 train.py --epochs 3
+  soak-sidecar run --local --budget 3600 --stale-progress 300 -- ./train.sh
+  SOAK_S3__BUCKET=soaks soak-sidecar run --local -- ./train.sh   # also upload the artifact
+  soak-sidecar run --pod                         # in the chart's sidecar container
+
+Every setting can also come from the environment: SOAK_<GROUP>__<FIELD>, e.g.
+SOAK_MONITOR__SAMPLE_INTERVAL_S=2 (see README, "Configuration"). The exit code is the verdict's
+(`soak-sidecar exit-codes`).
+"""
+
+# Flags of `run` and the setting each one overrides.
+RUN_FLAGS: dict[str, tuple[str, str, type, str]] = {
+    "run_id": (
+        "--run-id",
+        "deadline.run_id",
+        str,
+        "run UUID shared by every attempt (default: new)",
+    ),
+    "budget": ("--budget", "deadline.budget_s", float, "total job budget, seconds"),
+    "margin": (
+        "--checkpoint-margin",
+        "deadline.checkpoint_margin_s",
+        float,
+        "soft stop before the deadline, seconds",
+    ),
+    "deadline_dir": (
+        "--deadline-dir",
+        "deadline.store_dir",
+        Path,
+        "directory of the file deadline store",
+    ),
+    "approval": (
+        "--approval",
+        "deadline.approval_file",
+        Path,
+        "approval file that must match the identity",
+    ),
+    "dataset_manifest": (
+        "--dataset-manifest",
+        "deadline.dataset_manifest",
+        Path,
+        "file hashed into the identity",
+    ),
+    "checkpoint": (
+        "--checkpoint",
+        "deadline.checkpoint_path",
+        Path,
+        "the run's checkpoint file (joins identity)",
+    ),
+    "output": ("--output", "artifact.output_dir", Path, "local artifact directory"),
+    "run_dir": ("--run-dir", "launcher.run_dir", Path, "run dir shared with the launcher"),
+    "progress_dir": (
+        "--progress-dir",
+        "monitor.progress_dir",
+        Path,
+        "directory the trainer writes progress to",
+    ),
+    "sample_interval": (
+        "--sample-interval",
+        "monitor.sample_interval_s",
+        float,
+        "seconds between samples",
+    ),
+    "startup_timeout": (
+        "--startup-timeout",
+        "monitor.startup_timeout_s",
+        float,
+        "seconds until first progress",
+    ),
+    "stale_progress": (
+        "--stale-progress",
+        "monitor.stale_progress_s",
+        float,
+        "seconds without progress change",
+    ),
+    "min_duration": (
+        "--min-duration",
+        "monitor.min_duration_s",
+        float,
+        "a shorter soak fails, seconds",
+    ),
+    "grace": (
+        "--post-shutdown-grace",
+        "monitor.post_shutdown_grace_s",
+        float,
+        "wait before the residual check",
+    ),
+    "status": ("--status", "monitor.status_line", str, "live status: auto, tty, json, off"),
+    "gpu_backend": ("--gpu-backend", "gpu.backend", str, "auto, nvml, mock, none"),
+    "gpu_scenario": ("--gpu-scenario", "gpu.mock_scenario", Path, "mock NVML scenario JSON"),
+    "s3_bucket": ("--s3-bucket", "s3.bucket", str, "upload the artifact to this bucket"),
+    "s3_endpoint": ("--s3-endpoint", "s3.endpoint_url", str, "S3-compatible endpoint URL"),
+}
+
+# The embedded default: the bundled example trainer, with a fast cadence so it finishes in seconds.
+DEMO_OVERRIDES = {
+    "monitor.sample_interval_s": 0.5,
+    "monitor.post_shutdown_grace_s": 0.5,
+    "monitor.startup_timeout_s": 30.0,
+    "monitor.stale_progress_s": 15.0,
+}
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        group, name = dotted.split(".", 1)
+        nested.setdefault(group, {})[name] = value
+    return nested
+
+
+def _settings_with(overrides: Mapping[str, Any]) -> Settings:
+    """Environment first, then explicit overrides, validated together (one clear error line)."""
+    base = load_settings()
+    if not overrides:
+        return base
+    merged = base.model_dump()
+    for group, values in _nest(overrides).items():
+        merged[group].update(values)
+    return load_settings(**merged)
+
+
+def demo_command() -> list[str]:
+    return [sys.executable, "-m", "sidecar.examples.trainer"]
+
+
+# ---------------------------------------------------------------------- wiring
+
+
+def _read_environ(pid: int) -> Mapping[str, str] | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ()
+    except (psutil.Error, OSError):
+        return None
+
+
+def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any], int, str | None]:
+    """Adapters for this run, chosen by the settings. Returns ports, context, attempt, attempt label."""
+    from sidecar.adapters.filestore import FileDeadlineStore
+    from sidecar.adapters.nvml import open_gpu_backend
+    from sidecar.adapters.procfs import PsutilProcessSampler
+    from sidecar.adapters.progress import DirectoryProgressProbe
+    from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
+
+    run_dir = settings.launcher.run_dir
+    progress = DirectoryProgressProbe(
+        settings.monitor.progress_dir,
+        exclude=[
+            run_dir / CONSOLE_LOG,
+            run_dir / CONSOLE_LOG_ROTATED,
+            settings.monitor.progress_dir / "soak-console.log",
+        ],
+    )
+    store: DeadlineStore
+    if settings.deadline.store == "s3":
+        from sidecar.adapters.s3_store import S3DeadlineStore
+
+        store = S3DeadlineStore(settings.s3)
+    else:
+        store = FileDeadlineStore(settings.deadline.store_dir)
+    sink: ArtifactSink | None = None
+    if settings.s3.bucket:
+        from sidecar.adapters.s3_sink import S3ArtifactSink
+
+        sink = S3ArtifactSink(settings.s3)
+    context: dict[str, Any] = {}
+    attempt, label = 1, None
+    publish = None
+    image_digest: Callable[[], str | None] = _no_image_digest
+    if pod:
+        publish, image_digest, context, attempt, label = _pod_wiring(settings)
+    gpu = settings.gpu
+    ports = Ports(
+        sampler=PsutilProcessSampler(),
+        progress=progress,
+        open_gpu=lambda env: open_gpu_backend(gpu, env),
+        store=store,
+        sink=sink,
+        publish=publish,
+        read_environ=_read_environ,
+        image_digest=image_digest,
+        status_stream=sys.stderr,
+    )
+    return ports, context, attempt, label
+
+
+def _no_image_digest() -> None:
+    return None
+
+
+def _pod_wiring(
+    settings: Settings,
+) -> tuple[
+    Callable[[Publication], list[str]], Callable[[], str | None], dict[str, Any], int, str | None
+]:
+    from sidecar.adapters.kube import KubeClient, PodPublisher, connect
+
+    kube = settings.kube
+    if not (kube.pod_name and kube.namespace and kube.pod_uid):
+        raise ConfigError(
+            "pod mode needs SOAK_KUBE__POD_NAME, SOAK_KUBE__NAMESPACE and SOAK_KUBE__POD_UID "
+            "(downward API)"
+        )
+    namespace, pod_name, pod_uid = kube.namespace, kube.pod_name, kube.pod_uid
+    client = KubeClient(connect(), retries=kube.api_retries)
+    context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": pod_uid}
+    identity = None
+    try:
+        identity = client.get_pod(namespace, pod_name, kube.trainer_container)
+    except SoakError as exc:
+        # The identity needs the image digest; without the API the run is refused as transient.
+        print(f"soak-sidecar: cannot read pod {namespace}/{pod_name}: {exc}", file=sys.stderr)
+    if identity is not None:
+        context.update(
+            job=identity.job_name,
+            job_uid=identity.job_uid,
+            node=identity.node_name,
+            trainer_image=identity.trainer_image,
+        )
+    publisher = PodPublisher(
+        client,
+        namespace=namespace,
+        pod_name=pod_name,
+        pod_uid=pod_uid,
+        prefix=kube.annotation_prefix,
+        termination_log=kube.termination_log,
+        publish_events=kube.publish_events,
+        container="soak-sidecar",
+    )
+
+    def publish(pub: Publication) -> list[str]:
+        outcome = publisher.publish(pub)
+        return [str(error) for error in outcome.errors]
+
+    def image_digest() -> str | None:
+        if identity is None:
+            raise TransientError(
+                f"cannot read pod {namespace}/{pod_name} for the trainer image digest"
+            )
+        return identity.trainer_image_digest
+
+    attempt = 1
+    if identity is not None and identity.job_name:
+        attempt = _attempt_of(client, namespace, identity.job_name, pod_name)
+    return publish, image_digest, context, attempt, pod_name
+
+
+def _attempt_of(client: Any, namespace: str, job: str, pod_name: str) -> int:
+    """1 + the number of the Job's pods created before this one (a pod's name carries no number)."""
+    try:
+        pods = client.list_pods(namespace, f"batch.kubernetes.io/job-name={job}")
+    except SoakError:
+        return 1
+    ordered = sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
+    names = [p.metadata.name for p in ordered]
+    return names.index(pod_name) + 1 if pod_name in names else len(names) + 1
+
+
+# ---------------------------------------------------------------------- run
+
+
+def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = sub.add_parser(
+        "run",
+        help="supervise one soak attempt (local or in a pod)",
+        description="Supervise one soak attempt: deadline, launcher, sampling, liveness, run_summary, "
+        "verdict, artifact, upload, publication. Exit code = the verdict's.",
+        epilog=EPILOG_RUN,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = run.add_mutually_exclusive_group()
+    where.add_argument("--local", action="store_true", help="spawn the launcher here (default)")
+    where.add_argument(
+        "--pod", action="store_true", help="pod mode: find the launcher in the shared run dir"
+    )
+    for dest, (flag, _setting, kind, text) in RUN_FLAGS.items():
+        run.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+    run.add_argument(
+        "--code-file",
+        dest="code_files",
+        action="append",
+        type=Path,
+        default=None,
+        help="file hashed into the identity (repeatable)",
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        default=None,
+        help="require the existing deadline record (never a fresh budget)",
+    )
+    run.add_argument(
+        "--require-approval", action="store_true", default=None, help="refuse without approval"
+    )
+    run.add_argument(
+        "command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (default: bundled example)"
+    )
+
+
+def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for dest, (_flag, setting, _kind, _text) in RUN_FLAGS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            overrides[setting] = value
+    if args.code_files is not None:
+        overrides["deadline.code_files"] = args.code_files
+    if args.resume:
+        overrides["deadline.resume"] = True
+    if args.require_approval:
+        overrides["deadline.require_approval"] = True
+    return overrides
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from sidecar.core.identity import new_run_id, parse_run_id
+    from sidecar.supervisor import Supervisor, cancellation_on_sigterm
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    pod = bool(args.pod)
+    overrides = _run_overrides(args)
+    if pod and command:
+        raise ConfigError(
+            "pod mode takes no command: the launcher in the trainer container runs it"
+        )
+    if not pod and not command:
+        command = demo_command()
+        overrides = {**{k: v for k, v in DEMO_OVERRIDES.items() if k not in overrides}, **overrides}
+    settings = _settings_with(overrides)
+    if settings.deadline.run_id is None:
+        if pod:
+            raise ConfigError(
+                "pod mode needs a run id (SOAK_DEADLINE__RUN_ID) shared by every attempt"
+            )
+        run_id = new_run_id()
+    else:
+        run_id = parse_run_id(settings.deadline.run_id)
+
+    ports, context, attempt, label = build_ports(settings, pod=pod)
+    supervisor = Supervisor(
+        settings,
+        ports,
+        mode="pod" if pod else "local",
+        run_id=run_id,
+        command=command,
+        context=context,
+        attempt=attempt,
+        attempt_label=label,
+    )
+    shown = " ".join(command) if command else "(the launcher's command)"
+    print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
+    with cancellation_on_sigterm():
+        result = supervisor.run()
+    if ports.status_stream is not None and ports.status_stream.isatty():
+        ports.status_stream.write("\n")
+    verdict = result.verdict
+    line = f"soak-sidecar: {verdict.status.upper()}"
+    if verdict.classification:
+        line += f" [{verdict.classification}] {verdict.reason}"
+    print(line, file=sys.stderr)
+    print(
+        f"soak-sidecar: artifact {result.artifact_path} (exit code {result.exit_code})",
+        file=sys.stderr,
+    )
+    return result.exit_code
+
+
+# ---------------------------------------------------------------------- other commands
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from sidecar.core.run_summary import (
+        ValidatorUnavailable,
+        evaluate_run_summary,
+        resolve_manifest_validator,
+    )
+
+    settings = load_settings()
+    spec = args.manifest_validator or settings.summary.manifest_validator
+    try:
+        raw = args.path.read_bytes() if str(args.path) != "-" else sys.stdin.buffer.read()
+    except FileNotFoundError:
+        raw = None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {args.path}: {exc}") from exc
+    validator = resolve_manifest_validator(spec)
+    outcome = evaluate_run_summary(
+        raw,
+        mtime=None,
+        run_started_wall=None,
+        max_bytes=settings.summary.max_bytes,
+        manifest_validator=ValidatorUnavailable(validator)
+        if isinstance(validator, str)
+        else validator,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "valid": outcome.passed,
+                    "classification": outcome.classification,
+                    "failures": list(outcome.failures),
+                },
+                indent=2,
+            )
+        )
+    elif outcome.passed:
+        print(f"{args.path}: valid")
+    else:
+        for failure in outcome.failures:
+            print(f"{args.path}: {failure}")
+        print(f"{args.path}: INVALID ({outcome.classification})")
+    return 0 if outcome.passed else int(ExitCode.CONTRACT_VIOLATION)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    if args.which == "run-summary":
+        from sidecar.core.run_summary import run_summary_json_schema
+
+        schema = run_summary_json_schema()
+    elif args.which == "artifact":
+        from sidecar.core.artifact import Artifact
+
+        schema = Artifact.model_json_schema()
+    else:
+        schema = Settings.model_json_schema()
+    print(json.dumps(schema, indent=2, sort_keys=True))
+    return 0
+
+
+def classes_text(classes: object) -> str:
+    return ", ".join(str(c) for c in classes) if isinstance(classes, list) and classes else "-"
+
+
+def cmd_exit_codes(args: argparse.Namespace) -> int:
+    from sidecar.core.verdict import CLASSIFICATION_EXIT_CODES
+
+    rows = []
+    for code in ExitCode:
+        classes = sorted(k for k, v in CLASSIFICATION_EXIT_CODES.items() if v == code)
+        rows.append(
+            {
+                "code": int(code),
+                "name": code.name,
+                "retryable": code.retryable,
+                "meaning": EXIT_CODE_DESCRIPTIONS[code],
+                "classifications": classes,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print("| code | name | retryable | meaning | classifications |")
+    print("|---:|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['code']} | {row['name']} | {'yes' if row['retryable'] else 'no'} | "
+            f"{row['meaning']} | {classes_text(row['classifications'])} |"
+        )
+    return 0
+
+
+def cmd_install_launcher(args: argparse.Namespace) -> int:
+    from sidecar.adapters.rundir import launcher_path
+
+    dest: Path = args.dest
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / "soak-launcher.py"
+        shutil.copyfile(launcher_path(), target)
+        target.chmod(0o755)
+    except OSError as exc:
+        raise ConfigError(f"cannot install the launcher into {dest}: {exc}") from exc
+    print(f"soak-sidecar: launcher installed at {target}")
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from sidecar.adapters.filestore import identity_from_settings
+    from sidecar.core.approval import render_approval
+    from sidecar.core.identity import parse_run_id
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ConfigError("approve needs the trainer command after --")
+    overrides = _run_overrides(args)
+    settings = _settings_with(overrides)
+    if settings.deadline.run_id is None:
+        raise ConfigError("approve needs --run-id (the run UUID the approval binds)")
+    store = args.store_location or str(settings.deadline.store_dir.resolve())
+    identity = identity_from_settings(
+        settings.deadline,
+        run_id=parse_run_id(settings.deadline.run_id),
+        command=command,
+        deadline_store=store,
+    )
+    sys.stdout.write(render_approval(identity).decode())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="soak-sidecar",
+        description="Supervise long-running GPU training soaks: a persistent deadline that is never "
+        "extended, subreaper cleanup, process/GPU sampling, run_summary validation, a self-contained "
+        "artifact (local and S3) and a verdict exit code.",
+        epilog="Start with: soak-sidecar run --local   (runs the bundled example trainer)",
+    )
+    parser.add_argument("--version", action="version", version=f"soak-sidecar {__version__}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    _add_run(sub)
+
+    validate = sub.add_parser(
+        "validate",
+        help="validate a run_summary.json offline",
+        description="Validate a run_summary.json against the contract; print "
+        f"each failure; exit {int(ExitCode.CONTRACT_VIOLATION)} when invalid.",
+    )
+    validate.add_argument("path", type=Path, help="run_summary.json ('-' for stdin)")
+    validate.add_argument(
+        "--manifest-validator", help="runtime-manifest validator 'module:function'"
+    )
+    validate.add_argument("--json", action="store_true", help="machine-readable output")
+
+    schema = sub.add_parser(
+        "schema", help="print a JSON Schema", description="Print a JSON Schema."
+    )
+    schema.add_argument("which", choices=["run-summary", "artifact", "settings"])
+
+    codes = sub.add_parser("exit-codes", help="print the exit-code table")
+    codes.add_argument("--json", action="store_true")
+
+    install = sub.add_parser(
+        "install-launcher", help="copy the stdlib-only launcher (init container)"
+    )
+    install.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
+
+    approve = sub.add_parser(
+        "approve",
+        help="print the approval record for a run, to review and pass as --approval",
+        description="Compute the run identity exactly as `run` would and print the approval record.",
+    )
+    for dest in ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir"):
+        flag, _setting, kind, text = RUN_FLAGS[dest]
+        approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+    for dest in set(RUN_FLAGS) - {
+        "run_id",
+        "budget",
+        "margin",
+        "dataset_manifest",
+        "checkpoint",
+        "deadline_dir",
+    }:
+        approve.set_defaults(**{dest: None})
+    approve.set_defaults(resume=None, require_approval=None)
+    approve.add_argument("--code-file", dest="code_files", action="append", type=Path, default=None)
+    approve.add_argument("--store-location", help="deadline store location as `run` reports it")
+    approve.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+
+    from sidecar import verdict_cli
+
+    verdict = sub.add_parser(
+        "verdict",
+        help="read a Job's verdicts from its pods' annotations",
+        description="One row per attempt; exit 0 only when the latest attempt passed.",
+    )
+    verdict_cli.add_arguments(verdict)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers = {
+        "run": cmd_run,
+        "validate": cmd_validate,
+        "schema": cmd_schema,
+        "exit-codes": cmd_exit_codes,
+        "install-launcher": cmd_install_launcher,
+        "approve": cmd_approve,
+    }
+    try:
+        if args.cmd == "verdict":
+            from sidecar import verdict_cli
+
+            return verdict_cli.run(args)
+        return handlers[args.cmd](args)
+    except SoakError as exc:
+        print(f"soak-sidecar: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("soak-sidecar: interrupted", file=sys.stderr)
+        return int(ExitCode.CANCELLED)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The live status: one line on a terminal, one JSON object per sample in logs."""
+
+from __future__ import annotations
+
+import json
+
+from sidecar.core.samples import Sample
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def status_fields(
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
+) -> dict[str, object]:
+    proc = sample.process
+    return {
+        "event": "sample",
+        "elapsed_s": round(sample.elapsed_s, 3),
+        "budget_left_s": None if budget_left_s is None else round(budget_left_s, 1),
+        "processes": proc.process_count,
+        "zombies": proc.zombie_count,
+        "rss_mib": round(proc.rss_kib_total / 1024, 1),
+        "fds": proc.fd_count_total,
+        "gpu_used_mib": sample.gpu.used_memory_mib_total,
+        "gpu_attribution": sample.gpu.attribution,
+        "progress_age_s": None if progress_age_s is None else round(progress_age_s, 1),
+    }
+
+
+def status_line(
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
+) -> str:
+    proc = sample.process
+    gpu = sample.gpu.used_memory_mib_total
+    return (
+        f"elapsed {_duration(sample.elapsed_s)}  budget left {_duration(budget_left_s)}  "
+        f"procs {proc.process_count}  rss {proc.rss_kib_total / 1024:.0f} MiB  fds {proc.fd_count_total}  "
+        f"gpu {'-' if gpu is None else f'{gpu:.0f} MiB'}  last progress {_duration(progress_age_s)} ago"
+    )
+
+
+def status_json(
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
+) -> str:
+    return json.dumps(
+        status_fields(sample, budget_left_s=budget_left_s, progress_age_s=progress_age_s)
+    )

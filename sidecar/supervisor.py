@@ -1,0 +1,804 @@
+"""Orchestration: the one module (with the CLI) that sees every layer.
+
+One run: find the launcher, resolve the identity, create or resume the deadline under the store's
+lock, give the go-ahead, sample and watch liveness until the launcher reports the trainer's end,
+then residual check, run_summary validation, verdict, artifact (local first), upload, publication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import json
+import math
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import IO, Any, Literal, cast
+
+import psutil
+
+from sidecar import __version__
+from sidecar.adapters.filestore import canonical_path, fsync_dir, identity_from_settings
+from sidecar.adapters.rundir import (
+    ExitRecord,
+    Heartbeat,
+    LauncherInfo,
+    RunDir,
+    spawn_local_launcher,
+)
+from sidecar.core import verdict as verdicts
+from sidecar.core.approval import check_approval
+from sidecar.core.artifact import (
+    Artifact,
+    DeadlineInfo,
+    MonitorConfig,
+    PostShutdown,
+    SampleRecorder,
+    UploadInfo,
+    dumps_artifact,
+    leak_failures,
+    run_summary_figures,
+)
+from sidecar.core.deadline import DeadlineClock, DeadlineRecord, check_startable, create_or_resume
+from sidecar.core.keys import render_key_prefix
+from sidecar.core.liveness import LivenessTracker
+from sidecar.core.publication import Publication
+from sidecar.core.run_summary import (
+    SummaryOutcome,
+    ValidatorUnavailable,
+    evaluate_run_summary,
+    resolve_manifest_validator,
+)
+from sidecar.core.samples import GpuSample, ProcessInfo, Sample
+from sidecar.core.status import status_json, status_line
+from sidecar.errors import (
+    ConfigError,
+    InsufficientBudgetError,
+    LauncherError,
+    RefusedError,
+    SoakError,
+    TransientError,
+    UploadError,
+)
+from sidecar.ports import (
+    ArtifactSink,
+    Clock,
+    DeadlineStore,
+    GpuBackend,
+    ProcessSampler,
+    ProgressProbe,
+)
+from sidecar.settings import Settings
+
+Mode = Literal["local", "pod"]
+SAMPLES_FILE = "samples.jsonl.gz"
+ARTIFACT_FILE = "artifact.json"
+# How long the sidecar waits past the launcher's own TERM->KILL escalation before it kills the
+# remembered processes itself (the launcher may be wedged or gone).
+FALLBACK_SLACK_S = 10.0
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass
+class Ports:
+    """Everything with side effects the supervisor uses, injected by the CLI (or a test)."""
+
+    sampler: ProcessSampler
+    progress: ProgressProbe
+    open_gpu: Callable[[Mapping[str, str] | None], GpuBackend]
+    store: DeadlineStore
+    sink: ArtifactSink | None = None
+    publish: Callable[[Publication], list[str]] | None = None
+    read_environ: Callable[[int], Mapping[str, str] | None] = lambda _pid: None
+    image_digest: Callable[[], str | None] = lambda: None
+    clock: Clock = field(default_factory=SystemClock)
+    status_stream: IO[str] | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    verdict: verdicts.Verdict
+    artifact_path: Path | None
+    exit_code: int
+
+
+@dataclass
+class _Monitor:
+    """What the monitoring phase learned."""
+
+    failure: tuple[verdicts.MonitorKind, str] | None = None
+    exit_record: ExitRecord | None = None
+    last_processes: list[ProcessInfo] = field(default_factory=list)
+    gpu_fault: str | None = None
+    sidecar_killed: list[int] = field(default_factory=list)
+
+
+class Cancelled(BaseException):
+    """SIGTERM to the sidecar: treated like Ctrl-C (external cancellation)."""
+
+
+def raise_cancelled(signum: int, _frame: object) -> None:
+    raise Cancelled(signal.Signals(signum).name)
+
+
+def _utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Supervisor:
+    def __init__(
+        self,
+        settings: Settings,
+        ports: Ports,
+        *,
+        mode: Mode,
+        run_id: str,
+        command: Sequence[str] | None = None,
+        context: Mapping[str, Any] | None = None,
+        attempt: int = 1,
+        attempt_label: str | None = None,
+    ) -> None:
+        if mode == "local" and not command:
+            raise ConfigError("local mode needs a trainer command")
+        self.settings = settings
+        self.ports = ports
+        self.mode = mode
+        self.run_id = run_id
+        self.command = list(command or [])
+        self.context = dict(context or {})
+        self.attempt = attempt
+        self.run_dir = RunDir(settings.launcher.run_dir)
+        self.artifact_dir = (
+            settings.artifact.output_dir / "runs" / run_id / (attempt_label or f"attempt-{attempt}")
+        )
+        self._launcher_proc: subprocess.Popen[bytes] | None = None
+        self._launcher: LauncherInfo | None = None
+        self._started_wall = 0.0
+        self._started_mono = 0.0
+        self._record: DeadlineRecord | None = None
+        self._resumed = False
+        self._deadline_clock: DeadlineClock | None = None
+        self._gpu: GpuBackend | None = None
+        self._recorder: SampleRecorder | None = None
+        self._trainer_env: Mapping[str, str] | None = None
+        self._resume_checkpoint: str | None = None
+
+    # ------------------------------------------------------------------ entry point
+
+    def run(self) -> RunResult:
+        clock = self.ports.clock
+        self._started_wall = clock.wall()
+        self._started_mono = clock.monotonic()
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._start_launcher()
+        except LauncherError as exc:
+            return self._finish_unstarted(
+                verdicts.Verdict(
+                    "failed",
+                    "launcher_missing",
+                    str(exc),
+                    verdicts.exit_code_for("launcher_missing"),
+                )
+            )
+        try:
+            with self.ports.store.lock(self.run_id):
+                return self._run_locked()
+        except (RefusedError, InsufficientBudgetError, TransientError, ConfigError) as exc:
+            kind: verdicts.PreStartKind = (
+                "insufficient_budget"
+                if isinstance(exc, InsufficientBudgetError)
+                else "transient_infra"
+                if isinstance(exc, TransientError)
+                else "refused"
+            )
+            refusal = verdicts.refused(str(exc), classification=kind)
+            with contextlib.suppress(LauncherError):
+                self.run_dir.abort(str(exc), int(refusal.exit_code) or 1)
+            self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
+            return self._finish_unstarted(refusal)
+        finally:
+            self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
+
+    # ------------------------------------------------------------------ start
+
+    def _start_launcher(self) -> None:
+        lset = self.settings.launcher
+        if self.mode == "local":
+            self.run_dir.reset()
+            self._launcher_proc = spawn_local_launcher(
+                lset.run_dir, self.command, go_timeout_s=lset.go_timeout_s
+            )
+            proc = self._launcher_proc
+            self._launcher = self.run_dir.wait_for_launcher(
+                lset.appear_timeout_s, alive=lambda: proc.poll() is None
+            )
+        else:
+            self._launcher = self.run_dir.wait_for_launcher(lset.appear_timeout_s)
+            self.command = list(self._launcher.command)
+        if not self.command:
+            raise LauncherError("the launcher announced no trainer command")
+
+    def _run_locked(self) -> RunResult:
+        clock = self.ports.clock
+        dset = self.settings.deadline
+        identity = identity_from_settings(
+            dset,
+            run_id=self.run_id,
+            command=self.command,
+            deadline_store=self.ports.store.location,
+            image_digest=self.ports.image_digest(),
+        )
+        resume_checkpoint = (
+            None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
+        )
+        approval = None
+        if dset.approval_file is not None:
+            try:
+                approval = dset.approval_file.read_bytes()
+            except OSError as exc:
+                raise RefusedError(f"cannot read approval file {dset.approval_file}: {exc}") from exc
+        check_approval(
+            approval,
+            identity,
+            required=dset.require_approval or dset.approval_file is not None,
+            resume_checkpoint=resume_checkpoint,
+            resume_checkpoint_exists=None if resume_checkpoint is None else Path(resume_checkpoint).is_file(),
+        )
+        self._resume_checkpoint = resume_checkpoint
+        self._resumed = self.ports.store.load(self.run_id) is not None
+        record = create_or_resume(
+            self.ports.store,
+            identity,
+            now_wall=clock.wall(),
+            resume_required=dset.resume or resume_checkpoint is not None,
+            max_budget_s=dset.max_budget_s,
+        )
+        deadline_clock = DeadlineClock(record, now_wall=clock.wall(), now_monotonic=clock.monotonic())
+        check_startable(deadline_clock, clock.wall(), clock.monotonic())
+        self._record, self._deadline_clock = record, deadline_clock
+        return self._run_started(record)
+
+    def _run_started(self, record: DeadlineRecord) -> RunResult:
+        lset = self.settings.launcher
+        with Heartbeat(self.run_dir, lset.heartbeat_interval_s):
+            already_going = self.run_dir.file("go.json").exists() and self.mode == "pod"
+            if not already_going:
+                self.run_dir.give_go(
+                    deadline_unix=record.deadline_unix,
+                    checkpoint_margin_s=record.checkpoint_margin_seconds,
+                    term_grace_s=self.settings.deadline.term_grace_s,
+                    heartbeat_timeout_s=lset.heartbeat_timeout_s,
+                    kill_grace_s=lset.kill_grace_s,
+                    console_log_bytes=lset.console_log_bytes,
+                    soft_stop_signal=lset.soft_stop_signal,
+                    run_id=self.run_id,
+                    progress_dir=self.settings.monitor.progress_dir.resolve(),
+                    deadline_record=record.as_json(),
+                    env=(
+                        {"SOAK_RESUME_CHECKPOINT": self._resume_checkpoint}
+                        if self._resume_checkpoint
+                        else None
+                    ),
+                )
+            samples_path = self.artifact_dir / SAMPLES_FILE
+            with gzip.open(samples_path, "wt", encoding="utf-8") as stream:
+
+                def write_line(line: str) -> None:
+                    stream.write(line + "\n")
+
+                self._recorder = SampleRecorder(write_line, self.settings.monitor.series_points)
+                monitor = self._monitor()
+                self._close_gpu()
+        return self._conclude(monitor)
+
+    # ------------------------------------------------------------------ monitoring
+
+    def _launcher_exited(self) -> bool:
+        if self._launcher_proc is not None:
+            return self._launcher_proc.poll() is not None
+        if self.run_dir.read_exit() is not None:
+            return True
+        assert self._launcher is not None
+        return not _same_process_alive(self._launcher.pid, self._launcher.start_ticks)
+
+    def _open_gpu_lazily(self) -> GpuBackend:
+        if self._gpu is None:
+            trainer = self.run_dir.trainer()
+            if trainer is not None and self._trainer_env is None:
+                self._trainer_env = self.ports.read_environ(trainer.pid)
+            self._gpu = self.ports.open_gpu(self._trainer_env)
+        return self._gpu
+
+    def _close_gpu(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+
+    def _monitor(self) -> _Monitor:
+        clock = self.ports.clock
+        mset = self.settings.monitor
+        assert self._launcher is not None and self._deadline_clock is not None
+        result = _Monitor()
+        liveness = LivenessTracker(
+            mset.startup_timeout_s, mset.stale_progress_s, self._started_mono
+        )
+        next_sample = clock.monotonic()
+        stop_by: float | None = None
+        try:
+            while not self._launcher_exited():
+                now = clock.monotonic()
+                if now >= next_sample:
+                    sample = self._take_sample(now)
+                    result.last_processes = list(sample.process.processes)
+                    if sample.gpu.fault and result.gpu_fault is None:
+                        result.gpu_fault = sample.gpu.fault
+                    stale = liveness.observe(sample.progress, now)
+                    if stale is not None and result.failure is None:
+                        result.failure = (cast("verdicts.MonitorKind", stale[0]), stale[1])
+                    if result.gpu_fault is not None and stop_by is None:
+                        stop_by = self._request_stop("terminate", f"GPU fault: {result.gpu_fault}")
+                    if stale is not None and stop_by is None:
+                        stop_by = self._request_stop("terminate", stale[1])
+                    self._report(sample, liveness.last_progress_age(now))
+                    next_sample = now + mset.sample_interval_s
+                if stop_by is None and self._deadline_clock.expired(
+                    clock.wall(), clock.monotonic()
+                ):
+                    # The launcher enforces the deadline itself; this is the second line.
+                    stop_by = self._request_stop("kill", "total-job deadline expired")
+                if stop_by is not None and clock.monotonic() > stop_by:
+                    result.sidecar_killed = self._kill_remembered(result.last_processes)
+                    break
+                time.sleep(min(0.1, max(0.005, next_sample - clock.monotonic())))
+        except (KeyboardInterrupt, Cancelled):
+            reason = "soak was interrupted before the trainer completed"
+            result.failure = ("external_cancellation", reason)
+            self._request_stop("terminate", reason)
+            self._await_exit(self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S, result)
+        except SoakError as exc:
+            reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
+            result.failure = ("monitor_failure", reason)
+            self._request_stop("terminate", reason)
+            self._await_exit(self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S, result)
+        self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S)
+        result.exit_record = self.run_dir.wait_exit(2.0)
+        return result
+
+    def _await_exit(self, timeout_s: float, result: _Monitor) -> None:
+        end = time.monotonic() + timeout_s
+        while not self._launcher_exited():
+            if time.monotonic() > end:
+                result.sidecar_killed = self._kill_remembered(result.last_processes)
+                return
+            time.sleep(0.05)
+
+    def _request_stop(self, action: Literal["terminate", "kill"], reason: str) -> float:
+        with contextlib.suppress(LauncherError):
+            self.run_dir.request(action, reason)
+        return self.ports.clock.monotonic() + self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S
+
+    def _kill_remembered(self, processes: Sequence[ProcessInfo]) -> list[int]:
+        """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe."""
+        killed: list[int] = []
+        for info in self.ports.sampler.still_alive(processes):
+            with contextlib.suppress(psutil.Error, OSError):
+                psutil.Process(info.pid).kill()
+                killed.append(info.pid)
+        if self._launcher_proc is not None and self._launcher_proc.poll() is None:
+            self._launcher_proc.kill()
+        return killed
+
+    def _take_sample(self, now_mono: float) -> Sample:
+        assert self._launcher is not None and self._recorder is not None
+        tree = self.ports.sampler.sample(self._launcher.pid)
+        gpu: GpuSample = self._open_gpu_lazily().sample({p.pid for p in tree.processes}, now_mono)
+        sample = Sample(
+            t_wall=self.ports.clock.wall(),
+            elapsed_s=round(now_mono - self._started_mono, 6),
+            process=tree,
+            gpu=gpu,
+            progress=self.ports.progress.sample(),
+        )
+        self._recorder.add(sample)
+        return sample
+
+    def _report(self, sample: Sample, progress_age: float | None) -> None:
+        stream = self.ports.status_stream
+        mode = self.settings.monitor.status_line
+        if stream is None or mode == "off":
+            return
+        clock = self.ports.clock
+        assert self._deadline_clock is not None
+        left = self._deadline_clock.remaining(clock.wall(), clock.monotonic())
+        tty = mode == "tty" or (mode == "auto" and stream.isatty())
+        if tty:
+            stream.write(
+                "\r\x1b[2K" + status_line(sample, budget_left_s=left, progress_age_s=progress_age)
+            )
+        else:
+            stream.write(
+                status_json(sample, budget_left_s=left, progress_age_s=progress_age) + "\n"
+            )
+        stream.flush()
+
+    def _reap_local_launcher(self, *, timeout_s: float) -> None:
+        proc = self._launcher_proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    # ------------------------------------------------------------------ conclusion
+
+    def _conclude(self, monitor: _Monitor) -> RunResult:
+        clock = self.ports.clock
+        mset = self.settings.monitor
+        exit_record = monitor.exit_record
+        if exit_record is None and monitor.failure is None:
+            monitor.failure = ("monitor_failure", "launcher exited without writing exit.json")
+        duration = clock.monotonic() - self._started_mono
+        if mset.post_shutdown_grace_s:
+            time.sleep(mset.post_shutdown_grace_s)
+        launcher_pid = self._launcher.pid if self._launcher else None
+        residuals = [
+            p
+            for p in self.ports.sampler.still_alive(
+                [p for p in monitor.last_processes if p.pid != launcher_pid]
+            )
+        ]
+        summary = self._evaluate_summary()
+        recorder = self._recorder
+        assert recorder is not None
+        leaks = leak_failures(
+            recorder.summary,
+            max_rss_growth_mib=mset.max_rss_growth_mib,
+            max_fd_growth=mset.max_fd_growth,
+            max_gpu_growth_mib=self.settings.gpu.max_memory_growth_mib,
+        )
+        deadline_expired = bool(exit_record and exit_record.deadline_expired) or (
+            self._deadline_clock is not None
+            and self._deadline_clock.expired(clock.wall(), clock.monotonic())
+            and (exit_record is None or exit_record.returncode != 0)
+        )
+        decision = verdicts.decide(
+            monitor_failure=monitor.failure,
+            returncode=_trainer_returncode(exit_record),
+            duration_s=duration,
+            min_duration_s=mset.min_duration_s,
+            residuals=[str(p.pid) for p in residuals],
+            leaks=leaks,
+            summary=summary,
+            deadline_expired=deadline_expired,
+            gpu_fault=monitor.gpu_fault or recorder.summary.gpu_fault,
+            upload_error=None,
+        )
+        recorder.summary.residual_process_count = len(residuals)
+        recorder.summary.run_summary_figures = run_summary_figures(summary.data)
+        artifact = self._artifact(decision, summary, exit_record, residuals, duration)
+        samples_path = self.artifact_dir / SAMPLES_FILE
+        artifact.samples = recorder.series(SAMPLES_FILE, _sha256_file(samples_path))
+        return self._deliver(artifact, decision, summary_evaluated=summary, monitor=monitor)
+
+    def _evaluate_summary(self) -> SummaryOutcome:
+        sset = self.settings.summary
+        path = self.settings.monitor.progress_dir / sset.file_name
+        validator = resolve_manifest_validator(sset.manifest_validator)
+        raw: bytes | None
+        mtime: float | None
+        try:
+            with path.open("rb") as handle:
+                mtime = os.fstat(handle.fileno()).st_mtime
+                raw = handle.read(sset.max_bytes + 1)
+        except FileNotFoundError:
+            raw, mtime = None, None
+        except OSError as exc:
+            raw, mtime = f"<unreadable: {exc}>".encode(), None
+        return evaluate_run_summary(
+            raw,
+            mtime=mtime,
+            run_started_wall=self._started_wall,
+            max_bytes=sset.max_bytes,
+            manifest_validator=validator
+            if not isinstance(validator, str)
+            else ValidatorUnavailable(validator),
+        )
+
+    def _artifact(
+        self,
+        decision: verdicts.Verdict,
+        summary: SummaryOutcome | None,
+        exit_record: ExitRecord | None,
+        residuals: Sequence[ProcessInfo],
+        duration: float,
+    ) -> Artifact:
+        mset = self.settings.monitor
+        recorder = self._recorder or SampleRecorder(None, mset.series_points)
+        record = self._record
+        deadline = None
+        if record is not None:
+            deadline = DeadlineInfo(
+                run_id=self.run_id,
+                store=self.ports.store.location,
+                identity_sha256=record.identity_sha256,
+                started_unix=record.started_unix,
+                deadline_unix=record.deadline_unix,
+                budget_s=record.budget_seconds,
+                checkpoint_margin_s=record.checkpoint_margin_seconds,
+                remaining_at_start_s=record.deadline_unix - self._started_wall,
+                resumed=self._resumed,
+                expired=decision.classification == "deadline_exhausted",
+                soft_stop_sent=bool(exit_record and exit_record.soft_stop_sent),
+                term_sent=bool(exit_record and exit_record.term_sent),
+                kill_sent=bool(exit_record and exit_record.kill_sent),
+            )
+        console = self.run_dir.console_logs()
+        return Artifact(
+            status=decision.status,
+            failure_reason=decision.reason,
+            failure_classification=decision.classification,
+            exit_code=int(decision.exit_code),
+            command=self.command,
+            context={
+                **self.context,
+                "mode": self.mode,
+                "run_id": self.run_id,
+                "attempt": self.attempt,
+            },
+            started_at_utc=_utc(self._started_wall),
+            ended_at_utc=_utc(self.ports.clock.wall()),
+            duration_s=round(duration, 6),
+            returncode=_trainer_returncode(exit_record),
+            monitor=MonitorConfig(
+                sample_interval_s=mset.sample_interval_s,
+                startup_timeout_s=mset.startup_timeout_s,
+                stale_progress_s=mset.stale_progress_s,
+                post_shutdown_grace_s=mset.post_shutdown_grace_s,
+                min_duration_s=mset.min_duration_s,
+                sample_count=recorder.count,
+            ),
+            deadline=deadline,
+            samples=recorder.series(None, None),
+            resource_summary=recorder.summary,
+            shutdown=dict(summary.shutdown) if summary and summary.shutdown is not None else None,
+            post_shutdown=PostShutdown(
+                residual_processes=list(residuals),
+                launcher_exit=_exit_json(self.run_dir),
+            ),
+            run_summary=_json_safe(summary.data) if summary else None,
+            console_log=str(console[-1]) if console else None,
+            provenance=self._provenance(),
+        )
+
+    def _provenance(self) -> dict[str, Any]:
+        devices: list[dict[str, Any]] = []
+        if self._gpu is not None:
+            with contextlib.suppress(SoakError):
+                devices = [d.model_dump() for d in self._gpu.devices()]
+        env = self._trainer_env or {}
+        return {
+            "source": _git_snapshot(Path.cwd()),
+            "gpu_devices": devices,
+            "software": _software(),
+            "environment": {
+                "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES"),
+                "NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES"),
+            },
+            "host": {
+                "hostname": socket.gethostname(),
+                "boot_id": _boot_id(),
+                "launcher": None if self._launcher is None else self._launcher.hostname,
+            },
+        }
+
+    def _finish_unstarted(self, decision: verdicts.Verdict) -> RunResult:
+        artifact = self._artifact(decision, None, self.run_dir.read_exit(), [], 0.0)
+        return self._deliver(artifact, decision, summary_evaluated=None, monitor=None)
+
+    def _deliver(
+        self,
+        artifact: Artifact,
+        decision: verdicts.Verdict,
+        *,
+        summary_evaluated: SummaryOutcome | None,
+        monitor: _Monitor | None,
+    ) -> RunResult:
+        artifact_path = self.artifact_dir / ARTIFACT_FILE
+        write_atomic(artifact_path, dumps_artifact(artifact).encode())
+        final = decision
+        sink = self.ports.sink
+        if sink is not None:
+            upload = UploadInfo()
+            files = [
+                p
+                for p in (self.artifact_dir / SAMPLES_FILE, *self.run_dir.console_logs())
+                if p.is_file()
+            ]
+            try:
+                for obj in sink.upload(files, self._key_prefix()):
+                    upload.uris[obj.path.name] = obj.uri
+                    upload.sha256[obj.path.name] = obj.sha256
+                artifact.upload = upload
+                write_atomic(artifact_path, dumps_artifact(artifact).encode())
+                for obj in sink.upload([artifact_path], self._key_prefix()):
+                    upload.uris[obj.path.name] = obj.uri
+                    upload.sha256[obj.path.name] = obj.sha256
+            except UploadError as exc:
+                upload.error = str(exc)
+                final = verdicts.with_upload_error(decision, str(exc))
+                artifact.upload = upload
+                artifact.status = final.status
+                artifact.failure_reason = final.reason
+                artifact.failure_classification = final.classification
+                artifact.exit_code = int(final.exit_code)
+            write_atomic(artifact_path, dumps_artifact(artifact).encode())
+        if self.ports.publish is not None:
+            upload_info = artifact.upload
+            problems = self.ports.publish(
+                Publication(
+                    status=final.status,
+                    classification=final.classification,
+                    reason=final.reason or "",
+                    exit_code=int(final.exit_code),
+                    artifact_uri=(upload_info.uris.get(ARTIFACT_FILE) if upload_info else None)
+                    or str(artifact_path),
+                    artifact_sha256=(upload_info.sha256.get(ARTIFACT_FILE) if upload_info else None)
+                    or _sha256_file(artifact_path),
+                    attempt=self.attempt,
+                    deadline_unix=self._record.deadline_unix if self._record else None,
+                )
+            )
+            for problem in problems:
+                print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
+        return RunResult(verdict=final, artifact_path=artifact_path, exit_code=int(final.exit_code))
+
+    def _key_prefix(self) -> str:
+        s3 = self.settings.s3
+        return render_key_prefix(
+            s3.key_template,
+            {
+                "prefix": s3.prefix,
+                "namespace": self.settings.kube.namespace or "local",
+                "job": str(self.context.get("job") or "local"),
+                "pod": self.settings.kube.pod_name or "local",
+                "run_id": self.run_id,
+                "attempt": str(self.attempt),
+            },
+        )
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _trainer_returncode(record: ExitRecord | None) -> int | None:
+    """The seed's ``returncode``: negative signal number for a signalled trainer."""
+    if record is None or not record.trainer_started:
+        return None
+    if record.returncode is not None:
+        return record.returncode
+    return -record.signal if record.signal is not None else None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file, fsync, rename, fsync of the directory: a reader sees the old or the new file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def _exit_json(run_dir: RunDir) -> dict[str, Any] | None:
+    try:
+        raw = json.loads(run_dir.file("exit.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    if fields and fields[0] == "Z":
+        return False
+    return start_ticks is None or (len(fields) > 19 and int(fields[19]) == start_ticks)
+
+
+def _json_safe(value: Any) -> Any:
+    """The trainer's document may hold NaN/Infinity (the seed's parser accepts them): keep as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _sha256_file(path: Path) -> str | None:
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def _git_snapshot(path: Path) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        try:
+            result = subprocess.run(
+                ["git", *args], cwd=path, check=False, capture_output=True, text=True, timeout=2.0
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    return {
+        "path": str(path),
+        "commit": git("rev-parse", "HEAD") or None,
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD") or None,
+        "dirty_files": len(git("status", "--porcelain").splitlines()),
+    }
+
+
+def _software() -> dict[str, str | None]:
+    def package(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    return {
+        "python": platform.python_version(),
+        "soak-sidecar": __version__,
+        **{
+            name: package(name)
+            for name in ("psutil", "nvidia-ml-py", "boto3", "kubernetes", "torch")
+        },
+    }
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def cancellation_on_sigterm() -> Iterator[None]:
+    """SIGTERM (pod deletion, kill) becomes an external cancellation, like Ctrl-C."""
+    previous = signal.signal(signal.SIGTERM, raise_cancelled)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

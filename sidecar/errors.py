@@ -73,6 +73,12 @@ class PublishError(TransientError):
     """The verdict could not be published to the Kubernetes API."""
 
 
+class ForbiddenError(PublishError):
+    """The API refused the request (403): RBAC or admission; retrying the pod does not help."""
+
+    exit_code = ExitCode.REFUSED
+
+
 class GpuFaultError(SoakError):
     """A GPU reported a hardware fault (lost, reset required)."""
 

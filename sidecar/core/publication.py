@@ -1,0 +1,283 @@
+"""What the sidecar tells Kubernetes about a verdict (pure): annotations, Event, exit message.
+
+Every value that reaches the API passes through :func:`sanitize`, so a reason of any size or
+encoding (megabytes, control characters, invalid UTF-8) yields a valid merge patch whose
+annotations stay within a few KiB: all annotations of an object share 256 KiB and a pod whose
+annotations overflow can no longer be patched at all. The same map is read back by
+``soak-sidecar verdict`` through :func:`parse_annotations`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sidecar.errors import ConfigError
+
+DEFAULT_PREFIX = "soak.sidecar.io/"
+
+# Kubernetes limits: annotation name part, key prefix (a DNS-1123 subdomain), termination message.
+MAX_NAME_LEN = 63
+MAX_PREFIX_LEN = 253
+MAX_TERMINATION_MESSAGE_BYTES = 4096
+# Events are shown one per line by kubectl; kubelet itself truncates its event messages to 1 KiB.
+MAX_EVENT_MESSAGE_BYTES = 1024
+
+# Per-value budgets in UTF-8 bytes. Their sum bounds the whole map (see MAX_ANNOTATIONS_BYTES).
+REASON_BYTES = 1024
+URI_BYTES = 1024
+SHORT_BYTES = 128
+
+ELLIPSIS = "\u2026"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# C0/C1 controls, DEL, lone surrogates, and bidi/zero-width format characters that would let a
+# reason rewrite a terminal line when `soak-sidecar verdict` prints it.
+_UNSAFE_RE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]+"
+)
+_SPACES_RE = re.compile(r"\s+")
+
+# Annotation names (after the prefix) and the budget of each value.
+KEY_BUDGETS: dict[str, int] = {
+    "verdict": SHORT_BYTES,
+    "classification": SHORT_BYTES,
+    "reason": REASON_BYTES,
+    "exit-code": SHORT_BYTES,
+    "artifact": URI_BYTES,
+    "artifact-sha256": SHORT_BYTES,
+    "attempt": SHORT_BYTES,
+    "deadline": SHORT_BYTES,
+}
+PROGRESS_KEY_BUDGETS: dict[str, int] = {"phase": SHORT_BYTES, "heartbeat": SHORT_BYTES}
+
+# Bound of keys plus values of the verdict and progress maps together, with the longest prefix.
+MAX_ANNOTATIONS_BYTES = sum(
+    MAX_PREFIX_LEN + 1 + len(name) + budget
+    for name, budget in {**KEY_BUDGETS, **PROGRESS_KEY_BUDGETS}.items()
+)
+
+
+@dataclass(frozen=True)
+class Publication:
+    """The verdict fields that are published; the orchestrator builds it from its Verdict."""
+
+    status: str
+    classification: str | None
+    reason: str | bytes
+    exit_code: int
+    artifact_uri: str | None = None
+    artifact_sha256: str | None = None
+    attempt: int | None = None
+    deadline_unix: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed" and self.exit_code == 0
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``example.com`` or ``example.com/`` -> ``example.com/``; ConfigError unless DNS-1123.
+
+    The empty string is allowed: unprefixed keys are valid annotations.
+    """
+    if prefix == "":
+        return ""
+    domain = prefix[:-1] if prefix.endswith("/") else prefix
+    labels = domain.split(".")
+    if len(domain) > MAX_PREFIX_LEN or not all(
+        len(label) <= 63 and _LABEL_RE.match(label) for label in labels
+    ):
+        raise ConfigError(
+            f"annotation prefix {prefix[:80]!r} is not a DNS-1123 subdomain "
+            "(lower-case alphanumerics, '-' and '.', at most 253 characters) followed by '/'"
+        )
+    return domain + "/"
+
+
+def annotation_key(prefix: str, name: str) -> str:
+    """A valid annotation key, or ConfigError."""
+    if len(name) > MAX_NAME_LEN or not _NAME_RE.match(name):
+        raise ConfigError(
+            f"annotation name {name[:80]!r} is invalid (at most 63 characters, [-A-Za-z0-9_.])"
+        )
+    return normalize_prefix(prefix) + name
+
+
+def sanitize(value: str | bytes, max_bytes: int) -> str:
+    """Printable one-line UTF-8 of at most ``max_bytes`` bytes, whatever ``value`` holds.
+
+    Bytes are decoded leniently; controls and unsafe format characters become one space;
+    truncation never splits a character and ends with an ellipsis so it is visible.
+    """
+    text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+    # Bound the work before the regexes so a multi-megabyte reason costs only its first bytes.
+    text = text[: max_bytes * 2 + 8]
+    text = _SPACES_RE.sub(" ", _UNSAFE_RE.sub(" ", text)).strip()
+    return truncate_utf8(text, max_bytes)
+
+
+def truncate_utf8(text: str, max_bytes: int) -> str:
+    """``text`` cut to ``max_bytes`` UTF-8 bytes on a character boundary, marked when cut."""
+    raw = text.encode("utf-8", errors="replace")
+    if len(raw) <= max_bytes:
+        return text
+    room = max_bytes - len(ELLIPSIS.encode("utf-8"))
+    if room < 0:
+        return raw[:max_bytes].decode("utf-8", errors="ignore")
+    return raw[:room].decode("utf-8", errors="ignore") + ELLIPSIS
+
+
+def _deadline_text(deadline_unix: float | None) -> str | None:
+    if deadline_unix is None or not math.isfinite(deadline_unix):
+        return None
+    return str(int(deadline_unix))
+
+
+def _fields(pub: Publication) -> dict[str, str | bytes | None]:
+    return {
+        "verdict": pub.status,
+        "classification": pub.classification,
+        "reason": pub.reason,
+        "exit-code": str(pub.exit_code),
+        "artifact": pub.artifact_uri,
+        "artifact-sha256": pub.artifact_sha256,
+        "attempt": None if pub.attempt is None else str(pub.attempt),
+        "deadline": _deadline_text(pub.deadline_unix),
+    }
+
+
+def build_annotations(pub: Publication, prefix: str = DEFAULT_PREFIX) -> dict[str, str | None]:
+    """The merge-patch annotation map for a verdict.
+
+    Absent fields map to None, which a JSON merge patch turns into a delete, so a stale value
+    from an earlier publication on the same pod (a restarted sidecar) never survives.
+    """
+    out: dict[str, str | None] = {}
+    for name, value in _fields(pub).items():
+        key = annotation_key(prefix, name)
+        out[key] = None if value is None else sanitize(value, KEY_BUDGETS[name])
+    return out
+
+
+def build_progress_annotations(
+    phase: str, heartbeat_unix: float, prefix: str = DEFAULT_PREFIX
+) -> dict[str, str | None]:
+    """Annotations a running sidecar refreshes now and then: its phase and a heartbeat time."""
+    beat = str(int(heartbeat_unix)) if math.isfinite(heartbeat_unix) else None
+    return {
+        annotation_key(prefix, "phase"): sanitize(phase, PROGRESS_KEY_BUDGETS["phase"]),
+        annotation_key(prefix, "heartbeat"): beat,
+    }
+
+
+def parse_annotations(
+    annotations: Mapping[str, str] | None, prefix: str = DEFAULT_PREFIX
+) -> Publication | None:
+    """The verdict published on a pod, or None when there is none (no verdict or exit-code key).
+
+    Tolerant of hand-edited values: an unparsable number reads as absent, never raises.
+    """
+    if not annotations:
+        return None
+    base = normalize_prefix(prefix)
+
+    def get(name: str) -> str | None:
+        return annotations.get(base + name)
+
+    status = get("verdict")
+    exit_code = _int_or_none(get("exit-code"))
+    if status is None or exit_code is None:
+        return None
+    deadline = _int_or_none(get("deadline"))
+    return Publication(
+        status=status,
+        classification=get("classification"),
+        reason=get("reason") or "",
+        exit_code=exit_code,
+        artifact_uri=get("artifact"),
+        artifact_sha256=get("artifact-sha256"),
+        attempt=_int_or_none(get("attempt")),
+        deadline_unix=None if deadline is None else float(deadline),
+    )
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def termination_message(pub: Publication) -> str:
+    """One JSON line of at most 4096 UTF-8 bytes, so the verdict survives an API outage.
+
+    Kubernetes keeps it in the container's terminated state; ``soak-sidecar verdict`` reads it
+    back when the annotations never arrived.
+    """
+    reason_budget = REASON_BYTES
+    uri_budget = URI_BYTES
+    while True:
+        payload = {
+            name: (sanitize(value, _termination_budget(name, reason_budget, uri_budget)))
+            for name, value in _fields(pub).items()
+            if value is not None
+        }
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+        if len(text.encode("utf-8")) <= MAX_TERMINATION_MESSAGE_BYTES:
+            return text
+        # JSON escaping can double a value's size; shrink the long free-text fields until it fits.
+        reason_budget //= 2
+        uri_budget //= 2
+
+
+def _termination_budget(name: str, reason_budget: int, uri_budget: int) -> int:
+    if name == "reason":
+        return reason_budget
+    if name == "artifact":
+        return uri_budget
+    return KEY_BUDGETS[name]
+
+
+def parse_termination_message(text: str | None) -> Publication | None:
+    """The verdict inside a termination message written by :func:`termination_message`, or None."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    fields = {str(k): str(v) for k, v in data.items() if isinstance(v, str)}
+    return parse_annotations(fields, prefix="")
+
+
+def event_reason(pub: Publication) -> str:
+    """The Event's machine-readable reason (UpperCamelCase, as kubectl shows them)."""
+    return "SoakPassed" if pub.passed else "SoakFailed"
+
+
+def event_type(pub: Publication) -> str:
+    return "Normal" if pub.passed else "Warning"
+
+
+def event_message(pub: Publication) -> str:
+    """A one-line human summary of at most 1 KiB."""
+    head = f"soak {sanitize(pub.status, SHORT_BYTES)} (exit {pub.exit_code}"
+    if pub.classification:
+        head += f", {sanitize(pub.classification, SHORT_BYTES)}"
+    head += ")"
+    if pub.attempt is not None:
+        head += f" attempt {pub.attempt}"
+    tail = f"; artifact {sanitize(pub.artifact_uri, URI_BYTES // 2)}" if pub.artifact_uri else ""
+    room = MAX_EVENT_MESSAGE_BYTES - len(head.encode("utf-8")) - len(tail.encode("utf-8")) - 2
+    reason = sanitize(pub.reason, max(room, 0))
+    message = f"{head}: {reason}{tail}" if reason else head + tail
+    return truncate_utf8(message, MAX_EVENT_MESSAGE_BYTES)

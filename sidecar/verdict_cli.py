@@ -1,0 +1,242 @@
+"""``soak-sidecar verdict JOB``: the verdict of every attempt of a soak Job, read from its pods.
+
+Sources, best first: the pod's annotations, else the sidecar container's termination message
+(written even when the API was unreachable). A pod with neither says why: still running, the
+sidecar crashed (its exit code), evicted or deleted. Exit 0 only when the latest attempt passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sidecar.adapters.kube import KubeClient, connect, default_namespace
+from sidecar.core.publication import (
+    DEFAULT_PREFIX,
+    Publication,
+    normalize_prefix,
+    parse_annotations,
+    parse_termination_message,
+    sanitize,
+)
+from sidecar.errors import SoakError
+
+# Kubernetes >= 1.27 labels Job pods with the prefixed key; older clusters only with the bare one.
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+REASON_COLUMN = 60
+NOT_PASSED = 1
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    attempt: int
+    pod: str
+    phase: str
+    verdict: str | None
+    classification: str | None
+    exit_code: int | None
+    reason: str
+    artifact: str | None
+    artifact_sha256: str | None
+    source: str | None
+    created: str | None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "passed" and self.exit_code == 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", metavar="JOB", help="name of the soak Job")
+    parser.add_argument("-n", "--namespace", default=None, help="namespace (default: kubeconfig's)")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig file")
+    parser.add_argument(
+        "--prefix", default=DEFAULT_PREFIX, help=f"annotation prefix (default {DEFAULT_PREFIX})"
+    )
+    parser.add_argument(
+        "--sidecar-container", default="soak-sidecar", help="sidecar container name"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        prefix = normalize_prefix(args.prefix)
+        api = connect(kubeconfig=args.kubeconfig, prefer_in_cluster=False)
+        namespace = args.namespace or default_namespace(args.kubeconfig)
+        with KubeClient(api, retries=2, backoff_s=0.5) as client:
+            pods = job_pods(client, namespace, args.job)
+    except SoakError as exc:
+        print(f"soak-sidecar verdict: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    rows = attempt_rows(pods, prefix=prefix, sidecar_container=args.sidecar_container)
+    passed = bool(rows) and rows[-1].passed
+    if args.output == "json":
+        print(
+            json.dumps(
+                {
+                    "job": args.job,
+                    "namespace": namespace,
+                    "passed": passed,
+                    "attempts": [asdict(r) for r in rows],
+                },
+                indent=2,
+            )
+        )
+    elif rows:
+        print(render_table(rows))
+    if not rows:
+        print(f"soak-sidecar verdict: no pods of Job {namespace}/{args.job}", file=sys.stderr)
+    return 0 if passed else NOT_PASSED
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="soak-sidecar verdict", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def job_pods(client: KubeClient, namespace: str, job: str) -> list[Any]:
+    """Every pod carrying either job-name label, once each."""
+    seen: dict[str, Any] = {}
+    for label in JOB_NAME_LABELS:
+        for pod in client.list_pods(namespace, f"{label}={job}"):
+            seen.setdefault(pod.metadata.uid, pod)
+    return list(seen.values())
+
+
+def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) -> list[AttemptRow]:
+    """One row per pod, oldest first; attempt is the published one, else the creation order."""
+    ordered = sorted(pods, key=lambda p: (_created(p), p.metadata.name))
+    rows = []
+    for index, pod in enumerate(ordered, start=1):
+        pub, source, why = _verdict_of(pod, prefix, sidecar_container)
+        created = _created(pod)
+        rows.append(
+            AttemptRow(
+                attempt=pub.attempt if pub is not None and pub.attempt is not None else index,
+                pod=pod.metadata.name,
+                phase=_phase(pod),
+                verdict=pub.status if pub is not None else None,
+                classification=pub.classification if pub is not None else None,
+                exit_code=pub.exit_code if pub is not None else None,
+                reason=sanitize(pub.reason if pub is not None else why, 2048),
+                artifact=pub.artifact_uri if pub is not None else None,
+                artifact_sha256=pub.artifact_sha256 if pub is not None else None,
+                source=source,
+                created=created.isoformat() if created != _EPOCH else None,
+            )
+        )
+    return rows
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _created(pod: Any) -> datetime:
+    stamp = pod.metadata.creation_timestamp
+    return stamp if isinstance(stamp, datetime) else _EPOCH
+
+
+def _phase(pod: Any) -> str:
+    status = pod.status
+    phase = (status.phase if status is not None else None) or "Unknown"
+    if pod.metadata.deletion_timestamp is not None:
+        return f"{phase} (deleting)"
+    return str(phase)
+
+
+def _verdict_of(
+    pod: Any, prefix: str, sidecar_container: str
+) -> tuple[Publication | None, str | None, str]:
+    """(verdict, where it came from, why there is none)."""
+    pub = parse_annotations(pod.metadata.annotations, prefix)
+    if pub is not None:
+        return pub, "annotations", ""
+    status = pod.status
+    sidecar = next(
+        (
+            s
+            for s in ((status.container_statuses if status is not None else None) or [])
+            if s.name == sidecar_container
+        ),
+        None,
+    )
+    terminated = _terminated(sidecar)
+    if terminated is not None:
+        pub = parse_termination_message(terminated.message)
+        if pub is not None:
+            return pub, "termination-message", ""
+    return None, None, _why_no_verdict(pod, sidecar, terminated)
+
+
+def _terminated(container_status: Any) -> Any:
+    if container_status is None:
+        return None
+    # A restarted sidecar's previous run counts: its exit is why there is no verdict yet.
+    for state in (container_status.state, container_status.last_state):
+        if state is not None and state.terminated is not None:
+            return state.terminated
+    return None
+
+
+def _why_no_verdict(pod: Any, sidecar: Any, terminated: Any) -> str:
+    status = pod.status
+    phase = status.phase if status is not None else None
+    pod_reason = status.reason if status is not None else None
+    pod_message = (status.message if status is not None else None) or ""
+    if pod_reason == "Evicted":
+        return f"evicted: {pod_message}".rstrip(": ")
+    if pod.metadata.deletion_timestamp is not None:
+        return "pod deleted before the sidecar published a verdict"
+    if terminated is not None:
+        detail = f", {terminated.reason}" if terminated.reason else ""
+        return (
+            f"sidecar container terminated without a verdict (exit {terminated.exit_code}{detail})"
+        )
+    if phase in ("Failed", "Succeeded"):
+        detail = f": {pod_reason or ''} {pod_message}".rstrip(": ")
+        return f"pod {phase.lower()} without a verdict{detail}"
+    if phase == "Pending":
+        return "pending: not running yet"
+    if sidecar is not None and sidecar.state is not None and sidecar.state.waiting is not None:
+        return f"sidecar waiting: {sidecar.state.waiting.reason or 'unknown'}"
+    return "still running"
+
+
+def render_table(rows: Sequence[AttemptRow]) -> str:
+    header = ("ATTEMPT", "POD", "PHASE", "VERDICT", "CLASSIFICATION", "EXIT", "REASON", "ARTIFACT")
+    body = [
+        (
+            str(r.attempt),
+            r.pod,
+            r.phase,
+            r.verdict or "-",
+            r.classification or "-",
+            "-" if r.exit_code is None else str(r.exit_code),
+            _clip(r.reason or "-", REASON_COLUMN),
+            r.artifact or "-",
+        )
+        for r in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (header, *body)
+    )
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

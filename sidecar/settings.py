@@ -210,7 +210,8 @@ class S3Settings(_Group):
     prefix: str = Field("soak", description="First key segment. Default soak.")
     key_template: str = Field(
         "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/",
-        description="Artifact key prefix template. Default {prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/.",
+        description="Artifact key prefix template. "
+        "Default {prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/.",
     )
     max_attempts: int = Field(
         5, ge=1, le=20, description="boto3 'standard' retry attempts. Default 5."
@@ -346,7 +347,8 @@ class GpuSettings(_Group):
     max_memory_growth_mib: float | None = Field(
         None,
         ge=0,
-        description="Fail (resource_leak) when a device's used memory grows more than this, MiB. Default off.",
+        description="Fail (resource_leak) when a device's used memory grows more than this, MiB. "
+        "Default off.",
     )
     process_interval_s: float = Field(
         15.0, gt=0, description="Seconds between (expensive) per-process NVML queries. Default 15."

@@ -16,7 +16,14 @@ class _Model(BaseModel):
 class ProcessInfo(_Model):
     pid: int
     ppid: int
-    start_time: float = Field(description="Process creation time (epoch s); a PID with another start time is another process.")
+    start_time: float = Field(
+        description="Process creation time (epoch s); a PID with another start time is another process."
+    )
+    start_ticks: int | None = Field(
+        None,
+        description="Start time in clock ticks since boot (field 22 of /proc/<pid>/stat); "
+        "identity checks use it when set: it is immune to wall-clock steps.",
+    )
     rss_kib: int
     fd_count: int
     fd_classes: dict[str, int]

@@ -335,7 +335,7 @@ class GpuSettings(_Group):
     require: bool = Field(False, description="Fail when GPU data is unavailable. Default false.")
     devices: list[str] | None = Field(
         None,
-        description="Explicit device indices/UUIDs; default: the trainer's NVIDIA_VISIBLE_DEVICES.",
+        description="Explicit device indices/UUIDs. Default: the trainer's NVIDIA_VISIBLE_DEVICES.",
     )
     mock_library_dir: Path | None = Field(
         None,

@@ -214,7 +214,11 @@ class S3Settings(_Group):
         "Default {prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/.",
     )
     max_attempts: int = Field(
-        5, ge=1, le=20, description="boto3 'standard' retry attempts. Default 5."
+        5,
+        ge=1,
+        le=20,
+        description="Attempts per S3 request, the first included ('standard' retry mode). "
+        "Default 5.",
     )
     connect_timeout_s: float = Field(5.0, gt=0, description="Connect timeout, seconds. Default 5.")
     read_timeout_s: float = Field(30.0, gt=0, description="Read timeout, seconds. Default 30.")
@@ -259,7 +263,7 @@ class S3Settings(_Group):
 
     @model_validator(mode="after")
     def _check_s3(self) -> S3Settings:
-        # Local import: settings must stay importable before any adapter or key code runs.
+        # Imported here to keep the import inside this group; keys depends on errors only.
         from sidecar.core.keys import template_fields, validate_key  # noqa: PLC0415
 
         try:

@@ -87,7 +87,9 @@ def botocore_config(settings: S3Settings) -> Config:
         extra["response_checksum_validation"] = "when_required"
     return Config(
         region_name=settings.region,
-        retries={"mode": "standard", "max_attempts": settings.max_attempts},
+        # total_max_attempts counts the first try (as AWS_MAX_ATTEMPTS does); botocore's
+        # "max_attempts" key would count retries only and send one request more.
+        retries={"mode": "standard", "total_max_attempts": settings.max_attempts},
         connect_timeout=settings.connect_timeout_s,
         read_timeout=settings.read_timeout_s,
         s3={"addressing_style": settings.addressing_style},

@@ -34,6 +34,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_FUNCTION_NOT_FOUND 13
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_RESET_REQUIRED 16
+#define NVML_ERROR_IN_USE 19
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
 
@@ -146,6 +147,7 @@ typedef mock_device *nvmlDevice_t;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int refcount;
 static char scenario_override[4096];
+static char loaded_path[4096];
 static char driver_version[80] = "535.129.03";
 static int time_in_samples;
 static int device_count;
@@ -386,6 +388,7 @@ static nvmlReturn_t load_scenario(void) {
         return result;
     }
     clock_gettime(CLOCK_MONOTONIC, &init_time);
+    snprintf(loaded_path, sizeof loaded_path, "%s", path);
     return init_error != 0 ? init_error : NVML_SUCCESS;
 }
 
@@ -394,6 +397,10 @@ static nvmlReturn_t do_init(void) {
     nvmlReturn_t ret = NVML_SUCCESS;
     if (refcount == 0) {
         ret = load_scenario();
+    } else if (scenario_override[0] != '\0' && strcmp(scenario_override, loaded_path) != 0) {
+        /* NVML state is per process: a second scenario cannot apply while the first is in use. */
+        fprintf(stderr, "nvml-mock: scenario %s ignored: %s is in use\n", scenario_override, loaded_path);
+        ret = NVML_ERROR_IN_USE;
     }
     if (ret == NVML_SUCCESS) {
         refcount++;
@@ -436,6 +443,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
+    case NVML_ERROR_IN_USE: return "In use by another client";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Version mismatch";
     default: return "Unknown Error";
     }

@@ -1,0 +1,75 @@
+"""Liveness rules of the seed soak monitor, pure: time and progress come in as arguments.
+
+Progress definition (the seed's, widened on purpose): the trainer has *started* producing progress
+once the watched files hold more than zero bytes (exactly the seed's ``bytes_total > 0``). After
+that, any change of the progress signature counts as progress and resets the stale timer: the
+seed's signal (a change of ``bytes_total``) plus a change of ``file_count`` or ``max_mtime``.
+Counting only byte totals would fail a healthy trainer that rewrites a fixed-size heartbeat or
+rotates files of equal size; the widening never accepts a trainer whose files do not change at
+all, and the console log stays excluded by the probe, so chatty logging cannot mask a hang.
+While the watched files hold zero bytes the seed's startup rule applies, measured from the start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.core.samples import ProgressSample
+
+KIND_STARTUP = "timeout/startup"
+KIND_STALE = "timeout/stale_tick"
+
+
+def _signature(progress: ProgressSample) -> tuple[int, int, float | None]:
+    return (progress.bytes_total, progress.file_count, progress.max_mtime)
+
+
+class LivenessTracker:
+    """Startup timeout until the first progress, stale-progress timeout after it."""
+
+    def __init__(
+        self, startup_timeout_s: float, stale_progress_s: float, started_monotonic: float
+    ) -> None:
+        self._startup_timeout_s = startup_timeout_s
+        self._stale_progress_s = stale_progress_s
+        self._started = started_monotonic
+        self._last_signature: tuple[int, int, float | None] | None = None
+        self._last_change: float | None = None
+
+    def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[str, str] | None:
+        """Record one progress sample; ``(kind, reason)`` when a liveness rule fails, else None."""
+        if progress.bytes_total > 0:
+            signature = _signature(progress)
+            if self._last_change is None or signature != self._last_signature:
+                self._last_change = now_monotonic
+                self._last_signature = signature
+            idle = now_monotonic - self._last_change
+            if idle > self._stale_progress_s:
+                return KIND_STALE, f"training progress did not change for {idle:.1f}s"
+        elif now_monotonic - self._started > self._startup_timeout_s:
+            return (
+                KIND_STARTUP,
+                f"training produced no progress artifact within {self._startup_timeout_s:.1f}s",
+            )
+        return None
+
+    def last_progress_age(self, now_monotonic: float) -> float | None:
+        """Seconds since progress last changed; None before the first progress."""
+        if self._last_change is None:
+            return None
+        return now_monotonic - self._last_change
+
+
+def min_duration_failure(duration_s: float, min_duration_s: float) -> str | None:
+    """The seed's minimum-duration rule: a soak that ended too early fails."""
+    if duration_s < min_duration_s:
+        return f"soak completed before min_duration_seconds={min_duration_s:.1f}"
+    return None
+
+
+def residual_failure(residual_pids: Sequence[int]) -> str | None:
+    """The seed's residual rule: any process of the tree alive after shutdown fails the soak."""
+    if not residual_pids:
+        return None
+    pids = ", ".join(str(pid) for pid in residual_pids)
+    return f"residual child processes after shutdown: {pids}"

@@ -12,12 +12,15 @@
  * The soname lets an in-process preload by absolute path satisfy pynvml's dlopen("libnvidia-ml.so.1").
  */
 #define _GNU_SOURCE
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 
@@ -120,7 +123,7 @@ typedef struct {
 } injected_error;
 
 typedef struct {
-    char pid_spec[SPEC_LEN]; /* "123", "$ENV_NAME" or "@/path/to/pidfile" */
+    char pid_spec[SPEC_LEN]; /* "123", "$ENV_NAME", "@/path/to/pidfile" or "~cmdline text" */
     series used_mib;
     int graphics;
 } mock_process;
@@ -739,10 +742,53 @@ nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause, unsign
     return retired_pages(device, cause, count, addresses, timestamps);
 }
 
+/* The lowest PID (not ours) whose command line contains needle; 0 when none does. */
+static unsigned int find_by_cmdline(const char *needle) {
+    DIR *proc = opendir("/proc");
+    if (proc == NULL) {
+        return 0;
+    }
+    unsigned long best = 0;
+    unsigned long self = (unsigned long)getpid();
+    struct dirent *entry;
+    while ((entry = readdir(proc)) != NULL) {
+        if (!isdigit((unsigned char)entry->d_name[0])) {
+            continue;
+        }
+        unsigned long pid = strtoul(entry->d_name, NULL, 10);
+        if (pid == self || (best != 0 && pid >= best)) {
+            continue;
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%lu/cmdline", pid);
+        FILE *file = fopen(path, "r");
+        if (file == NULL) {
+            continue;
+        }
+        char cmdline[4096];
+        size_t n = fread(cmdline, 1, sizeof cmdline - 1, file);
+        fclose(file);
+        for (size_t i = 0; i < n; i++) {
+            if (cmdline[i] == '\0') {
+                cmdline[i] = ' ';
+            }
+        }
+        cmdline[n] = '\0';
+        if (n > 0 && strstr(cmdline, needle) != NULL) {
+            best = pid;
+        }
+    }
+    closedir(proc);
+    return (unsigned int)best;
+}
+
 /* A pid spec resolved now: 0 when a placeholder names nothing (that process is not running). */
 static unsigned int resolve_pid(const char *spec) {
     char buffer[64];
     const char *text = spec;
+    if (spec[0] == '~') {
+        return find_by_cmdline(spec + 1);
+    }
     if (spec[0] == '$') {
         text = getenv(spec + 1);
         if (text == NULL) {

@@ -94,8 +94,9 @@ class InjectedError(_Model):
 
 class MockProcess(_Model):
     pid: int | str = Field(
-        description="A literal PID, '$ENV_NAME' (that variable of the process using NVML, read "
-        "at each query) or '@/path' (a file holding the PID). An unresolved one hides the process."
+        description="A literal PID; '$ENV_NAME' (that variable of the process using NVML); "
+        "'@/path' (a file holding the PID); '~text' (the lowest PID whose command line contains "
+        "text). Resolved at each query; an unresolved one hides the process."
     )
     used_memory_mib: Series = 0.0
     kind: Literal["compute", "graphics"] = "compute"
@@ -107,8 +108,8 @@ class MockProcess(_Model):
             if pid <= 0:
                 raise ValueError("pid must be positive")
             return pid
-        if len(pid) < 2 or pid[0] not in "$@" or "\n" in pid or len(pid) > 500:
-            raise ValueError("pid must be an integer, '$ENV_NAME' or '@/path/to/pidfile'")
+        if len(pid) < 2 or pid[0] not in "$@~" or "\n" in pid or len(pid) > 500:
+            raise ValueError("pid must be an integer, '$ENV_NAME', '@/pidfile' or '~cmdline text'")
         return pid
 
 

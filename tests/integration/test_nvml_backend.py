@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -237,3 +238,16 @@ def test_closed_backend_reports_it(mock_gpu_backend: MockBackendOpener) -> None:
     backend.close()
     backend.close()
     assert backend.sample(set(), 0.0).reason == "GPU backend closed"
+
+
+def test_cmdline_placeholder_finds_the_trainer_without_plumbing(
+    mock_gpu_backend: MockBackendOpener, spawn: Spawner
+) -> None:
+    token = f"{3600 + os.getpid() % 1000}.{time.monotonic_ns() % 10_000}"
+    trainer = spawn(["sleep", token])
+    backend = mock_gpu_backend(
+        two_devices(d0__processes=[{"pid": f"~sleep {token}", "used_memory_mib": 700}])
+    )
+    sample = backend.sample({trainer.pid}, 0.0)
+    assert [(p.pid, p.in_tree) for p in sample.processes] == [(trainer.pid, True)]
+    assert sample.attribution == "pid" and sample.used_memory_mib_total == pytest.approx(700)

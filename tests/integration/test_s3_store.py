@@ -1,0 +1,292 @@
+"""S3DeadlineStore against a real SeaweedFS: records, the deadline core on top, the lease lock."""
+
+from __future__ import annotations
+
+import json
+import select
+import subprocess
+import textwrap
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import botocore.exceptions
+import pytest
+
+from sidecar.adapters.s3_store import S3DeadlineStore
+from sidecar.core.deadline import create_or_resume
+from sidecar.core.identity import make_identity
+from sidecar.errors import (
+    AlreadySupervisedError,
+    ConfigError,
+    DeadlineRecordError,
+    RecordExistsError,
+    StoreUnavailableError,
+)
+from sidecar.settings import S3Settings
+from tests.fixtures.processes import PYTHON, Spawner
+from tests.fixtures.s3 import SeaweedServer, free_ports
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+pytestmark = [pytest.mark.integration, pytest.mark.s3]
+
+MAX_BUDGET = 7 * 24 * 3600.0
+WAIT_S = 60.0  # generous: the machine is shared
+LEASE_S = 2.0
+RENEW_S = 0.4
+
+
+@pytest.fixture
+def run_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _settings(server: SeaweedServer, **extra: Any) -> S3Settings:
+    # A fresh deadline prefix per test keeps tests independent in the shared bucket.
+    values: dict[str, Any] = {
+        "deadline_prefix": f"deadlines-{uuid.uuid4().hex[:12]}",
+        "lock_lease_s": LEASE_S,
+        "lock_renew_interval_s": RENEW_S,
+    }
+    values.update(extra)
+    return server.settings(**values)
+
+
+def _store(server: SeaweedServer, settings: S3Settings, **kwargs: Any) -> S3DeadlineStore:
+    return S3DeadlineStore(settings, client_factory=server.factory(), **kwargs)
+
+
+def _lease(client: S3Client, server: SeaweedServer, store: S3DeadlineStore, run_id: str) -> Any:
+    answer = client.get_object(Bucket=server.bucket, Key=store.lock_key(run_id))
+    return json.loads(answer["Body"].read()), answer["ETag"]
+
+
+def test_create_load_and_conflict(seaweedfs: SeaweedServer, run_id: str) -> None:
+    store = _store(seaweedfs, _settings(seaweedfs))
+    assert store.load(run_id) is None
+    store.create(run_id, b'{"record": 1}\n')
+    assert store.load(run_id) == b'{"record": 1}\n'
+    with pytest.raises(RecordExistsError, match="already exists"):
+        store.create(run_id, b'{"record": 2}\n')
+    assert store.load(run_id) == b'{"record": 1}\n'
+    head = seaweedfs.client().head_object(Bucket=seaweedfs.bucket, Key=store.record_key(run_id))
+    assert head["ContentLength"] == len(b'{"record": 1}\n')
+    assert store.location.startswith(f"s3://{seaweedfs.bucket}/deadlines-")
+
+
+def test_run_ids_that_are_not_uuids_are_refused(seaweedfs: SeaweedServer) -> None:
+    store = _store(seaweedfs, _settings(seaweedfs))
+    with pytest.raises(ConfigError):
+        store.load("../../other-prefix/x")
+
+
+def test_the_deadline_core_creates_then_resumes_the_same_record(
+    seaweedfs: SeaweedServer, run_id: str
+) -> None:
+    settings = _settings(seaweedfs)
+    first_store = _store(seaweedfs, settings)
+    identity = make_identity(
+        run_id=run_id,
+        command=("python3", "train.py"),
+        budget_s=3600,
+        checkpoint_margin_s=60,
+        deadline_store=first_store.location,
+    )
+    created = create_or_resume(
+        first_store, identity, now_wall=1000.0, resume_required=False, max_budget_s=MAX_BUDGET
+    )
+    # A later attempt (new pod, new store object) resumes: same deadline, never extended.
+    resumed = create_or_resume(
+        _store(seaweedfs, settings),
+        identity,
+        now_wall=5000.0,
+        resume_required=True,
+        max_budget_s=MAX_BUDGET,
+    )
+    assert resumed.deadline_unix == created.deadline_unix == 4600.0
+
+
+def test_a_record_that_reads_back_differently_fails_closed(seaweedfs: SeaweedServer, run_id: str) -> None:
+    """A store that changes bytes after our write (here: another writer) is caught on read-back."""
+    settings = _settings(seaweedfs)
+    vandal = seaweedfs.client()
+    key = f"{settings.deadline_prefix}/{run_id}.json"
+
+    def overwrite(**_: Any) -> None:
+        vandal.put_object(Bucket=seaweedfs.bucket, Key=key, Body=b"tampered")
+
+    def factory(s: S3Settings) -> S3Client:
+        client = seaweedfs.factory()(s)
+        client.meta.events.register("after-call.s3.PutObject", overwrite)
+        return client
+
+    store = S3DeadlineStore(settings, client_factory=factory)
+    with pytest.raises(DeadlineRecordError, match="reads back differently"):
+        store.create(run_id, b"original")
+
+
+def test_wrong_credentials_are_a_config_error(seaweedfs: SeaweedServer, run_id: str) -> None:
+    store = S3DeadlineStore(_settings(seaweedfs), client_factory=seaweedfs.factory(secret_key="wrong-secret"))
+    with pytest.raises(ConfigError, match="rejected the credentials"):
+        store.load(run_id)
+    with pytest.raises(ConfigError, match="SignatureDoesNotMatch"):
+        store.create(run_id, b"x")
+
+
+def test_unreachable_store_is_transient(seaweedfs: SeaweedServer, run_id: str) -> None:
+    (port,) = free_ports(1)
+    settings = _settings(
+        seaweedfs, endpoint_url=f"http://127.0.0.1:{port}", max_attempts=2, connect_timeout_s=1.0
+    )
+    store = _store(seaweedfs, settings)
+    with pytest.raises(StoreUnavailableError, match="unreachable") as info:
+        store.load(run_id)
+    assert info.value.exit_code.retryable
+    assert store.stats.attempts == 2
+
+
+def test_lock_is_held_renewed_and_released(seaweedfs: SeaweedServer, run_id: str) -> None:
+    store = _store(seaweedfs, _settings(seaweedfs))
+    client = seaweedfs.client()
+    with store.lock(run_id):
+        first, first_etag = _lease(client, seaweedfs, store, run_id)
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            note, etag = _lease(client, seaweedfs, store, run_id)
+            if note["seq"] > first["seq"]:
+                break
+            assert time.monotonic() < deadline, "the lease was never renewed"
+            time.sleep(RENEW_S / 2)
+        assert etag != first_etag and note["owner"] == first["owner"]
+        assert store.lock_lost(run_id) is None
+    with pytest.raises(botocore.exceptions.ClientError, match=r"404|Not Found"):
+        client.head_object(Bucket=seaweedfs.bucket, Key=store.lock_key(run_id))
+
+
+def test_second_supervisor_is_refused_while_the_first_renews(seaweedfs: SeaweedServer, run_id: str) -> None:
+    settings = _settings(seaweedfs)
+    first = _store(seaweedfs, settings)
+    second = _store(seaweedfs, settings)
+    with first.lock(run_id):
+        # Refused on an observed renewal (not by a takeover race).
+        with pytest.raises(AlreadySupervisedError, match="renews its lease"), second.lock(run_id):
+            pass
+        assert first.lock_lost(run_id) is None
+    with second.lock(run_id):  # released: the next supervisor gets it at once
+        pass
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from sidecar.adapters.s3_store import S3DeadlineStore
+    from sidecar.settings import S3Settings
+    from tests.fixtures.s3 import SeaweedServer
+    settings = S3Settings.model_validate_json(sys.argv[1])
+    server = SeaweedServer(endpoint=settings.endpoint_url, bucket=settings.bucket,
+                           data_dir=None, pid=0, command=())
+    store = S3DeadlineStore(settings, client_factory=server.factory())
+    with store.lock(sys.argv[2]):
+        print("locked", flush=True)
+        sys.stdin.readline()
+    print("released", flush=True)
+    """
+)
+
+
+def _read_line(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], WAIT_S)
+    assert ready, f"child {proc.pid} wrote nothing within {WAIT_S} s"
+    return proc.stdout.readline().decode().strip()
+
+
+def test_two_supervisor_processes_conflict(seaweedfs: SeaweedServer, run_id: str, spawn: Spawner) -> None:
+    settings = _settings(seaweedfs)
+    holder = spawn(
+        [PYTHON, "-c", _HOLDER, settings.model_dump_json(), run_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert _read_line(holder) == "locked"
+    with pytest.raises(AlreadySupervisedError), _store(seaweedfs, settings).lock(run_id):
+        pass
+    assert holder.stdin is not None
+    holder.stdin.write(b"\n")
+    holder.stdin.flush()
+    assert _read_line(holder) == "released"
+    with _store(seaweedfs, settings).lock(run_id):
+        pass
+
+
+def test_a_crashed_owners_lease_is_taken_over_after_the_lease_time(
+    seaweedfs: SeaweedServer, run_id: str, spawn: Spawner
+) -> None:
+    settings = _settings(seaweedfs)
+    holder = spawn(
+        [PYTHON, "-c", _HOLDER, settings.model_dump_json(), run_id],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert _read_line(holder) == "locked"
+    holder.kill()  # crash: the lease stays behind, never renewed again
+    holder.wait(timeout=WAIT_S)
+    store = _store(seaweedfs, settings)
+    client = seaweedfs.client()
+    stale, _ = _lease(client, seaweedfs, store, run_id)
+    started = time.monotonic()
+    with store.lock(run_id):
+        waited = time.monotonic() - started
+        taken, _ = _lease(client, seaweedfs, store, run_id)
+    assert waited >= LEASE_S  # never before the lease could have expired on our clock
+    assert taken["owner"] != stale["owner"]
+
+
+def test_a_lease_taken_over_elsewhere_is_reported_lost_and_left_alone(
+    seaweedfs: SeaweedServer, run_id: str
+) -> None:
+    lost: list[str] = []
+    reported = threading.Event()
+
+    def on_lost(reason: str) -> None:
+        lost.append(reason)
+        reported.set()
+
+    store = _store(seaweedfs, _settings(seaweedfs), on_lock_lost=on_lost)
+    client = seaweedfs.client()
+    with store.lock(run_id):
+        client.put_object(Bucket=seaweedfs.bucket, Key=store.lock_key(run_id), Body=b'{"owner": "x"}')
+        assert reported.wait(WAIT_S), "the lost lease was never reported"
+        assert store.lock_lost(run_id) == lost[0]
+    assert "taken over" in lost[0]
+    # The new owner's lease survives our exit.
+    body = client.get_object(Bucket=seaweedfs.bucket, Key=store.lock_key(run_id))["Body"].read()
+    assert body == b'{"owner": "x"}'
+
+
+def test_a_lease_that_cannot_be_renewed_is_reported_lost(seaweedfs: SeaweedServer, run_id: str) -> None:
+    """The store becomes unreachable while we hold the lock: lost after the lease time."""
+    reported = threading.Event()
+    broken = threading.Event()
+
+    def factory(s: S3Settings) -> S3Client:
+        client = seaweedfs.factory()(s)
+
+        def cut(request: Any, **_: Any) -> None:
+            if broken.is_set():
+                (port,) = free_ports(1)
+                request.url = f"http://127.0.0.1:{port}/"
+
+        client.meta.events.register("before-send.s3", cut)
+        return client
+
+    settings = _settings(seaweedfs, max_attempts=1, connect_timeout_s=0.5)
+    store = S3DeadlineStore(settings, client_factory=factory, on_lock_lost=lambda _: reported.set())
+    with store.lock(run_id):
+        broken.set()
+        assert reported.wait(WAIT_S), "the unrenewable lease was never reported"
+        reason = store.lock_lost(run_id)
+    assert reason is not None and "could not be renewed" in reason

@@ -115,10 +115,17 @@ def job_pods(client: KubeClient, namespace: str, job: str) -> list[Any]:
 
 def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) -> list[AttemptRow]:
     """One row per pod, oldest first; attempt is the published one, else the creation order."""
-    ordered = sorted(pods, key=lambda p: (_created(p), p.metadata.name))
+    found = [(pod, *_verdict_of(pod, prefix, sidecar_container)) for pod in pods]
+    # Creation time has one-second resolution; a published attempt number breaks ties.
+    found.sort(
+        key=lambda f: (
+            _created(f[0]),
+            f[1].attempt if f[1] is not None and f[1].attempt is not None else 1 << 30,
+            f[0].metadata.name,
+        )
+    )
     rows = []
-    for index, pod in enumerate(ordered, start=1):
-        pub, source, why = _verdict_of(pod, prefix, sidecar_container)
+    for index, (pod, pub, source, why) in enumerate(found, start=1):
         created = _created(pod)
         rows.append(
             AttemptRow(

@@ -343,10 +343,13 @@ class GpuSettings(_Group):
     )
     mock_library_dir: Path | None = Field(
         None,
-        description="Directory holding the mock libnvidia-ml.so.1 (backend mock). Default built-in.",
+        description="Directory holding the mock libnvidia-ml.so.1 (backend mock). Default: built "
+        "with gcc on first use into $XDG_CACHE_HOME/soak-sidecar/nvml-mock.",
     )
     mock_scenario: Path | None = Field(
-        None, description="Scenario JSON for the mock library. Default none."
+        None,
+        description="Scenario JSON for the mock library (docs/nvml-mock.md); required by backend "
+        "mock. Default none.",
     )
     max_memory_growth_mib: float | None = Field(
         None,

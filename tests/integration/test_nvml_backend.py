@@ -251,3 +251,14 @@ def test_cmdline_placeholder_finds_the_trainer_without_plumbing(
     sample = backend.sample({trainer.pid}, 0.0)
     assert [(p.pid, p.in_tree) for p in sample.processes] == [(trainer.pid, True)]
     assert sample.attribution == "pid" and sample.used_memory_mib_total == pytest.approx(700)
+
+
+def test_a_gpu_lost_before_open_is_reported_as_faulted(mock_gpu_backend: MockBackendOpener) -> None:
+    backend = mock_gpu_backend(two_devices(d1__lost_at=0))
+    assert [(d.index, d.uuid, d.fault) for d in backend.devices()] == [
+        (0, UUID0, None),
+        (1, "unknown", "GPU is lost"),
+    ]
+    sample = backend.sample(set(), 0.0)
+    assert sample.fault == "GPU 1 (unknown): GPU is lost"
+    assert sample.devices[0].memory_used_mib == pytest.approx(1100)

@@ -119,7 +119,8 @@ class NvmlGpuBackend:
         try:
             return cls._bind(selection, process_interval_s)
         except BaseException:
-            pynvml.nvmlShutdown()
+            with contextlib.suppress(pynvml.NVMLError):
+                pynvml.nvmlShutdown()
             raise
 
     @classmethod
@@ -129,21 +130,31 @@ class NvmlGpuBackend:
             count = int(pynvml.nvmlDeviceGetCount())
         except pynvml.NVMLError as exc:
             raise GpuUnavailableError(f"NVML cannot list devices: {_describe(exc)}") from exc
-        found: list[_Device] = []
-        for index in range(count):
-            found.append(cls._identify(index))
-        resolved = resolve_selection(selection, [(dev.index, dev.uuid) for dev in found])
         notes = [f"{selection.source}: {selection.note}"] if selection.note else []
+        found: dict[int, _Device] = {}
+        for index in range(count):
+            try:
+                found[index] = cls._identify(index)
+            except pynvml.NVMLError as exc:
+                # Often a GPU of the node this container may not open: only a problem if selected.
+                notes.append(f"GPU {index} not identified: {_describe(exc)}")
+        resolved = resolve_selection(selection, [(dev.index, dev.uuid) for dev in found.values()])
         if resolved.missing:
             notes.append(f"selected GPUs not visible to NVML: {', '.join(resolved.missing)}")
         if not resolved.indices:
-            raise GpuUnavailableError(f"no selected GPU is visible to NVML ({'; '.join(notes)})")
+            raise GpuUnavailableError(
+                f"none of the trainer's GPUs ({selection.source}) is visible to NVML"
+                + (f" ({'; '.join(notes)})" if notes else "")
+            )
         chosen = [found[index] for index in resolved.indices]
         return cls(chosen, driver, process_interval_s, notes)
 
     @staticmethod
     def _identify(index: int) -> _Device:
-        """Handle and identity of GPU ``index``; a GPU already faulted stays listed, as faulted."""
+        """Handle and identity of GPU ``index``; a GPU already faulted stays listed, as faulted.
+
+        Raises the NVMLError of any other failure.
+        """
         try:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             uuid = str(pynvml.nvmlDeviceGetUUID(handle))
@@ -151,9 +162,7 @@ class NvmlGpuBackend:
         except pynvml.NVMLError as exc:
             fault = _FAULTS.get(exc.value)
             if fault is None:
-                raise GpuUnavailableError(
-                    f"NVML cannot identify GPU {index}: {_describe(exc)}"
-                ) from exc
+                raise
             return _Device(index, "unknown", "unknown", None, None, fault=fault)
         # Memory is left to the samples: exactly one memory query per device per sample.
         return _Device(index, uuid, name, handle, None)
@@ -175,9 +184,7 @@ class NvmlGpuBackend:
         if self._closed:
             return GpuSample(available=False, reason="GPU backend closed")
         started = time.perf_counter()
-        slow_due = (
-            self._last_slow is None or now_monotonic - self._last_slow >= self._process_interval_s
-        )
+        slow_due = self._last_slow is None or now_monotonic - self._last_slow >= self._process_interval_s
         records = [self._sample_device(dev, slow_due) for dev in self._devices]
         if slow_due:
             self._last_slow = now_monotonic
@@ -228,9 +235,7 @@ class NvmlGpuBackend:
             used_memory_mib_total=total,
             fault="; ".join(faults) or None,
             nvml_time_ms=nvml_time_ms,
-            processes_age_s=None
-            if self._last_slow is None
-            else max(0.0, now_monotonic - self._last_slow),
+            processes_age_s=None if self._last_slow is None else max(0.0, now_monotonic - self._last_slow),
             driver_version=self._driver_version,
         )
 
@@ -262,9 +267,7 @@ class NvmlGpuBackend:
         record.unavailable = sorted(dev.unsupported)
         return record
 
-    def _query(
-        self, dev: _Device, record: GpuDevice, metric: str, call: Callable[[], T]
-    ) -> T | None:
+    def _query(self, dev: _Device, record: GpuDevice, metric: str, call: Callable[[], T]) -> T | None:
         if metric in dev.unsupported:
             return None
         try:
@@ -290,9 +293,7 @@ class NvmlGpuBackend:
             record.memory_reserved_mib = memory.reserved / _MIB
         else:
             # Without v2 (older drivers) "used" includes the driver's reservation.
-            memory = self._query(
-                dev, record, "memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle)
-            )
+            memory = self._query(dev, record, "memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
         if memory is not None:
             dev.memory_total_mib = record.memory_total_mib = memory.total / _MIB
             record.memory_used_mib = memory.used / _MIB
@@ -384,20 +385,20 @@ def load_mock_library(library_dir: Path | None) -> ctypes.CDLL:
     the sonames of objects already loaded, so preloading it by path is enough; LD_LIBRARY_PATH is
     only read at process start. Refuses when a real NVML is already loaded in this process.
     """
+    if library_dir is not None and not (library_dir / LIBRARY_NAME).is_file():
+        raise ConfigError(f"NVML mock library not found: {library_dir / LIBRARY_NAME}")
     loaded = pynvml.nvmlLib
     if loaded is not None:
+        # NVML is loaded once per process; an earlier mock (of any directory) is reused.
         if not hasattr(loaded, "soak_nvml_mock_version"):
             raise ConfigError(
                 "a real NVML library is already loaded in this process; the mock cannot replace it"
             )
         return loaded  # type: ignore[no-any-return]
-    path = (
-        library_dir / LIBRARY_NAME
-        if library_dir is not None
-        else cached_mock_library(default_cache_root())
-    )
-    if not path.is_file():
-        raise ConfigError(f"NVML mock library not found: {path}")
+    if library_dir is not None:
+        path = library_dir / LIBRARY_NAME
+    else:
+        path = cached_mock_library(default_cache_root())
     try:
         return ctypes.CDLL(str(path.resolve()))
     except OSError as exc:

@@ -262,3 +262,16 @@ def test_a_gpu_lost_before_open_is_reported_as_faulted(mock_gpu_backend: MockBac
     sample = backend.sample(set(), 0.0)
     assert sample.fault == "GPU 1 (unknown): GPU is lost"
     assert sample.devices[0].memory_used_mib == pytest.approx(1100)
+
+
+def test_a_gpu_that_cannot_be_identified_only_matters_when_selected(
+    mock_gpu_backend: MockBackendOpener,
+) -> None:
+    scenario = two_devices(d1__errors={"uuid": "NO_PERMISSION"})
+    backend = mock_gpu_backend(scenario, trainer_env={"NVIDIA_VISIBLE_DEVICES": UUID0})
+    assert [d.uuid for d in backend.devices()] == [UUID0]
+    backend.close()
+    selected = mock_gpu_backend(scenario, trainer_env={"NVIDIA_VISIBLE_DEVICES": "1"})
+    reason = selected.sample(set(), 0.0).reason
+    assert reason is not None
+    assert "GPU 1 not identified: Insufficient Permissions (NVML error 4)" in reason

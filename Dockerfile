@@ -1,0 +1,42 @@
+# syntax=docker/dockerfile:1
+# soak-sidecar image: the sidecar CLI in a venv, the stdlib-only launcher (installed into the pod
+# by `soak-sidecar install-launcher`) and the mock NVML library for clusters without GPUs.
+#
+# The base is pinned by tag and digest (the digest of python:3.12-slim-bookworm as used in public
+# Dockerfiles; refresh both together, e.g. `docker buildx imagetools inspect python:3.12-slim-bookworm`).
+# Build and runtime share it, so the venv's interpreter path and glibc match.
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+# gcc only lives in this throwaway stage; the version comes with the pinned Debian release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sidecar ./sidecar
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir . \
+    && /opt/venv/bin/python -m sidecar.nvml_mock.build /opt/soak/nvml-mock \
+    && /opt/venv/bin/python -m compileall -q /opt/venv/lib
+
+FROM ${PYTHON_IMAGE}
+ARG SOAK_UID=10001
+# The chart runs every container as this UID (podSecurity.runAsUser); the image matches it.
+RUN groupadd --system --gid "${SOAK_UID}" soak \
+    && useradd --system --uid "${SOAK_UID}" --gid soak --no-create-home \
+        --home-dir /nonexistent --shell /usr/sbin/nologin soak
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /opt/soak/nvml-mock /opt/soak/nvml-mock
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    SOAK_GPU__MOCK_LIBRARY_DIR=/opt/soak/nvml-mock
+WORKDIR /tmp
+USER ${SOAK_UID}:${SOAK_UID}
+ENTRYPOINT ["soak-sidecar"]
+CMD ["--help"]

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from sidecar.adapters.rundir import (
     Heartbeat,
     LauncherInfo,
     RunDir,
+    TrainerInfo,
     spawn_local_launcher,
 )
 from sidecar.core import verdict as verdicts
@@ -139,6 +141,9 @@ def raise_cancelled(signum: int, _frame: object) -> None:
     raise Cancelled(signal.Signals(signum).name)
 
 
+INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
+
+
 def _utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -180,6 +185,9 @@ class Supervisor:
         self._recorder: SampleRecorder | None = None
         self._trainer_env: Mapping[str, str] | None = None
         self._resume_checkpoint: str | None = None
+        self._trainer: TrainerInfo | None = None
+        self._saved_handlers: dict[int, Any] | None = None
+        self.late_signals: list[str] = []
 
     # ------------------------------------------------------------------ entry point
 
@@ -190,16 +198,42 @@ class Supervisor:
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._start_launcher()
-        except LauncherError as exc:
-            return self._finish_unstarted(
-                verdicts.Verdict(
-                    "failed",
-                    "launcher_missing",
-                    str(exc),
-                    verdicts.exit_code_for("launcher_missing"),
+            try:
+                self._start_launcher()
+            except LauncherError as exc:
+                return self._finish_unstarted(
+                    verdicts.Verdict(
+                        "failed",
+                        "launcher_missing",
+                        str(exc),
+                        verdicts.exit_code_for("launcher_missing"),
+                    )
                 )
-            )
+            return self._run_with_launcher()
+        except (KeyboardInterrupt, Cancelled):
+            # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
+            # still an external cancellation with an artifact, and the trainer must not run on.
+            self._defer_signals()
+            return self._cancelled_before_monitoring()
+        finally:
+            self._restore_signals()
+
+    def _cancelled_before_monitoring(self) -> RunResult:
+        decision = verdicts.Verdict(
+            "failed",
+            "external_cancellation",
+            INTERRUPTED_REASON,
+            verdicts.exit_code_for("external_cancellation"),
+        )
+        with contextlib.suppress(LauncherError):
+            self.run_dir.abort(INTERRUPTED_REASON, int(decision.exit_code))
+        if self.run_dir.launch_id is not None:
+            with contextlib.suppress(LauncherError):
+                self.run_dir.request("kill", INTERRUPTED_REASON)
+        self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
+        return self._finish_unstarted(decision)
+
+    def _run_with_launcher(self) -> RunResult:
         try:
             with self.ports.store.lock(self.run_id):
                 return self._run_locked()
@@ -370,15 +404,20 @@ class Supervisor:
                     break
                 time.sleep(min(0.1, max(0.005, next_sample - clock.monotonic())))
         except (KeyboardInterrupt, Cancelled):
-            reason = "soak was interrupted before the trainer completed"
-            result.failure = ("external_cancellation", reason)
-            self._request_stop("terminate", reason)
+            self._defer_signals()
+            result.failure = ("external_cancellation", INTERRUPTED_REASON)
+            self._request_stop("terminate", INTERRUPTED_REASON)
             self._await_exit(self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S, result)
-        except SoakError as exc:
+        except Exception as exc:
+            # The seed's rule: any failure of the monitor itself (not only our own errors: a
+            # broken adapter, a full disk) fails the soak as monitor_failure, with an artifact.
+            self._defer_signals()
             reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
             result.failure = ("monitor_failure", reason)
             self._request_stop("terminate", reason)
             self._await_exit(self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S, result)
+        # From here on the artifact comes first: a further Ctrl-C or SIGTERM is noted, not raised.
+        self._defer_signals()
         self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S)
         result.exit_record = self.run_dir.wait_exit(2.0)
         return result
@@ -390,6 +429,26 @@ class Supervisor:
                 result.sidecar_killed = self._kill_remembered(result.last_processes)
                 return
             time.sleep(0.05)
+
+    def _defer_signals(self) -> None:
+        """Note SIGINT/SIGTERM instead of raising them until run() returns (main thread only)."""
+        if self._saved_handlers is not None or threading.current_thread() is not threading.main_thread():
+            return
+
+        def note(signum: int, _frame: object) -> None:
+            name = signal.Signals(signum).name
+            self.late_signals.append(name)
+            print(f"soak-sidecar: {name} while concluding: writing the artifact first", file=sys.stderr)
+
+        self._saved_handlers = {
+            signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)
+        }
+
+    def _restore_signals(self) -> None:
+        saved, self._saved_handlers = self._saved_handlers, None
+        for signum, handler in (saved or {}).items():
+            if handler is not None:
+                signal.signal(signum, handler)
 
     def _request_stop(self, action: Literal["terminate", "kill"], reason: str) -> float:
         with contextlib.suppress(LauncherError):
@@ -418,8 +477,25 @@ class Supervisor:
             gpu=gpu,
             progress=self.ports.progress.sample(),
         )
-        self._recorder.add(sample)
+        self._recorder.add(sample, steady=self._steady(sample))
         return sample
+
+    def _steady(self, sample: Sample) -> bool:
+        """The trainer runs (not a zombie) and has made progress: growth is measured over these."""
+        if sample.progress.bytes_total <= 0:
+            return False
+        if self._trainer is None:
+            with contextlib.suppress(LauncherError):
+                self._trainer = self.run_dir.trainer()
+        trainer = self._trainer
+        if trainer is None:
+            return False
+        return any(
+            p.pid == trainer.pid
+            and (trainer.start_ticks is None or p.start_ticks in (None, trainer.start_ticks))
+            and p.state != psutil.STATUS_ZOMBIE
+            for p in sample.process.processes
+        )
 
     def _report(self, sample: Sample, progress_age: float | None) -> None:
         stream = self.ports.status_stream
@@ -462,12 +538,25 @@ class Supervisor:
         if mset.post_shutdown_grace_s:
             time.sleep(mset.post_shutdown_grace_s)
         launcher_pid = self._launcher.pid if self._launcher else None
-        residuals = [
-            p
-            for p in self.ports.sampler.still_alive(
-                [p for p in monitor.last_processes if p.pid != launcher_pid]
-            )
+        residuals = self.ports.sampler.still_alive(
+            [p for p in monitor.last_processes if p.pid != launcher_pid]
+        )
+        # The launcher (a subreaper) kills what outlives the trainer before it exits, so a leaked
+        # worker is rarely still alive here: what it had to kill after the trainer ended, or
+        # could not reap, is residual too (the seed's rule; stricter: no grace before TERM).
+        residual_pids = {p.pid for p in residuals}
+        if exit_record is not None:
+            residual_pids.update(k.pid for k in exit_record.survivors_killed)
+            residual_pids.update(exit_record.unreaped)
+        if launcher_pid is not None:
+            residual_pids.discard(launcher_pid)
+        alive_pids = {p.pid for p in residuals}
+        seen = {p.pid: p for p in monitor.last_processes}
+        reported = residuals + [
+            seen[pid] for pid in sorted(residual_pids - alive_pids) if pid in seen
         ]
+        # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
+        monitor.sidecar_killed.extend(self._kill_remembered(residuals))
         summary = self._evaluate_summary()
         recorder = self._recorder
         assert recorder is not None
@@ -477,9 +566,16 @@ class Supervisor:
             max_fd_growth=mset.max_fd_growth,
             max_gpu_growth_mib=self.settings.gpu.max_memory_growth_mib,
         )
+        # A trainer that died of the deadline's TERM (sent term_grace_s before the deadline) ended
+        # because of the deadline even if the deadline itself had not passed yet.
         deadline_expired = bool(exit_record and exit_record.deadline_expired) or (
-            self._deadline_clock is not None
-            and self._deadline_clock.expired(clock.wall(), clock.monotonic())
+            (
+                bool(exit_record and exit_record.reason == "deadline")
+                or (
+                    self._deadline_clock is not None
+                    and self._deadline_clock.expired(clock.wall(), clock.monotonic())
+                )
+            )
             and (exit_record is None or exit_record.returncode != 0)
         )
         decision = verdicts.decide(
@@ -487,16 +583,16 @@ class Supervisor:
             returncode=_trainer_returncode(exit_record),
             duration_s=duration,
             min_duration_s=mset.min_duration_s,
-            residuals=[str(p.pid) for p in residuals],
+            residuals=[str(pid) for pid in sorted(residual_pids)],
             leaks=leaks,
             summary=summary,
             deadline_expired=deadline_expired,
             gpu_fault=monitor.gpu_fault or recorder.summary.gpu_fault,
             upload_error=None,
         )
-        recorder.summary.residual_process_count = len(residuals)
+        recorder.summary.residual_process_count = len(residual_pids)
         recorder.summary.run_summary_figures = run_summary_figures(summary.data)
-        artifact = self._artifact(decision, summary, exit_record, residuals, duration)
+        artifact = self._artifact(decision, summary, exit_record, reported, duration)
         samples_path = self.artifact_dir / SAMPLES_FILE
         artifact.samples = recorder.series(SAMPLES_FILE, _sha256_file(samples_path))
         return self._deliver(artifact, decision, summary_evaluated=summary, monitor=monitor)

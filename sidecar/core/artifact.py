@@ -51,6 +51,8 @@ class SeriesPoint(_Model):
 
 
 class DeviceSummary(_Model):
+    """One GPU over the run; first/last used memory come from steady samples (see growth)."""
+
     uuid: str
     index: int
     name: str
@@ -77,8 +79,14 @@ class ResourceSummary(_Model):
     max_shared_memory_fd_count: int | None = None
     max_gpu_used_memory_mib: float | None = None
     max_progress_bytes: int | None = None
-    rss_growth_kib: int | None = Field(default=None, description="Last sample's RSS minus the first's.")
-    fd_growth: int | None = Field(default=None, description="Last sample's fd count minus the first's.")
+    rss_growth_kib: int | None = Field(
+        default=None,
+        description="RSS of the last steady sample minus the first's (steady: the trainer runs "
+        "and has made progress, so start-up and teardown are not growth).",
+    )
+    fd_growth: int | None = Field(
+        default=None, description="fd count of the last steady sample minus the first's."
+    )
     gpu_devices: list[DeviceSummary] = Field(default_factory=list)
     gpu_attribution: str | None = None
     gpu_fault: str | None = None
@@ -171,6 +179,11 @@ class SampleRecorder:
 
     The downsampled series doubles its stride whenever it fills up, so it stays evenly spaced
     over the whole run however long the run is.
+
+    Maxima cover every sample. Growth (RSS, fds, per-GPU memory) is measured between the first
+    and the last *steady* sample (``add(..., steady=True)``): the supervisor marks a sample
+    steady when the trainer is running and has made progress, so neither the trainer's start-up
+    (imports, model load) nor its teardown (a zombie holds no fds) reads as growth or hides it.
     """
 
     def __init__(self, write_line: Callable[[str], None] | None, series_points: int) -> None:
@@ -180,7 +193,7 @@ class SampleRecorder:
         self._series: list[SeriesPoint] = []
         self._count = 0
         self.summary = ResourceSummary()
-        self._first: Sample | None = None
+        self._first_steady: Sample | None = None
         self.last: Sample | None = None
         self._devices: dict[str, DeviceSummary] = {}
 
@@ -188,7 +201,7 @@ class SampleRecorder:
     def count(self) -> int:
         return self._count
 
-    def add(self, sample: Sample) -> None:
+    def add(self, sample: Sample, *, steady: bool = True) -> None:
         if self._write_line is not None:
             self._write_line(sample.model_dump_json())
         if self._count % self._stride == 0:
@@ -197,12 +210,12 @@ class SampleRecorder:
                 self._series = self._series[::2]
                 self._stride *= 2
         self._count += 1
-        if self._first is None:
-            self._first = sample
         self.last = sample
-        self._aggregate(sample)
+        if steady and self._first_steady is None:
+            self._first_steady = sample
+        self._aggregate(sample, steady=steady)
 
-    def _aggregate(self, sample: Sample) -> None:
+    def _aggregate(self, sample: Sample, *, steady: bool) -> None:
         s = self.summary
         proc: ProcessTreeSample = sample.process
         s.sample_count = self._count
@@ -215,12 +228,13 @@ class SampleRecorder:
             s.max_shared_memory_fd_count, proc.fd_classes_total.get("shared_memory", 0)
         )
         s.max_progress_bytes = _max(s.max_progress_bytes, sample.progress.bytes_total)
-        assert self._first is not None
-        s.rss_growth_kib = proc.rss_kib_total - self._first.process.rss_kib_total
-        s.fd_growth = proc.fd_count_total - self._first.process.fd_count_total
-        self._aggregate_gpu(sample.gpu)
+        if steady and self._first_steady is not None:
+            first = self._first_steady.process
+            s.rss_growth_kib = proc.rss_kib_total - first.rss_kib_total
+            s.fd_growth = proc.fd_count_total - first.fd_count_total
+        self._aggregate_gpu(sample.gpu, steady=steady)
 
-    def _aggregate_gpu(self, gpu: GpuSample) -> None:
+    def _aggregate_gpu(self, gpu: GpuSample, *, steady: bool) -> None:
         s = self.summary
         if not gpu.available:
             return
@@ -233,19 +247,15 @@ class SampleRecorder:
         for device in gpu.devices:
             summary = self._devices.get(device.uuid)
             if summary is None:
-                summary = DeviceSummary(
-                    uuid=device.uuid,
-                    index=device.index,
-                    name=device.name,
-                    first_used_mib=device.memory_used_mib,
-                )
+                summary = DeviceSummary(uuid=device.uuid, index=device.index, name=device.name)
                 self._devices[device.uuid] = summary
                 s.gpu_devices.append(summary)
             if device.memory_used_mib is not None:
-                summary.last_used_mib = device.memory_used_mib
                 summary.max_used_mib = _max(summary.max_used_mib, device.memory_used_mib)
-                if summary.first_used_mib is None:
-                    summary.first_used_mib = device.memory_used_mib
+                if steady:
+                    summary.last_used_mib = device.memory_used_mib
+                    if summary.first_used_mib is None:
+                        summary.first_used_mib = device.memory_used_mib
 
     def series(self, samples_file: str | None, samples_sha256: str | None) -> SeriesInfo:
         return SeriesInfo(

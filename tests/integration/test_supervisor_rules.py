@@ -1,0 +1,465 @@
+"""The seed's liveness rules, the deadline rules and cancellation, through the real Supervisor.
+
+Each test runs the real local-mode stack (launcher process, example trainer, /proc sampler,
+progress probe, file deadline store) with short intervals and asserts the verdict and the artifact
+written on disk. Every test would fail if the rule it names were removed from the product.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from sidecar.adapters.filestore import FileDeadlineStore, identity_from_settings
+from sidecar.adapters.nvml import NullGpuBackend
+from sidecar.adapters.procfs import PsutilProcessSampler
+from sidecar.adapters.progress import DirectoryProgressProbe
+from sidecar.core.deadline import create_or_resume
+from sidecar.core.identity import new_run_id
+from sidecar.ports import GpuBackend
+from sidecar.settings import Settings, load_settings
+from sidecar.supervisor import SAMPLES_FILE, Ports, RunResult, Supervisor
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+
+
+def trainer(progress: Path, *flags: str, steps: int = 4, step_s: float = 0.1) -> list[str]:
+    return [
+        PY,
+        "-m",
+        "sidecar.examples.trainer",
+        "--steps",
+        str(steps),
+        "--step-s",
+        str(step_s),
+        "--progress-dir",
+        str(progress),
+        *flags,
+    ]
+
+
+def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
+    """Fast settings with every directory inside ``tmp``; ``groups`` override per group."""
+    base: dict[str, dict[str, Any]] = {
+        "monitor": {
+            "sample_interval_s": 0.2,
+            "startup_timeout_s": 30.0,
+            "stale_progress_s": 30.0,
+            "post_shutdown_grace_s": 0.2,
+            "min_duration_s": 0.0,
+            "progress_dir": tmp / "progress",
+            "status_line": "off",
+        },
+        "deadline": {
+            "budget_s": 600.0,
+            "checkpoint_margin_s": 10.0,
+            "term_grace_s": 1.0,
+            "store_dir": tmp / "deadlines",
+        },
+        "launcher": {
+            "run_dir": tmp / "run",
+            "heartbeat_interval_s": 0.2,
+            "heartbeat_timeout_s": 60.0,
+            "kill_grace_s": 1.0,
+            "appear_timeout_s": 60.0,
+            "go_timeout_s": 120.0,
+        },
+        "artifact": {"output_dir": tmp / "out"},
+        "gpu": {"backend": "none"},
+    }
+    for group, values in groups.items():
+        base.setdefault(group, {}).update(values)
+    return load_settings(**base)
+
+
+def make_ports(settings: Settings) -> Ports:
+    def open_gpu(_env: Mapping[str, str] | None) -> GpuBackend:
+        return NullGpuBackend("no GPU in tests")
+
+    run_dir = settings.launcher.run_dir
+    return Ports(
+        sampler=PsutilProcessSampler(),
+        progress=DirectoryProgressProbe(
+            settings.monitor.progress_dir,
+            exclude=[run_dir / "console.log", run_dir / "console.log.1"],
+        ),
+        open_gpu=open_gpu,
+        store=FileDeadlineStore(settings.deadline.store_dir),
+        status_stream=None,
+    )
+
+
+def supervise(
+    settings: Settings, command: list[str], *, run_id: str | None = None
+) -> tuple[RunResult, dict[str, Any]]:
+    result = Supervisor(
+        settings,
+        make_ports(settings),
+        mode="local",
+        run_id=run_id or new_run_id(),
+        command=command,
+    ).run()
+    assert result.artifact_path is not None
+    artifact = json.loads(result.artifact_path.read_text(encoding="utf-8"))
+    return result, artifact
+
+
+def assert_verdict(
+    result: RunResult,
+    artifact: dict[str, Any],
+    *,
+    classification: str | None,
+    exit_code: int,
+) -> None:
+    status = "passed" if classification is None else "failed"
+    assert result.verdict.status == status, result.verdict
+    assert result.verdict.classification == classification, result.verdict
+    assert result.exit_code == exit_code, result.verdict
+    assert artifact["status"] == status
+    assert artifact["failure_classification"] == classification
+    assert artifact["exit_code"] == exit_code
+    assert artifact["failure_reason"] == result.verdict.reason
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+# ---------------------------------------------------------------------- passing run and samples
+
+
+def test_passing_run_and_samples_file(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", steps=6))
+    assert_verdict(result, artifact, classification=None, exit_code=0)
+    assert artifact["failure_reason"] is None
+    assert artifact["returncode"] == 0
+    assert artifact["run_summary"]["status"] == "completed"
+    assert artifact["post_shutdown"]["residual_processes"] == []
+    assert artifact["post_shutdown"]["launcher_exit"]["reason"] == "exited"
+    assert artifact["deadline"]["resumed"] is False
+    assert artifact["resource_summary"]["run_summary_figures"]["max_in_flight"] == 4
+
+    # samples.jsonl.gz holds one JSON line per sample, and the artifact counts them all
+    samples_path = result.artifact_path.parent / SAMPLES_FILE  # type: ignore[union-attr]
+    with gzip.open(samples_path, "rt", encoding="utf-8") as stream:
+        lines = stream.read().splitlines()
+    assert len(lines) >= 2
+    parsed = [json.loads(line) for line in lines]
+    assert [p["elapsed_s"] for p in parsed] == sorted(p["elapsed_s"] for p in parsed)
+    assert artifact["samples"]["count"] == len(lines)
+    assert artifact["monitor"]["sample_count"] == len(lines)
+    assert artifact["resource_summary"]["sample_count"] == len(lines)
+    assert artifact["samples"]["samples_file"] == SAMPLES_FILE
+    assert artifact["samples"]["samples_sha256"] == hashlib.sha256(samples_path.read_bytes()).hexdigest()
+    assert len(artifact["samples"]["downsampled"]) == len(lines)  # below capacity: stride 1
+
+
+# ---------------------------------------------------------------------- liveness rules
+
+
+def test_startup_timeout(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, monitor={"startup_timeout_s": 1.5})
+    sleeper = [PY, "-c", "import time; time.sleep(60)"]
+    result, artifact = supervise(settings, sleeper)
+    assert_verdict(result, artifact, classification="timeout/startup", exit_code=12)
+    reason = result.verdict.reason or ""
+    assert reason.startswith("training produced no progress artifact within 1.5s")
+    assert "trainer did not write run_summary.json" in reason
+    # the sidecar asked the launcher to stop the trainer: it did not run its 60 s
+    assert artifact["duration_s"] < 50
+    assert artifact["post_shutdown"]["launcher_exit"]["term_sent"] is True
+
+
+def test_stale_progress(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, monitor={"stale_progress_s": 1.5})
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--hang", steps=2))
+    assert_verdict(result, artifact, classification="timeout/stale_tick", exit_code=12)
+    assert (result.verdict.reason or "").startswith("training progress did not change for ")
+    assert artifact["duration_s"] < 50
+
+
+def test_min_duration(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, monitor={"min_duration_s": 3600.0})
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", steps=2))
+    assert result.verdict.status == "failed"
+    assert result.verdict.reason == "soak completed before min_duration_seconds=3600.0"
+    assert artifact["failure_reason"] == result.verdict.reason
+    assert artifact["returncode"] == 0
+    assert result.exit_code != 0
+    assert artifact["exit_code"] == result.exit_code
+
+
+def test_nonzero_returncode(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--crash", steps=4))
+    # the trainer's valid abnormal classification replaces the generic kind (seed rule)
+    assert_verdict(result, artifact, classification="learner_failure", exit_code=10)
+    assert (result.verdict.reason or "").startswith("trainer exited with returncode 3")
+    assert artifact["returncode"] == 3
+
+
+def test_missing_run_summary(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--no-summary"))
+    assert_verdict(result, artifact, classification="missing_run_summary", exit_code=11)
+    assert result.verdict.reason == "trainer did not write run_summary.json"
+
+
+def test_invalid_run_summary(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--bad-summary"))
+    assert result.verdict.status == "failed"
+    assert result.exit_code == 11
+    assert result.verdict.classification == "schema_violation"
+    assert "occupancy" in (result.verdict.reason or "")
+    assert artifact["run_summary"]["runtime_manifest"]["replay_ingress"]["occupancy"] == 1
+
+
+def test_residual_orphan_fails_the_soak(tmp_path: Path) -> None:
+    """Residual rule, end to end: the trainer leaves a setsid()'d worker that ignores SIGTERM.
+
+    Here the launcher is a child subreaper, so the orphan is adopted and killed by the launcher
+    after the trainer exits (exit.json ``survivors_killed``): nothing can stay alive for the
+    sidecar's own ``still_alive`` check. The seed's rule (a process of the tree that outlives the
+    trainer fails the soak) must still hold, so the survivors the launcher had to kill count as
+    residuals (stricter than the seed, which waited post_shutdown_grace before looking).
+    """
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--spawn-orphan", steps=3))
+    assert_verdict(result, artifact, classification="resource_leak", exit_code=13)
+    killed = artifact["post_shutdown"]["launcher_exit"]["survivors_killed"]
+    assert killed, artifact["post_shutdown"]
+    pids = ", ".join(str(item["pid"]) for item in killed)
+    assert (result.verdict.reason or "").startswith(f"residual child processes after shutdown: {pids}")
+    assert artifact["resource_summary"]["residual_process_count"] == len(killed)
+    assert all(gone(item["pid"]) for item in killed)
+
+
+def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
+    """Residual rule at the sidecar level: a real process the launcher can no longer kill.
+
+    The launcher is SIGKILLed mid-run (it cannot clean up), so the trainer survives outside any
+    subreaper. The sidecar's ``still_alive`` check over the last sampled tree must find it
+    (PID-reuse-safe), record it in the artifact, and then kill it: nothing may outlive the run.
+    The verdict is the earlier monitor failure (the seed adds the residual reason only when
+    nothing failed yet), so the residual shows in ``post_shutdown`` and the resource summary.
+    """
+    settings = make_settings(tmp_path)
+    run_dir = tmp_path / "run"
+    seen: dict[str, int] = {}
+
+    def kill_launcher() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            launcher = read_json(run_dir / "launcher.json")
+            started = read_json(run_dir / "trainer.json")
+            progress = tmp_path / "progress" / "progress.jsonl"
+            if launcher and started and progress.exists():
+                seen["trainer"] = int(started["pid"])
+                time.sleep(0.6)  # let the sidecar sample the trainer
+                os.kill(int(launcher["pid"]), signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    # A silent trainer: one that prints would die of SIGPIPE once its reader, the launcher, is gone.
+    progress_file = tmp_path / "progress" / "progress.jsonl"
+    silent = [
+        PY,
+        "-c",
+        f"import pathlib, time\np = pathlib.Path({str(progress_file)!r})\n"
+        "for _ in range(600):\n    with p.open('a') as f:\n        f.write('x\\n')\n"
+        "    time.sleep(0.1)\n",
+    ]
+    killer = threading.Thread(target=kill_launcher, daemon=True)
+    killer.start()
+    try:
+        result, artifact = supervise(settings, silent)
+    finally:
+        killer.join(timeout=70)
+        pid = seen.get("trainer")
+        if pid is not None and not gone(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert "trainer" in seen
+    assert_verdict(result, artifact, classification="monitor_failure", exit_code=70)
+    assert "launcher exited without writing exit.json" in (result.verdict.reason or "")
+    residual_pids = [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]]
+    assert seen["trainer"] in residual_pids
+    assert artifact["resource_summary"]["residual_process_count"] == len(residual_pids)
+    wait_for(lambda: gone(seen["trainer"]), timeout=10)
+
+
+# ---------------------------------------------------------------------- leaks
+
+
+def test_fd_leak_is_resource_leak(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, monitor={"max_fd_growth": 50})
+    result, artifact = supervise(
+        settings, trainer(tmp_path / "progress", "--leak-fds", "50", steps=6, step_s=0.2)
+    )
+    assert_verdict(result, artifact, classification="resource_leak", exit_code=13)
+    assert "process tree fd count grew by" in (result.verdict.reason or "")
+    assert artifact["resource_summary"]["fd_growth"] > 50
+
+
+def test_growth_is_measured_from_the_running_trainer(tmp_path: Path) -> None:
+    """A healthy trainer's own baseline fds are not a leak: growth starts once it runs.
+
+    The first sample is usually taken before the launcher has started the trainer; measuring
+    growth from it would count the whole trainer as growth.
+    """
+    settings = make_settings(tmp_path, monitor={"max_fd_growth": 3})
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", steps=8, step_s=0.15))
+    assert_verdict(result, artifact, classification=None, exit_code=0)
+    assert artifact["resource_summary"]["fd_growth"] <= 3
+
+
+# ---------------------------------------------------------------------- deadline
+
+
+def test_deadline_exhausted(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path,
+        deadline={"budget_s": 4.0, "checkpoint_margin_s": 1.0, "term_grace_s": 0.5},
+        monitor={"stale_progress_s": 120.0},
+    )
+    # --hang with few steps: the trainer sits in a loop that ignores the soft stop
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--hang", steps=2))
+    assert_verdict(result, artifact, classification="deadline_exhausted", exit_code=14)
+    assert (result.verdict.reason or "").startswith(
+        "the total-job deadline expired before the trainer finished"
+    )
+    assert artifact["deadline"]["expired"] is True
+    assert artifact["deadline"]["soft_stop_sent"] is True
+    assert artifact["deadline"]["term_sent"] is True
+
+
+def test_insufficient_budget_at_start(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path, deadline={"budget_s": 10.0, "checkpoint_margin_s": 3.0, "resume": True}
+    )
+    command = trainer(tmp_path / "progress", steps=2)
+    run_id = new_run_id()
+    store = FileDeadlineStore(settings.deadline.store_dir)
+    identity = identity_from_settings(
+        settings.deadline, run_id=run_id, command=command, deadline_store=store.location
+    )
+    # the original attempt started 8.5 s ago: 1.5 s of the 10 s budget left, below the margin
+    record = create_or_resume(
+        store, identity, now_wall=time.time() - 8.5, resume_required=False, max_budget_s=100.0
+    )
+    result, artifact = supervise(settings, command, run_id=run_id)
+    assert_verdict(result, artifact, classification="insufficient_budget", exit_code=18)
+    assert "insufficient original budget" in (result.verdict.reason or "")
+    abort = read_json(tmp_path / "run" / "abort.json")
+    assert abort is not None and abort["exit_code"] == 18
+    assert not (tmp_path / "run" / "trainer.json").exists()
+    assert artifact["returncode"] is None
+    # never extended
+    stored = store.load(run_id)
+    assert stored is not None and json.loads(stored)["deadline_unix"] == record.deadline_unix
+
+
+def test_resume_with_changed_command_is_refused(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    run_id = new_run_id()
+    first, _ = supervise(settings, trainer(tmp_path / "progress", steps=2), run_id=run_id)
+    assert first.exit_code == 0
+    resumed = make_settings(tmp_path, deadline={"resume": True})
+    result, artifact = supervise(resumed, trainer(tmp_path / "progress", steps=3), run_id=run_id)
+    assert_verdict(result, artifact, classification="refused", exit_code=15)
+    abort = read_json(tmp_path / "run" / "abort.json")
+    assert abort is not None and abort["exit_code"] == 15
+    assert not (tmp_path / "run" / "trainer.json").exists()
+
+
+# ---------------------------------------------------------------------- external cancellation
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_external_cancellation_via_cli(tmp_path: Path, signum: signal.Signals) -> None:
+    env = {**os.environ, "SOAK_LAUNCHER__KILL_GRACE_S": "1", "PYTHONUNBUFFERED": "1"}
+    argv = [
+        PY,
+        "-m",
+        "sidecar.cli",
+        "run",
+        "--local",
+        "--output",
+        str(tmp_path / "out"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--progress-dir",
+        str(tmp_path / "progress"),
+        "--deadline-dir",
+        str(tmp_path / "deadlines"),
+        "--sample-interval",
+        "0.2",
+        "--post-shutdown-grace",
+        "0.2",
+        "--gpu-backend",
+        "none",
+        "--status",
+        "off",
+        "--",
+        *trainer(tmp_path / "progress", steps=600, step_s=0.1),
+    ]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    trainer_pid: int | None = None
+    try:
+        wait_for((tmp_path / "progress" / "progress.jsonl").exists, timeout=60)
+        started = read_json(tmp_path / "run" / "trainer.json")
+        assert started is not None
+        trainer_pid = int(started["pid"])
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    stderr = err.decode()
+    assert proc.returncode == 17, stderr
+    artifacts = list((tmp_path / "out" / "runs").glob("*/attempt-1/artifact.json"))
+    assert len(artifacts) == 1, stderr
+    artifact = json.loads(artifacts[0].read_text(encoding="utf-8"))
+    assert artifact["failure_classification"] == "external_cancellation"
+    assert artifact["exit_code"] == 17
+    assert (artifact["failure_reason"] or "").startswith(
+        "soak was interrupted before the trainer completed"
+    )
+    assert "FAILED [external_cancellation]" in stderr
+    assert trainer_pid is not None
+    wait_for(lambda: gone(trainer_pid), timeout=10)

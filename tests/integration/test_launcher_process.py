@@ -1,0 +1,442 @@
+"""The launcher with real processes and signals, driven through the run dir like the sidecar does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sidecar import launcher as proto
+from sidecar.adapters.rundir import ExitRecord, Heartbeat, RunDir, launcher_path
+from tests.fixtures.processes import reap_tree
+
+pytestmark = pytest.mark.integration
+
+# A trainer that logs the signals it gets; options: ignore-term, child (a TERM-ignoring child).
+SIGNAL_TRAINER = """
+import os, signal, subprocess, sys, time
+log, opts = sys.argv[1], sys.argv[2:]
+def record(signum, frame):
+    with open(log, "a") as fh:
+        fh.write(f"{signal.Signals(signum).name} {time.time()!r}\\n")
+for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT):
+    signal.signal(s, record)
+if "ignore-term" in opts:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if "child" in opts:
+    child = subprocess.Popen([sys.executable, "-c",
+        "import signal, time\\n"
+        "for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2):\\n"
+        "    signal.signal(s, signal.SIG_IGN)\\n"
+        "time.sleep(600)"])
+    with open(log + ".child", "w") as fh:
+        fh.write(str(child.pid))
+with open(log + ".ready", "w") as fh:
+    fh.write(str(os.getpid()))
+while True:
+    time.sleep(0.05)
+"""
+
+# The sidecar stand-in for the heartbeat test: announces, beats, gives go, then sleeps.
+HEARTBEAT_DRIVER = """
+import sys, time
+from pathlib import Path
+from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
+run_dir, hb_timeout, mode, trainer = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+rd = RunDir(run_dir)
+if mode == "owner":
+    proc = spawn_local_launcher(run_dir, trainer)
+rd.wait_for_launcher(30)
+with Heartbeat(rd, 0.2):
+    rd.give_go(deadline_unix=time.time() + 300, checkpoint_margin_s=10, term_grace_s=5,
+               heartbeat_timeout_s=hb_timeout, kill_grace_s=1, console_log_bytes=1 << 20)
+    time.sleep(600)
+"""
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    end = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen[bytes]
+    rd: RunDir
+    stdout: Path
+
+    def go(
+        self,
+        *,
+        deadline_in: float = 120.0,
+        margin: float = 10.0,
+        term_grace: float = 5.0,
+        hb_timeout: float = 120.0,
+        kill_grace: float = 1.0,
+        cap: int = 1 << 20,
+        soft_stop_signal: str = "SIGUSR1",
+    ) -> float:
+        self.rd.wait_for_launcher(30, alive=lambda: self.proc.poll() is None)
+        deadline = time.time() + deadline_in
+        self.rd.give_go(
+            deadline_unix=deadline,
+            checkpoint_margin_s=margin,
+            term_grace_s=term_grace,
+            heartbeat_timeout_s=hb_timeout,
+            kill_grace_s=kill_grace,
+            console_log_bytes=cap,
+            soft_stop_signal=soft_stop_signal,
+            run_id="6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f",
+        )
+        return deadline
+
+    def finish(self, timeout_s: float = 30.0) -> ExitRecord:
+        rc = self.proc.wait(timeout=timeout_s)
+        record = self.rd.read_exit()
+        assert record is not None
+        assert record.exit_code == rc
+        return record
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def _launch(command: list[str], *flags: str) -> Run:
+        rd = RunDir(tmp_path / "run")
+        rd.reset()
+        stdout = tmp_path / "launcher.stdout"
+        with stdout.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command],
+                stdout=out,
+                start_new_session=True,
+            )
+        started.append(proc)
+        return Run(proc, rd, stdout)
+
+    yield _launch
+    for proc in started:
+        reap_tree(proc)
+
+
+def signal_trainer(tmp_path: Path, *opts: str) -> tuple[list[str], Path]:
+    script = tmp_path / "signal_trainer.py"
+    script.write_text(SIGNAL_TRAINER)
+    log = tmp_path / "signals.log"
+    return [sys.executable, str(script), str(log), *opts], log
+
+
+def received(log: Path) -> list[str]:
+    return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = signal_trainer(tmp_path, "ignore-term", "child")
+    run = launch(command)
+    deadline = run.go(deadline_in=4.0, margin=2.0, term_grace=1.0)
+    ready = Path(str(log) + ".ready")
+    wait_for(ready.exists)
+    trainer_pid = int(ready.read_text())
+    child_pid = int(Path(str(log) + ".child").read_text())
+    record = run.finish()
+
+    soft = run.rd.soft_stop_record()
+    assert soft is not None and soft.reason == "checkpoint_margin"
+    assert soft.sent_unix >= deadline - 2.0 - 0.05
+    usr1 = [float(line.split()[1]) for line in log.read_text().splitlines() if "SIGUSR1" in line]
+    assert len(usr1) == 1, "soft-stop signal is sent exactly once"
+    assert deadline - 2.0 - 0.05 <= usr1[0] < deadline
+    assert record.reason == "deadline" and record.deadline_expired
+    assert record.soft_stop_sent and record.term_sent and record.kill_sent
+    assert record.signal == signal.SIGKILL and record.exit_code == 128 + signal.SIGKILL
+    assert record.ended_unix is not None and record.ended_unix >= deadline - 0.05
+    assert child_pid in {p.pid for p in record.killed_with_trainer}
+    assert gone(trainer_pid) and gone(child_pid)
+    assert record.unreaped == ()
+
+
+def test_signals_are_forwarded_and_signalled_exit_is_128_plus_signal(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = signal_trainer(tmp_path)
+    run = launch(command)
+    run.go()
+    wait_for(Path(str(log) + ".ready").exists)
+    for signum in (signal.SIGUSR2, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
+        run.proc.send_signal(signum)
+        wait_for(lambda s=signum: signal.Signals(s).name in received(log))  # type: ignore[misc]
+    run.proc.send_signal(signal.SIGTERM)
+    record = run.finish()
+    assert received(log) == ["SIGUSR2", "SIGHUP", "SIGINT", "SIGUSR1"]
+    assert record.reason == "exited"
+    assert record.signal == signal.SIGTERM and record.returncode is None
+    assert record.exit_code == 128 + signal.SIGTERM
+    assert list(record.signals_forwarded) == ["SIGUSR2", "SIGHUP", "SIGINT", "SIGUSR1", "SIGTERM"]
+
+
+def test_exit_code_passes_through_and_group_survivors_are_killed(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    marker = tmp_path / "leftover.pid"
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen(['sleep', '3600'])\n"
+        f"open({str(marker)!r}, 'w').write(str(p.pid))\n"
+        "sys.exit(3)\n"
+    )
+    run = launch([sys.executable, "-c", script])
+    run.go(kill_grace=2.0)
+    record = run.finish()
+    assert record.exit_code == 3 and record.returncode == 3 and record.reason == "exited"
+    leftover = int(marker.read_text())
+    assert [(p.pid, p.command) for p in record.survivors_killed] == [(leftover, "sleep 3600")]
+    assert not record.kill_sent, "sleep dies on TERM: no KILL needed"
+    assert gone(leftover)
+
+
+def test_control_soft_stop_then_terminate_escalates_to_kill(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = signal_trainer(tmp_path, "ignore-term")
+    run = launch(command)
+    run.go(kill_grace=0.5, soft_stop_signal="SIGUSR2")
+    wait_for(Path(str(log) + ".ready").exists)
+    run.rd.request("soft_stop", "operator asked")
+    wait_for(lambda: "SIGUSR2" in received(log))
+    soft = run.rd.soft_stop_record()
+    assert soft is not None and soft.reason == "control: operator asked"
+    run.rd.request("terminate", "stale progress")
+    record = run.finish()
+    assert record.reason == "control"
+    assert [(c.seq, c.action) for c in record.control] == [(1, "soft_stop"), (2, "terminate")]
+    assert record.term_sent and record.kill_sent
+    assert record.exit_code == 128 + signal.SIGKILL
+    assert received(log) == ["SIGUSR2"]
+
+
+def test_control_kill_and_stale_requests_ignored(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = signal_trainer(tmp_path)
+    run = launch(command)
+    run.go()
+    wait_for(Path(str(log) + ".ready").exists)
+    # A request for another launcher (stale file of an earlier run) must not act.
+    proto.atomic_write_json(
+        str(run.rd.file(proto.CONTROL_FILE)),
+        {"protocol": 1, "launch_id": "someone-else", "seq": 99, "action": "kill", "reason": "x"},
+    )
+    time.sleep(1.0)
+    assert run.proc.poll() is None
+    run.rd.request("kill", "verdict already known")
+    record = run.finish()
+    assert record.reason == "control" and record.kill_sent and not record.term_sent
+    assert record.signal == signal.SIGKILL
+
+
+def test_console_log_is_bounded_and_output_teed(launch: Callable[..., Run], tmp_path: Path) -> None:
+    lines = 20000
+    script = (
+        "import sys\n"
+        f"for i in range({lines}):\n"
+        "    sys.stdout.write(f'line {i:06d} ' + 'x' * 20 + '\\n')\n"
+        "sys.stderr.write('to stderr\\n')\n"
+    )
+    run = launch([sys.executable, "-c", script])
+    cap = 64 * 1024
+    run.go(cap=cap)
+    record = run.finish()
+    assert record.exit_code == 0
+    teed = run.stdout.read_bytes()
+    assert teed.count(b"\n") == lines + 1 and teed.endswith(b"to stderr\n")
+    logs = run.rd.console_logs()
+    assert [p.name for p in logs] == ["console.log.1", "console.log"]
+    kept = b"".join(p.read_bytes() for p in logs)
+    assert len(kept) <= cap
+    assert len(kept) >= cap // 2
+    assert teed.endswith(kept), "the log holds the most recent output, contiguous"
+
+
+def test_abort_before_and_after_announce(launch: Callable[..., Run], tmp_path: Path) -> None:
+    run = launch(["true"])
+    run.rd.wait_for_launcher(30)
+    run.rd.abort("approval missing", 15)
+    record = run.finish()
+    assert record.reason == "aborted" and record.exit_code == 15 and not record.trainer_started
+    assert run.rd.trainer() is None
+
+    # Unbound abort written before any launcher exists applies to the next one.
+    rd = RunDir(tmp_path / "run2")
+    rd.reset()
+    rd.abort("identity mismatch", 21)
+    proc = subprocess.Popen(
+        [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", "true"],
+        start_new_session=True,
+    )
+    try:
+        assert proc.wait(timeout=30) == 21
+    finally:
+        reap_tree(proc)
+    late = rd.read_exit()
+    assert late is not None and late.reason == "aborted"
+
+
+def test_go_timeout_ignores_a_stale_go(launch: Callable[..., Run], tmp_path: Path) -> None:
+    run = launch(["true"], "--go-timeout", "1.0")
+    run.rd.wait_for_launcher(30)
+    proto.atomic_write_json(
+        str(run.rd.file(proto.GO_FILE)),
+        {
+            "protocol": 1,
+            "launch_id": "an-earlier-launcher",
+            "deadline_unix": time.time() + 100,
+            "checkpoint_margin_s": 1,
+            "term_grace_s": 1,
+            "heartbeat_timeout_s": 10,
+        },
+    )
+    record = run.finish()
+    assert record.reason == "go_timeout" and record.exit_code == proto.EXIT_GO_TIMEOUT
+    assert not record.trainer_started
+
+
+def test_refuses_inside_the_margin_and_reports_spawn_failure(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    run = launch(["true"])
+    run.go(deadline_in=5.0, margin=10.0)
+    record = run.finish()
+    assert record.reason == "insufficient_budget"
+    assert record.exit_code == proto.EXIT_INSUFFICIENT_BUDGET and not record.trainer_started
+
+    run = launch([str(tmp_path / "no-such-trainer")])
+    run.go()
+    record = run.finish()
+    assert record.reason == "spawn_failed" and record.exit_code == proto.EXIT_NOT_FOUND
+
+
+def test_trainer_environment_and_records(launch: Callable[..., Run], tmp_path: Path) -> None:
+    script = (
+        "import json, os\n"
+        "keys = ['SOAK_DEADLINE_FILE', 'SOAK_SOFT_STOP_FILE', 'SOAK_RUN_DIR', 'SOAK_DEADLINE_UNIX',"
+        " 'SOAK_RUN_ID', 'SOAK_SOFT_STOP_SIGNAL']\n"
+        "env = {k: os.environ.get(k) for k in keys}\n"
+        "env['copy'] = json.load(open(os.environ['SOAK_DEADLINE_FILE']))\n"
+        "print(json.dumps(env))\n"
+    )
+    run = launch([sys.executable, "-c", script])
+    deadline = run.go()
+    record = run.finish()
+    assert record.exit_code == 0
+    import json
+
+    env = json.loads(run.stdout.read_text())
+    assert env["SOAK_DEADLINE_FILE"] == str(run.rd.file(proto.DEADLINE_COPY_FILE))
+    assert env["SOAK_SOFT_STOP_FILE"] == str(run.rd.file(proto.SOFT_STOP_FILE))
+    assert env["SOAK_RUN_DIR"] == str(run.rd.path)
+    assert float(env["SOAK_DEADLINE_UNIX"]) == deadline
+    assert env["SOAK_RUN_ID"] == "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+    assert env["SOAK_SOFT_STOP_SIGNAL"] == "SIGUSR1"
+    assert env["copy"]["deadline_unix"] == deadline
+    assert env["copy"]["soft_stop_unix"] == deadline - 10.0
+    info = run.rd.launcher()
+    trainer = run.rd.trainer()
+    assert info is not None and info.subreaper and info.pid == run.proc.pid
+    assert trainer is not None and trainer.pid == trainer.pgid == record.trainer_pid
+
+
+@pytest.mark.parametrize("mode", ["heartbeat", "owner"])
+def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None:
+    """SIGKILL the sidecar stand-in: heartbeat staleness (or owner loss) kills the trainer."""
+    command, log = signal_trainer(tmp_path, "ignore-term", "child")
+    run_dir = tmp_path / "run"
+    rd = RunDir(run_dir)
+    rd.reset()
+    driver_py = tmp_path / "driver.py"
+    driver_py.write_text(HEARTBEAT_DRIVER)
+    hb_timeout = 2.0 if mode == "heartbeat" else 120.0
+    driver = subprocess.Popen(
+        [sys.executable, str(driver_py), str(run_dir), str(hb_timeout), mode, *command],
+        start_new_session=True,
+    )
+    launcher_proc: subprocess.Popen[bytes] | None = None
+    if mode == "heartbeat":
+        launcher_proc = subprocess.Popen(
+            [sys.executable, str(launcher_path()), "--run-dir", str(run_dir), "--", *command],
+            start_new_session=True,
+        )
+    launcher_pid: int | None = None
+    try:
+        ready = Path(str(log) + ".ready")
+        wait_for(ready.exists)
+        trainer_pid = int(ready.read_text())
+        child_pid = int(Path(str(log) + ".child").read_text())
+        info = rd.wait_for_launcher(5)
+        launcher_pid = info.pid
+        time.sleep(0.5)  # a few beats
+        killed_at = time.time()
+        driver.kill()
+        driver.wait(timeout=10)
+        record = rd.wait_exit(30)
+        assert record is not None
+        if mode == "heartbeat":
+            assert record.reason == "heartbeat_lost" and record.heartbeat_lost
+            assert launcher_proc is not None and launcher_proc.wait(timeout=10) == 125
+            # Last beat was at most one interval (0.2 s) before the kill.
+            assert record.ended_unix is not None
+            assert hb_timeout - 0.3 <= record.ended_unix - killed_at <= hb_timeout + 2.0
+        else:
+            assert record.reason == "owner_lost" and record.owner_lost
+            assert record.ended_unix is not None and record.ended_unix - killed_at < 2.0
+        assert record.exit_code == proto.EXIT_SUPERVISOR_LOST and record.kill_sent
+        wait_for(lambda: gone(trainer_pid) and gone(child_pid), 10)
+    finally:
+        reap_tree(driver)
+        if launcher_proc is not None:
+            reap_tree(launcher_proc)
+        elif launcher_pid is not None:
+            with_children = [launcher_pid]
+            try:
+                with_children += [c.pid for c in psutil.Process(launcher_pid).children(True)]
+            except psutil.NoSuchProcess:
+                pass
+            for pid in with_children:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+
+def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path: Path) -> None:
+    command, log = signal_trainer(tmp_path)
+    run = launch(command)
+    run.rd.wait_for_launcher(30)
+    with Heartbeat(run.rd, 0.2) as beat:
+        run.go(hb_timeout=1.0)
+        wait_for(Path(str(log) + ".ready").exists)
+        time.sleep(2.5)
+        assert run.proc.poll() is None, "beating sidecar: trainer must survive 2.5x the timeout"
+        assert beat.beats >= 5 and beat.last_error is None
+    record = run.finish(timeout_s=15)
+    assert record.reason == "heartbeat_lost"

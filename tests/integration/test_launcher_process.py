@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -349,8 +351,6 @@ def test_trainer_environment_and_records(launch: Callable[..., Run], tmp_path: P
     deadline = run.go()
     record = run.finish()
     assert record.exit_code == 0
-    import json
-
     env = json.loads(run.stdout.read_text())
     assert env["SOAK_DEADLINE_FILE"] == str(run.rd.file(proto.DEADLINE_COPY_FILE))
     assert env["SOAK_SOFT_STOP_FILE"] == str(run.rd.file(proto.SOFT_STOP_FILE))
@@ -416,16 +416,12 @@ def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None
         if launcher_proc is not None:
             reap_tree(launcher_proc)
         elif launcher_pid is not None:
-            with_children = [launcher_pid]
-            try:
-                with_children += [c.pid for c in psutil.Process(launcher_pid).children(True)]
-            except psutil.NoSuchProcess:
-                pass
-            for pid in with_children:
-                try:
+            family = [launcher_pid]
+            with contextlib.suppress(psutil.NoSuchProcess):
+                family += [c.pid for c in psutil.Process(launcher_pid).children(True)]
+            for pid in family:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path: Path) -> None:

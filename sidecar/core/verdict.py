@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal, get_args
 
-from sidecar.core.exitcodes import ExitCode
+from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 from sidecar.core.run_summary import SummaryOutcome
 
 MonitorKind = Literal[
@@ -77,6 +77,22 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
 ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
 
 DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
+
+
+def exit_code_table_markdown() -> str:
+    """The README's exit-code table, generated from the two tables so it cannot drift."""
+    rows = [
+        "| exit code | name | retryable | classifications | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for code in ExitCode:
+        names = [name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code]
+        shown = ", ".join(f"`{name}`" for name in names) or "-"
+        rows.append(
+            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | {shown} "
+            f"| {EXIT_CODE_DESCRIPTIONS[code]} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def exit_code_for(classification: str | None) -> ExitCode:

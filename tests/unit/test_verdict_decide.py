@@ -28,6 +28,7 @@ from sidecar.core.verdict import (
     Verdict,
     decide,
     exit_code_for,
+    exit_code_table_markdown,
     refused,
 )
 
@@ -68,9 +69,7 @@ def run(**overrides: Any) -> Verdict:
 
 
 def test_clean_run_passes() -> None:
-    assert run() == Verdict(
-        status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED
-    )
+    assert run() == Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
 
 
 # (case, overrides, classification, reason)
@@ -159,8 +158,7 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
             "summary": MISSING,
         },
         "timeout/startup",
-        "training produced no progress artifact within 600.0s; "
-        "trainer did not write run_summary.json",
+        "training produced no progress artifact within 600.0s; trainer did not write run_summary.json",
     ),
     (
         "abnormal summary alone",
@@ -212,12 +210,8 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "overrides", "classification", "reason"), CASES, ids=[c[0] for c in CASES]
-)
-def test_seed_precedence(
-    case: str, overrides: dict[str, Any], classification: str, reason: str
-) -> None:
+@pytest.mark.parametrize(("case", "overrides", "classification", "reason"), CASES, ids=[c[0] for c in CASES])
+def test_seed_precedence(case: str, overrides: dict[str, Any], classification: str, reason: str) -> None:
     verdict = run(**overrides)
     assert verdict.status == "failed"
     assert verdict.classification == classification
@@ -233,17 +227,14 @@ def test_summary_kind_fills_an_empty_slot_after_a_kindless_failure() -> None:
     assert verdict.classification == "schema_violation"
     assert verdict.exit_code == ExitCode.CONTRACT_VIOLATION
     assert verdict.reason == (
-        "trainer exited with returncode 1; "
-        "replay_ingress early_returns and dropped_batches disagree: 0 != 1"
+        "trainer exited with returncode 1; replay_ingress early_returns and dropped_batches disagree: 0 != 1"
     )
 
 
 def test_invalid_abnormal_shutdown_keeps_the_monitor_kind() -> None:
     broken = copy.deepcopy(ABNORMAL)
     broken["runtime_manifest"]["shutdown"]["owner"] = ""
-    verdict = run(
-        monitor_failure=("timeout/stale_tick", "stale"), returncode=-15, summary=outcome_of(broken)
-    )
+    verdict = run(monitor_failure=("timeout/stale_tick", "stale"), returncode=-15, summary=outcome_of(broken))
     assert verdict.classification == "timeout/stale_tick"
     assert verdict.reason == "stale; shutdown has invalid owner ''"
 
@@ -279,9 +270,7 @@ def test_upload_failure_only_fails_a_passing_soak() -> None:
     assert verdict.status == "failed"
     assert verdict.classification == "evidence_lost"
     assert verdict.exit_code == ExitCode.EVIDENCE_LOST
-    assert (
-        verdict.reason == "soak passed but its artifact was not uploaded: PutObject: 503 SlowDown"
-    )
+    assert verdict.reason == "soak passed but its artifact was not uploaded: PutObject: 503 SlowDown"
     assert verdict.evidence_error == "PutObject: 503 SlowDown"
 
     failed = run(returncode=1, upload_error="denied")
@@ -371,8 +360,7 @@ SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcom
 
 @settings(max_examples=500, deadline=None)
 @given(
-    monitor=st.none()
-    | st.tuples(st.sampled_from(get_args(MonitorKind)), st.text(min_size=1, max_size=20)),
+    monitor=st.none() | st.tuples(st.sampled_from(get_args(MonitorKind)), st.text(min_size=1, max_size=20)),
     returncode=st.none() | st.integers(-64, 255),
     duration=st.floats(0, 1e6),
     minimum=st.floats(0, 1e6),
@@ -406,9 +394,7 @@ def test_decide_is_total_and_consistent(
         upload_error=upload,
     )
     assert verdict.exit_code == exit_code_for(verdict.classification)
-    assert (
-        (verdict.status == "passed") == (verdict.reason is None) == (verdict.classification is None)
-    )
+    assert (verdict.status == "passed") == (verdict.reason is None) == (verdict.classification is None)
     assert verdict.evidence_error == upload
     if verdict.status == "passed":
         assert summary.passed and returncode == 0 and not residuals
@@ -417,3 +403,14 @@ def test_decide_is_total_and_consistent(
         assert verdict.classification == "deadline_exhausted"
     elif gpu is not None:
         assert verdict.classification == "gpu_fault"
+
+
+def test_markdown_table_lists_every_code_and_classification_once() -> None:
+    lines = exit_code_table_markdown().splitlines()
+    assert lines[0] == "| exit code | name | retryable | classifications | meaning |"
+    rows = [line.split(" | ") for line in lines[2:]]
+    assert [int(row[0].lstrip("| ")) for row in rows] == [int(code) for code in ExitCode]
+    listed = [name.strip("` ") for row in rows for name in row[3].split(", ") if name != "-"]
+    assert sorted(listed) == sorted(ALL_CLASSIFICATIONS)
+    assert "| 150 | GPU_FAULT | yes | `gpu_fault` |" in exit_code_table_markdown()
+    assert "| 0 | PASSED | no | - | soak passed every check |" in exit_code_table_markdown()

@@ -33,9 +33,7 @@ def launcher_path() -> Path:
 # ----------------------------------------------------------------------------- records
 
 
-def _get(
-    raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False
-) -> Any:
+def _get(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
     value = raw.get(key)
     if value is None and optional:
         return None
@@ -547,8 +545,6 @@ def spawn_local_launcher(
         argv += ["--go-timeout", repr(go_timeout_s)]
     argv += ["--", *command]
     try:
-        return subprocess.Popen(
-            argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stdout
-        )
+        return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stdout)
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc

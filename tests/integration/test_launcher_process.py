@@ -237,9 +237,7 @@ def test_control_soft_stop_then_terminate_escalates_to_kill(
     assert received(log) == ["SIGUSR2"]
 
 
-def test_control_kill_and_stale_requests_ignored(
-    launch: Callable[..., Run], tmp_path: Path
-) -> None:
+def test_control_kill_and_stale_requests_ignored(launch: Callable[..., Run], tmp_path: Path) -> None:
     command, log = signal_trainer(tmp_path)
     run = launch(command)
     run.go()

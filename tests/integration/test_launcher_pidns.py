@@ -53,9 +53,7 @@ def run_escape(pidns: Callable[..., PidNsResult], tmp_path: Path, *flags: str) -
     trainer.write_text(ESCAPING_TRAINER)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    return pidns(  # type: ignore[no-any-return]
-        [sys.executable, str(driver), str(tmp_path / "run"), str(trainer), *flags], timeout_s=90
-    )
+    return pidns([sys.executable, str(driver), str(tmp_path / "run"), str(trainer), *flags], timeout_s=90)
 
 
 def test_setsid_worker_is_killed_and_reaped_by_the_subreaper(

@@ -1,0 +1,201 @@
+"""The rendered chart against a real kube-apiserver (RBAC, admission, server-side validation).
+
+ServiceAccount, Role, RoleBinding and ConfigMap are server-side applied for real; the Job is
+applied with dry-run (there is no controller manager to run it), and a Pod made from its
+template is created for real in a namespace that enforces the "restricted" Pod Security
+Standard. The chart's ServiceAccount then acts with its own token: what the sidecar does
+(read and annotate its pod, emit an Event) is allowed, everything else is not.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.fixtures.helm import CHART_DIR, RUN_ID, HelmBinaryEngine, HelmEngine, Manifest
+
+pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.kube]
+
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/warn": "restricted",
+}
+
+
+class Kubectl:
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [str(self.binary), "--kubeconfig", str(self.kubeconfig), "--request-timeout=60s", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr}")
+        return result
+
+    def can_i(self, verb: str, resource: str, namespace: str) -> bool:
+        result = self.run("auth", "can-i", verb, resource, "-n", namespace, check=False)
+        assert result.stdout.strip() in {"yes", "no"}, result.stdout + result.stderr
+        return result.stdout.strip() == "yes"
+
+
+@pytest.fixture
+def apiserver(request: pytest.FixtureRequest) -> Any:
+    try:
+        return request.getfixturevalue("kube_apiserver")
+    except pytest.FixtureLookupError:
+        pytest.skip("the kube_apiserver fixture (tests/fixtures/kube.py) is not available")
+
+
+@pytest.fixture
+def engine(helm_binary: Path) -> HelmEngine:
+    return HelmBinaryEngine(helm_binary)
+
+
+@pytest.fixture
+def admin(apiserver: Any, kubectl_binary: Path) -> Kubectl:
+    return Kubectl(kubectl_binary, apiserver.kubeconfig(apiserver.admin_token))
+
+
+def make_namespace(admin: Kubectl, labels: dict[str, str] | None = None) -> str:
+    name = f"soak-chart-{uuid.uuid4().hex[:8]}"
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+    admin.run("apply", "--server-side", "-f", "-", stdin=json.dumps(namespace))
+    return name
+
+
+def apply(
+    kubectl: Kubectl, objects: list[Manifest], *, dry_run: bool = False
+) -> subprocess.CompletedProcess[str]:
+    args = ["apply", "--server-side", "--field-manager=soak-chart-test", "-f", "-"]
+    if dry_run:
+        args.append("--dry-run=server")
+    return kubectl.run(*args, stdin=yaml.safe_dump_all(objects))
+
+
+def pod_from_job(job: Manifest, name: str) -> Manifest:
+    template = job["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": name, "namespace": job["metadata"]["namespace"]},
+        "spec": template["spec"],
+    }
+
+
+@pytest.mark.parametrize("value_set", ["default", "kind"])
+def test_chart_objects_are_accepted_by_the_apiserver(
+    engine: HelmEngine, admin: Kubectl, value_set: str
+) -> None:
+    namespace = make_namespace(admin, RESTRICTED)
+    values: dict[str, Any] = {"runId": RUN_ID}
+    if value_set == "kind":
+        values = yaml.safe_load((CHART_DIR / "ci" / "kind-values.yaml").read_text())
+    manifests = engine.template(values, release="soak", namespace=namespace)
+    job = next(m for m in manifests if m["kind"] == "Job")
+    others = [m for m in manifests if m["kind"] != "Job"]
+
+    applied = apply(admin, others)
+    assert "serverside-applied" in applied.stdout, applied.stdout
+    dry = apply(admin, [job], dry_run=True)
+    assert "serverside-applied (server dry run)" in dry.stdout, dry.stdout
+    assert "Warning" not in dry.stderr, dry.stderr  # PodSecurity warn=restricted on the template
+
+    # A real Pod from the template: PodSecurity enforce=restricted admits it, the ServiceAccount
+    # admission finds the chart's ServiceAccount, the projected token volume validates.
+    created = admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, "soak-probe")))
+    assert "created" in created.stdout
+    stored = json.loads(admin.run("get", "pod", "soak-probe", "-n", namespace, "-o", "json").stdout)
+    assert stored["spec"]["automountServiceAccountToken"] is False
+    assert stored["spec"]["serviceAccountName"] == job["spec"]["template"]["spec"]["serviceAccountName"]
+    # With automount off, nothing may have injected a token volume into the other containers.
+    for item in stored["spec"]["containers"] + stored["spec"]["initContainers"]:
+        mounts = {m["mountPath"] for m in item.get("volumeMounts", [])}
+        has_token = "/var/run/secrets/kubernetes.io/serviceaccount" in mounts
+        assert has_token == (item["name"] == "soak-sidecar"), item["name"]
+
+
+def test_restricted_namespace_rejects_a_weakened_pod(engine: HelmEngine, admin: Kubectl) -> None:
+    """The check above can fail: the same pod with a privilege escalation is refused."""
+    namespace = make_namespace(admin, RESTRICTED)
+    job = next(m for m in engine.template({"runId": RUN_ID}, namespace=namespace) if m["kind"] == "Job")
+    pod = pod_from_job(job, "weakened")
+    pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    result = admin.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert result.returncode != 0
+    assert "allowPrivilegeEscalation" in result.stderr
+
+
+def test_chart_service_account_has_exactly_what_the_sidecar_needs(
+    engine: HelmEngine, admin: Kubectl, apiserver: Any, kubectl_binary: Path
+) -> None:
+    namespace = make_namespace(admin)
+    other = make_namespace(admin)
+    manifests = engine.template({"runId": RUN_ID}, namespace=namespace)
+    job = next(m for m in manifests if m["kind"] == "Job")
+    apply(admin, [m for m in manifests if m["kind"] != "Job"])
+    admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, "soak-probe")))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    token = admin.run("create", "token", account, "-n", namespace, "--duration=10m").stdout.strip()
+    sidecar = Kubectl(kubectl_binary, apiserver.kubeconfig(token, namespace))
+
+    for verb, resource in [
+        ("get", "pods"),
+        ("patch", "pods"),
+        ("create", "events"),
+        ("create", "events.events.k8s.io"),
+    ]:
+        assert sidecar.can_i(verb, resource, namespace), f"{verb} {resource}"
+    for verb, resource in [
+        ("list", "pods"),
+        ("delete", "pods"),
+        ("create", "pods"),
+        ("get", "secrets"),
+        ("get", "jobs.batch"),
+        ("patch", "jobs.batch"),
+        ("get", "configmaps"),
+    ]:
+        assert not sidecar.can_i(verb, resource, namespace), f"{verb} {resource}"
+    assert not sidecar.can_i("get", "pods", other), "the Role must not reach other namespaces"
+
+    # And for real: what publication does, with the ServiceAccount's own token.
+    sidecar.run("get", "pod", "soak-probe", "-n", namespace)
+    sidecar.run(
+        "patch",
+        "pod",
+        "soak-probe",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"metadata": {"annotations": {"soak.sidecar.io/verdict": "passed"}}}),
+    )
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"soak-probe.{uuid.uuid4().hex[:8]}", "namespace": namespace},
+        "involvedObject": {"kind": "Pod", "name": "soak-probe", "namespace": namespace},
+        "reason": "SoakPassed",
+        "message": "soak passed every check",
+        "type": "Normal",
+    }
+    sidecar.run("create", "-f", "-", stdin=json.dumps(event))
+    annotated = json.loads(admin.run("get", "pod", "soak-probe", "-n", namespace, "-o", "json").stdout)
+    assert annotated["metadata"]["annotations"]["soak.sidecar.io/verdict"] == "passed"
+    denied = sidecar.run("delete", "pod", "soak-probe", "-n", namespace, check=False)
+    assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()

@@ -96,9 +96,7 @@ def load_seed(path: Path) -> ModuleType:
     return module
 
 
-def start_tree(
-    fanout: list[int], fds: int, gaps: bool = False
-) -> tuple[subprocess.Popen[bytes], int]:
+def start_tree(fanout: list[int], fds: int, gaps: bool = False) -> tuple[subprocess.Popen[bytes], int]:
     expected = 1
     width = 1
     for branch in fanout:
@@ -107,8 +105,13 @@ def start_tree(
     ready_r, ready_w = os.pipe()
     root = subprocess.Popen(
         [
-            sys.executable, "-c", WORKER,
-            ",".join(map(str, fanout)), str(fds), str(ready_w), "1" if gaps else "0",
+            sys.executable,
+            "-c",
+            WORKER,
+            ",".join(map(str, fanout)),
+            str(fds),
+            str(ready_w),
+            "1" if gaps else "0",
         ],
         pass_fds=(ready_w,),
         start_new_session=True,
@@ -183,9 +186,11 @@ def main() -> int:
         ours = PsutilProcessSampler()
         mine = ours.sample(root.pid)
         theirs = seed.tree_snapshot(root.pid)
-        print(f"tree: {expected} processes expected; ours sees {mine.process_count} processes, "
-              f"{mine.fd_count_total} fds; seed sees {theirs['process_count']} processes, "
-              f"{theirs['fd_count_total']} fds")
+        print(
+            f"tree: {expected} processes expected; ours sees {mine.process_count} processes, "
+            f"{mine.fd_count_total} fds; seed sees {theirs['process_count']} processes, "
+            f"{theirs['fd_count_total']} fds"
+        )
         print(f"fd classes ours: {mine.fd_classes_total}")
         print(f"fd classes seed: {theirs['fd_classes_total']}")
         # The seed's "memfd:" rule never matches Linux's "/memfd:..." targets: it counts them as
@@ -211,8 +216,10 @@ def main() -> int:
     print(f"rounds: {args.rounds} x {args.samples} samples each; CPU ms/sample per round")
     print("  ours: " + " ".join(f"{v * 1000:.2f}" for v in ours_s))
     print("  seed: " + " ".join(f"{v * 1000:.2f}" for v in seed_s))
-    print(f"best round: ours {ours_ms:.2f} ms/sample, seed {seed_ms:.2f} ms/sample, "
-          f"ratio ours/seed {ours_ms / seed_ms:.3f} (target <= 0.5)")
+    print(
+        f"best round: ours {ours_ms:.2f} ms/sample, seed {seed_ms:.2f} ms/sample, "
+        f"ratio ours/seed {ours_ms / seed_ms:.3f} (target <= 0.5)"
+    )
     mean_ratio = (sum(ours_s) / len(ours_s)) / (sum(seed_s) / len(seed_s))
     print(f"mean over rounds: ratio ours/seed {mean_ratio:.3f}")
     return 0

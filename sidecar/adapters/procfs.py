@@ -269,9 +269,7 @@ class PsutilProcessSampler:
             found[current] = info
             pending.extend((child, None) for child in children if child not in found)
 
-    def _snapshot(
-        self, pid: int, expected_ticks: int | None
-    ) -> tuple[ProcessInfo, list[int]] | None:
+    def _snapshot(self, pid: int, expected_ticks: int | None) -> tuple[ProcessInfo, list[int]] | None:
         """One process and its children; None when gone, unreadable or not the expected process."""
         fields = _stat_fields(pid)
         if fields is None:

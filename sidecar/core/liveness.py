@@ -27,9 +27,7 @@ def _signature(progress: ProgressSample) -> tuple[int, int, float | None]:
 class LivenessTracker:
     """Startup timeout until the first progress, stale-progress timeout after it."""
 
-    def __init__(
-        self, startup_timeout_s: float, stale_progress_s: float, started_monotonic: float
-    ) -> None:
+    def __init__(self, startup_timeout_s: float, stale_progress_s: float, started_monotonic: float) -> None:
         self._startup_timeout_s = startup_timeout_s
         self._stale_progress_s = stale_progress_s
         self._started = started_monotonic

@@ -1,0 +1,105 @@
+"""The seed's liveness rules with injected times: every test fails if its rule is removed."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.core.liveness import (
+    KIND_STALE,
+    KIND_STARTUP,
+    LivenessTracker,
+    min_duration_failure,
+    residual_failure,
+)
+from sidecar.core.samples import ProgressSample
+
+NOTHING = ProgressSample()
+
+
+def progress(bytes_total: int, file_count: int = 1, max_mtime: float = 1000.0) -> ProgressSample:
+    return ProgressSample(file_count=file_count, bytes_total=bytes_total, max_mtime=max_mtime)
+
+
+def test_startup_timeout_fires_only_after_the_timeout() -> None:
+    tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=5.0, started_monotonic=100.0)
+    assert tracker.observe(NOTHING, 105.0) is None
+    assert tracker.observe(NOTHING, 110.0) is None  # the seed's rule is strictly "more than"
+    assert tracker.observe(NOTHING, 110.5) == (
+        KIND_STARTUP,
+        "training produced no progress artifact within 10.0s",
+    )
+
+
+def test_empty_files_are_not_progress() -> None:
+    tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=5.0, started_monotonic=0.0)
+    empty = ProgressSample(file_count=3, bytes_total=0, max_mtime=5.0)
+    assert tracker.observe(empty, 11.0) == (
+        KIND_STARTUP,
+        "training produced no progress artifact within 10.0s",
+    )
+
+
+def test_first_progress_ends_the_startup_phase() -> None:
+    tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=50.0, started_monotonic=0.0)
+    assert tracker.observe(progress(1), 9.0) is None
+    assert tracker.observe(progress(1), 30.0) is None  # past the startup timeout, not stale yet
+
+
+def test_stale_after_progress_is_measured_from_the_last_change() -> None:
+    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
+    assert tracker.observe(progress(10), 1.0) is None
+    assert tracker.observe(progress(10), 6.0) is None
+    assert tracker.observe(progress(10), 6.5) == (
+        KIND_STALE,
+        "training progress did not change for 5.5s",
+    )
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        progress(20),  # the seed's signal: bytes_total changed
+        progress(10, file_count=2),  # a file appeared (same total size)
+        progress(10, max_mtime=1001.0),  # a fixed-size heartbeat was rewritten
+    ],
+    ids=["bytes", "file_count", "mtime"],
+)
+def test_any_change_of_the_progress_signature_resets_staleness(changed: ProgressSample) -> None:
+    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
+    assert tracker.observe(progress(10), 0.0) is None
+    assert tracker.observe(changed, 4.0) is None
+    assert tracker.observe(changed, 8.0) is None  # 4 s after the change, 8 s after the start
+    assert tracker.last_progress_age(8.0) == 4.0
+    assert tracker.observe(changed, 9.5) == (KIND_STALE, "training progress did not change for 5.5s")
+
+
+def test_files_back_to_zero_bytes_fall_under_the_startup_rule_like_the_seed() -> None:
+    tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0)
+    assert tracker.observe(progress(10), 1.0) is None
+    assert tracker.observe(NOTHING, 5.0) is None
+    assert tracker.observe(NOTHING, 10.5) == (
+        KIND_STARTUP,
+        "training produced no progress artifact within 10.0s",
+    )
+
+
+def test_last_progress_age() -> None:
+    tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=5.0, started_monotonic=0.0)
+    assert tracker.last_progress_age(3.0) is None
+    tracker.observe(NOTHING, 1.0)
+    assert tracker.last_progress_age(3.0) is None
+    tracker.observe(progress(5), 2.0)
+    assert tracker.last_progress_age(3.5) == 1.5
+    tracker.observe(progress(5), 3.0)  # no change: age keeps growing from the change
+    assert tracker.last_progress_age(4.0) == 2.0
+
+
+def test_min_duration() -> None:
+    assert min_duration_failure(9.9, 10.0) == "soak completed before min_duration_seconds=10.0"
+    assert min_duration_failure(10.0, 10.0) is None
+    assert min_duration_failure(0.0, 0.0) is None
+
+
+def test_residual_processes() -> None:
+    assert residual_failure([1, 2]) == "residual child processes after shutdown: 1, 2"
+    assert residual_failure([]) is None

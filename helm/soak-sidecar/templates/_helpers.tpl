@@ -90,8 +90,8 @@ seccompProfile:
 {{- end }}
 
 {{/*
-A number as an env value: whole numbers without the float64 exponent form ("7200", not
-"7.2e+03"), fractions as they are.
+A number as an env value: whole numbers without the float64 exponent form Helm prints for
+JSON-sourced values ("1000000", not "1e+06"), fractions as they are.
 */}}
 {{- define "soak-sidecar.number" -}}
 {{- if eq (float64 .) (float64 (int64 .)) }}

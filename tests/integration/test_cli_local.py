@@ -1,0 +1,185 @@
+"""The ``soak-sidecar`` command line, run as a real process (local mode, no Kubernetes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sidecar.adapters.rundir import launcher_path
+
+pytestmark = pytest.mark.integration
+
+PY = sys.executable
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "run_summary"
+FAST = ["--sample-interval", "0.2", "--post-shutdown-grace", "0.2", "--gpu-backend", "none"]
+
+
+def cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed console script (``python -m sidecar.cli`` when it is not on PATH)."""
+    script = shutil.which("soak-sidecar")
+    argv = [script] if script else [PY, "-m", "sidecar.cli"]
+    # Only our own settings: SOAK_* from the caller's environment must not leak in.
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}
+    return subprocess.run(
+        [*argv, *args],
+        cwd=cwd,
+        env={**clean, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def trainer_cmd(progress: Path) -> list[str]:
+    return [
+        *(PY, "-m", "sidecar.examples.trainer"),
+        *("--steps", "3", "--step-s", "0.1", "--progress-dir", str(progress)),
+    ]
+
+
+def test_run_local_embedded_default_passes(tmp_path: Path) -> None:
+    done = cli("run", "--local", "--status", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "soak-sidecar: PASSED" in done.stderr
+    artifacts = list((tmp_path / "soak-output" / "runs").glob("*/attempt-1/artifact.json"))
+    assert len(artifacts) == 1
+    artifact = json.loads(artifacts[0].read_text(encoding="utf-8"))
+    assert artifact["status"] == "passed"
+    assert artifact["exit_code"] == 0
+    # --status json: one JSON object per sample on stderr
+    status_lines = [line for line in done.stderr.splitlines() if line.startswith('{"event": "sample"')]
+    assert status_lines
+    assert all(json.loads(line)["event"] == "sample" for line in status_lines)
+
+
+def test_help_texts(tmp_path: Path) -> None:
+    top = cli("--help", cwd=tmp_path)
+    assert top.returncode == 0
+    for command in ("run", "validate", "schema", "exit-codes", "install-launcher", "approve", "verdict"):
+        assert command in top.stdout
+    assert "soak-sidecar run --local" in top.stdout
+    run = cli("run", "--help", cwd=tmp_path)
+    assert run.returncode == 0
+    for flag in ("--local", "--pod", "--budget", "--checkpoint-margin", "--stale-progress", "--approval"):
+        assert flag in run.stdout
+    assert "SOAK_MONITOR__SAMPLE_INTERVAL_S" in run.stdout
+    for command in ("validate", "schema", "exit-codes", "install-launcher", "approve"):
+        sub = cli(command, "--help", cwd=tmp_path)
+        assert sub.returncode == 0, (command, sub.stderr)
+        assert sub.stdout.startswith("usage: soak-sidecar " + command)
+
+
+def test_validate_valid_and_invalid(tmp_path: Path) -> None:
+    valid = cli("validate", str(DATA / "minimal_completed.json"), cwd=tmp_path)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    assert valid.stdout.strip().endswith(": valid")
+
+    abnormal = cli("validate", str(DATA / "minimal_abnormal.json"), cwd=tmp_path)
+    assert abnormal.returncode == 11
+    assert "INVALID (learner_failure)" in abnormal.stdout
+
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json", encoding="utf-8")
+    as_json = cli("validate", "--json", str(broken), cwd=tmp_path)
+    assert as_json.returncode == 11
+    report = json.loads(as_json.stdout)
+    assert report["valid"] is False
+    assert report["classification"] == "invalid_run_summary"
+
+    missing = cli("validate", str(tmp_path / "absent.json"), cwd=tmp_path)
+    assert missing.returncode == 11
+    assert "missing_run_summary" in missing.stdout
+
+
+@pytest.mark.parametrize("which", ["run-summary", "artifact", "settings"])
+def test_schema_is_json(tmp_path: Path, which: str) -> None:
+    done = cli("schema", which, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    schema = json.loads(done.stdout)
+    assert isinstance(schema, dict)
+    assert schema.get("type") == "object" or "properties" in schema or "$defs" in schema
+
+
+def test_exit_codes_json(tmp_path: Path) -> None:
+    done = cli("exit-codes", "--json", cwd=tmp_path)
+    assert done.returncode == 0
+    rows = {row["code"]: row for row in json.loads(done.stdout)}
+    assert rows[0]["name"] == "PASSED"
+    assert rows[0]["classifications"] == []
+    assert "deadline_exhausted" in rows[14]["classifications"]
+    assert "external_cancellation" in rows[17]["classifications"]
+    assert rows[64]["name"] == "USAGE"
+    assert all(row["retryable"] == (code >= 128) for code, row in rows.items())
+    table = cli("exit-codes", cwd=tmp_path)
+    assert table.returncode == 0
+    assert table.stdout.startswith("| code | name | retryable |")
+
+
+def test_install_launcher(tmp_path: Path) -> None:
+    dest = tmp_path / "soak" / "bin"
+    done = cli("install-launcher", "--dest", str(dest), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    installed = dest / "soak-launcher.py"
+    assert installed.read_bytes() == launcher_path().read_bytes()
+    assert os.access(installed, os.X_OK)
+    # stdlib only: it runs under a bare interpreter without the package on the path
+    usage = subprocess.run(
+        [PY, "-I", str(installed), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert usage.returncode == 0
+    assert "--run-dir" in usage.stdout
+
+
+def test_approve_then_run_with_approval(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    command = trainer_cmd(tmp_path / "soak-output" / "progress")
+    common = ["--run-id", run_id, "--deadline-dir", str(tmp_path / "deadlines"), "--budget", "600"]
+    approved = cli("approve", *common, "--", *command, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    approval = tmp_path / "approval.json"
+    approval.write_text(approved.stdout, encoding="utf-8")
+    assert json.loads(approved.stdout)["run_id"] == run_id
+
+    ok = cli("run", "--local", *common, *FAST, "--approval", str(approval), "--", *command, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "soak-sidecar: PASSED" in ok.stderr
+
+
+def test_mismatching_approval_is_refused(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    command = trainer_cmd(tmp_path / "soak-output" / "progress")
+    common = ["--run-id", run_id, "--deadline-dir", str(tmp_path / "deadlines")]
+    approved = cli("approve", *common, "--budget", "600", "--", *command, cwd=tmp_path)
+    assert approved.returncode == 0, approved.stderr
+    approval = tmp_path / "approval.json"
+    approval.write_text(approved.stdout, encoding="utf-8")
+
+    # the same command with another budget is another identity
+    refused = cli(
+        "run", "--local", *common, "--budget", "900", *FAST, "--approval", str(approval), "--", *command,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 15, refused.stderr
+    assert "FAILED [refused]" in refused.stderr
+    assert not (tmp_path / "soak-output" / "progress" / "progress.jsonl").exists()
+
+
+def test_bad_settings_one_clear_line(tmp_path: Path) -> None:
+    done = cli("run", "--local", cwd=tmp_path, env={"SOAK_MONITOR__SAMPLE_INTERVAL_S": "-1"})
+    assert done.returncode == 64
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("soak-sidecar: error: invalid settings: monitor.sample_interval_s")
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "soak-output" / "runs").exists()

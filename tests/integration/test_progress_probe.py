@@ -1,0 +1,117 @@
+"""The progress probe on real directories, and with the liveness tracker on top of it."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sidecar.adapters.progress import DirectoryProgressProbe
+from sidecar.core.liveness import KIND_STALE, LivenessTracker
+from sidecar.core.samples import ProgressSample
+
+pytestmark = pytest.mark.integration
+
+
+def write(path: Path, data: bytes, mtime: float | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+
+
+def test_missing_directory_is_an_empty_sample(tmp_path: Path) -> None:
+    probe = DirectoryProgressProbe(tmp_path / "absent", exclude=[tmp_path / "absent" / "console.log"])
+    assert probe.sample() == ProgressSample()
+
+
+def test_counts_files_recursively(tmp_path: Path) -> None:
+    write(tmp_path / "metrics.jsonl", b"x" * 10, mtime=1_000.0)
+    write(tmp_path / "ckpt" / "step-1" / "model.bin", b"y" * 100, mtime=3_000.5)
+    write(tmp_path / "ckpt" / "empty", b"", mtime=2_000.0)
+    (tmp_path / "empty-dir").mkdir()
+
+    sample = DirectoryProgressProbe(tmp_path, exclude=[]).sample()
+
+    assert sample == ProgressSample(file_count=3, bytes_total=110, max_mtime=3_000.5)
+
+
+def test_console_log_and_its_aliases_are_excluded(tmp_path: Path) -> None:
+    write(tmp_path / "metrics.jsonl", b"x" * 10, mtime=1_000.0)
+    console = tmp_path / "console.log"
+    write(console, b"chatter" * 100, mtime=5_000.0)
+    write(tmp_path / "console.log.1", b"old chatter" * 100, mtime=4_000.0)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "log-link").symlink_to(console)
+    os.link(console, tmp_path / "hard-link")
+    probe = DirectoryProgressProbe(tmp_path, exclude=[console, tmp_path / "console.log.1"])
+
+    assert probe.sample() == ProgressSample(file_count=1, bytes_total=10, max_mtime=1_000.0)
+    with console.open("ab") as log:
+        log.write(b"more chatter")
+    assert probe.sample() == ProgressSample(file_count=1, bytes_total=10, max_mtime=1_000.0)
+
+
+def test_rotated_console_log_stays_excluded(tmp_path: Path) -> None:
+    write(tmp_path / "metrics.jsonl", b"x" * 10, mtime=1_000.0)
+    console = tmp_path / "console.log"
+    probe = DirectoryProgressProbe(tmp_path, exclude=[console, tmp_path / "console.log.1"])
+    write(console, b"first")
+    assert probe.sample().file_count == 1
+    console.rename(tmp_path / "console.log.1")
+    write(console, b"second, a new inode")
+    assert probe.sample() == ProgressSample(file_count=1, bytes_total=10, max_mtime=1_000.0)
+
+
+def test_directory_symlinks_are_not_followed(tmp_path: Path) -> None:
+    write(tmp_path / "a" / "f", b"abc", mtime=10.0)
+    (tmp_path / "a" / "loop").symlink_to(tmp_path)
+    assert DirectoryProgressProbe(tmp_path, exclude=[]).sample() == ProgressSample(
+        file_count=1, bytes_total=3, max_mtime=10.0
+    )
+
+
+def test_files_vanishing_while_sampling_are_skipped(tmp_path: Path) -> None:
+    write(tmp_path / "stable", b"s" * 7)
+    stop = threading.Event()
+
+    def churn() -> None:
+        n = 0
+        while not stop.is_set():
+            target = tmp_path / "churn" / str(n % 5) / f"f{n}"
+            write(target, b"z" * 3)
+            target.unlink()
+            if n % 10 == 0:
+                target.parent.rmdir()
+            n += 1
+
+    worker = threading.Thread(target=churn)
+    worker.start()
+    try:
+        probe = DirectoryProgressProbe(tmp_path, exclude=[])
+        for _ in range(300):
+            sample = probe.sample()
+            assert sample.file_count >= 1
+            assert sample.bytes_total == 7 + 3 * (sample.file_count - 1)
+    finally:
+        stop.set()
+        worker.join()
+
+
+def test_console_log_growth_does_not_hide_a_stale_trainer(tmp_path: Path) -> None:
+    """The seed's exclusion, end to end: the log grows, progress files do not, the soak is stale."""
+    write(tmp_path / "metrics.jsonl", b"step 1\n", mtime=1_000.0)
+    console = tmp_path / "console.log"
+    probe = DirectoryProgressProbe(tmp_path, exclude=[console])
+    tracker = LivenessTracker(startup_timeout_s=60.0, stale_progress_s=10.0, started_monotonic=0.0)
+
+    verdicts = []
+    for now in (0.0, 5.0, 10.0, 15.0):
+        with console.open("ab") as log:
+            log.write(b"still alive, honest\n")
+        os.utime(console, (2_000.0 + now, 2_000.0 + now))
+        verdicts.append(tracker.observe(probe.sample(), now))
+
+    assert verdicts == [None, None, None, (KIND_STALE, "training progress did not change for 15.0s")]

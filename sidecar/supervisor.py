@@ -677,7 +677,9 @@ class Supervisor:
             deadline=deadline,
             samples=recorder.series(None, None),
             resource_summary=recorder.summary,
-            shutdown=dict(summary.shutdown) if summary and summary.shutdown is not None else None,
+            shutdown=_json_safe(dict(summary.shutdown))
+            if summary and summary.shutdown is not None
+            else None,
             post_shutdown=PostShutdown(
                 residual_processes=list(residuals),
                 launcher_exit=_exit_json(self.run_dir),

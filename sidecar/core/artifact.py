@@ -7,6 +7,7 @@ the artifact, and only running aggregates plus a downsampled series stay in memo
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -330,8 +331,13 @@ def run_summary_figures(run_summary: Any) -> dict[str, Any]:
         ("dropped_batches", "replay_ingress_dropped_batches"),
     ):
         figures[name] = replay.get(key)
-    # Only JSON-safe scalars: the trainer's document is untrusted input.
-    return {k: v for k, v in figures.items() if v is None or isinstance(v, (int, float, str, bool))}
+    # Only JSON-safe scalars: the trainer's document is untrusted input. NaN/Infinity (which the
+    # seed's parser accepts) are kept as text: the artifact is strict JSON (allow_nan=False).
+    return {
+        k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v
+        for k, v in figures.items()
+        if v is None or isinstance(v, (int, float, str, bool))
+    }
 
 
 def dumps_artifact(artifact: Artifact) -> str:

@@ -463,3 +463,33 @@ def test_external_cancellation_via_cli(tmp_path: Path, signum: signal.Signals) -
     assert "FAILED [external_cancellation]" in stderr
     assert trainer_pid is not None
     wait_for(lambda: gone(trainer_pid), timeout=10)
+
+
+# ---------------------------------------------------------------------- untrusted run_summary
+
+
+def test_nan_in_run_summary_still_gives_a_strict_json_artifact(tmp_path: Path) -> None:
+    """NaN/Infinity in the trainer's document (the seed's parser accepts them) never break the
+    artifact, which is strict JSON: they are kept as text in run_summary, shutdown and figures."""
+    progress = tmp_path / "progress"
+    script = (
+        "import json, pathlib\n"
+        "from sidecar.examples.trainer import run_summary\n"
+        f"p = pathlib.Path({str(progress)!r})\n"
+        "(p / 'progress.jsonl').write_text('step\\n')\n"
+        "s = run_summary(steps=3, completed=True, classification='normal_completion', error=None)\n"
+        "s['runtime_manifest']['replay_ingress']['backpressure_wait_s'] = float('nan')\n"
+        "s['runtime_manifest']['shutdown']['cleanup']['wall_s'] = float('inf')\n"
+        "(p / 'run_summary.json').write_text(json.dumps(s))\n"
+    )
+    settings = make_settings(tmp_path)
+    result, _ = supervise(settings, [PY, "-c", script])
+    assert result.artifact_path is not None
+
+    def reject(token: str) -> float:
+        raise AssertionError(f"non-standard JSON constant {token} in the artifact")
+
+    artifact = json.loads(result.artifact_path.read_text(encoding="utf-8"), parse_constant=reject)
+    assert artifact["resource_summary"]["run_summary_figures"]["replay_ingress_backpressure_wait_s"] == "nan"
+    assert artifact["run_summary"]["runtime_manifest"]["replay_ingress"]["backpressure_wait_s"] == "nan"
+    assert artifact["exit_code"] == result.exit_code

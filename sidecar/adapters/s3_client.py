@@ -36,9 +36,7 @@ AUTH_CODES = frozenset(
         "AuthorizationHeaderMalformed",
     }
 )
-CHECKSUM_CODES = frozenset(
-    {"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "InvalidChecksum"}
-)
+CHECKSUM_CODES = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismatch", "InvalidChecksum"})
 # 409 ConditionalRequestConflict: a concurrent conditional write on the key; S3 asks for a retry.
 CONFLICT_RETRIES = 3
 # Raised by botocore when the endpoint cannot be reached even after its retries.
@@ -99,9 +97,29 @@ def botocore_config(settings: S3Settings) -> Config:
     )
 
 
-def make_s3_client(
-    settings: S3Settings, *, session: boto3.session.Session | None = None
-) -> S3Client:
+def _skip_redundant_payload_hash(request: Any, **_: Any) -> None:
+    """Requests carrying our signed ``x-amz-checksum-sha256`` need no SigV4 payload hash.
+
+    The server verifies that checksum against the body and the header is itself signed, so
+    hashing the body again for the signature (what botocore does over plain http) costs a full
+    SHA-256 pass and protects nothing more. Over https botocore already skips it for uploads.
+    """
+    if "x-amz-checksum-sha256" not in request.headers:
+        return
+    config = request.context.get("client_config")
+    if config is not None:
+        s3: Any = {**(config.s3 or {}), "payload_signing_enabled": False}
+        request.context["client_config"] = config.merge(Config(s3=s3))
+
+
+def prepare_client(client: S3Client, stats: S3Stats) -> None:
+    """Hooks every client of ours gets, whoever built it: attempt counting, no double hashing."""
+    stats.attach(client)
+    client.meta.events.register("before-sign.s3.PutObject", _skip_redundant_payload_hash)
+    client.meta.events.register("before-sign.s3.UploadPart", _skip_redundant_payload_hash)
+
+
+def make_s3_client(settings: S3Settings, *, session: boto3.session.Session | None = None) -> S3Client:
     """An S3 client for ``settings``; ``session`` overrides boto3's default credential chain."""
     chosen = session if session is not None else boto3.session.Session()
     return chosen.client("s3", endpoint_url=settings.endpoint_url, config=botocore_config(settings))
@@ -138,9 +156,7 @@ def is_not_found(exc: BaseException) -> bool:
 
 
 def is_auth_failure(exc: BaseException) -> bool:
-    if isinstance(
-        exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError
-    ):
+    if isinstance(exc, botocore.exceptions.NoCredentialsError | botocore.exceptions.PartialCredentialsError):
         return True
     return error_code(exc) in AUTH_CODES or http_status(exc) == 403
 
@@ -163,9 +179,7 @@ def describe(exc: BaseException, settings: S3Settings, attempts: int | None = No
             if isinstance(exc, botocore.exceptions.ClientError)
             else str(exc)
         )
-        return (
-            f"S3 rejected the credentials or permissions: {code or 'HTTP 403'}: {message} ({where})"
-        )
+        return f"S3 rejected the credentials or permissions: {code or 'HTTP 403'}: {message} ({where})"
     if code in CHECKSUM_CODES:
         return (
             f"S3 rejected the upload's SHA-256 checksum ({code}): the bytes received differ from "

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import botocore.exceptions
 
@@ -30,6 +30,7 @@ from sidecar.adapters.s3_client import (
     is_not_found,
     is_precondition_failed,
     make_s3_client,
+    prepare_client,
     retry_conflicts,
 )
 from sidecar.core.keys import object_key
@@ -71,24 +72,23 @@ def _hash_file(path: Path, part_size: int | None) -> _Digests:
             size += len(block)
             if part_size:
                 parts.append(hashlib.sha256(block).digest())
-    composite = (
-        f"{b64_digest(hashlib.sha256(b''.join(parts)).digest())}-{len(parts)}" if parts else None
-    )
     return _Digests(
         size=size,
         sha256_hex=whole.hexdigest(),
         full_b64=b64_digest(whole.digest()),
-        composite_b64=composite,
+        composite_b64=_composite(parts) if parts else None,
         part_b64=tuple(b64_digest(d) for d in parts),
     )
+
+
+def _composite(part_digests: list[bytes]) -> str:
+    return f"{b64_digest(hashlib.sha256(b''.join(part_digests)).digest())}-{len(part_digests)}"
 
 
 class S3ArtifactSink:
     """``ArtifactSink`` on an S3-compatible bucket (``settings.bucket`` must be set)."""
 
-    def __init__(
-        self, settings: S3Settings, *, client_factory: ClientFactory = make_s3_client
-    ) -> None:
+    def __init__(self, settings: S3Settings, *, client_factory: ClientFactory = make_s3_client) -> None:
         if not settings.bucket:
             raise ConfigError("S3 upload needs s3.bucket")
         self._settings = settings
@@ -98,7 +98,7 @@ class S3ArtifactSink:
         except (*_BotoErrors, ValueError) as exc:
             raise ConfigError(f"cannot build the S3 client: {exc}") from exc
         self.stats = S3Stats()
-        self.stats.attach(self._client)
+        prepare_client(self._client, self.stats)
 
     @property
     def location(self) -> str:
@@ -115,20 +115,12 @@ class S3ArtifactSink:
     # -- one object ---------------------------------------------------------------------------
 
     def _upload_one(self, path: Path, key: str) -> UploadedObject:
-        try:
-            size = path.stat().st_size
-            multipart = size > self._settings.multipart_threshold_bytes
-            digests = _hash_file(path, self._settings.multipart_chunk_bytes if multipart else None)
-        except OSError as exc:
-            raise UploadError(f"cannot read artifact file {path}: {exc}") from exc
-        if digests.size != size:
-            raise UploadError(f"artifact file {path} changed size while it was being hashed")
         attempts_before = self.stats.attempts
         try:
-            if multipart:
-                parts, present = self._put_multipart(path, key, digests)
+            if path.stat().st_size > self._settings.multipart_threshold_bytes:
+                digests, parts, present = self._put_multipart(path, key)
             else:
-                parts, present = 1, self._put_single(path, key, digests)
+                digests, parts, present = self._put_single(path, key)
         except UploadError:
             raise
         except _BotoErrors as exc:
@@ -147,8 +139,9 @@ class S3ArtifactSink:
             already_present=present,
         )
 
-    def _write_args(self, digests: _Digests) -> dict[str, Any]:
-        args: dict[str, Any] = {"Metadata": {"sha256": digests.sha256_hex}}
+    def _write_args(self, sha256_hex: str | None) -> dict[str, Any]:
+        # The sha256 as metadata is for people; the server-verified checksum is what we trust.
+        args: dict[str, Any] = {"Metadata": {"sha256": sha256_hex}} if sha256_hex else {}
         if self._settings.sse:
             args["ServerSideEncryption"] = self._settings.sse
         if self._settings.sse_kms_key_id:
@@ -157,8 +150,9 @@ class S3ArtifactSink:
             args["StorageClass"] = self._settings.storage_class
         return args
 
-    def _put_single(self, path: Path, key: str, digests: _Digests) -> bool:
-        """PutObject If-None-Match; returns True when the key already held our bytes."""
+    def _put_single(self, path: Path, key: str) -> tuple[_Digests, int, bool]:
+        """PutObject If-None-Match; ``present`` is True when the key already held our bytes."""
+        digests = _hash_file(path, None)
 
         def put() -> bool:
             with path.open("rb") as body:
@@ -169,27 +163,34 @@ class S3ArtifactSink:
                     ContentLength=digests.size,
                     ChecksumSHA256=digests.full_b64,
                     IfNoneMatch="*",
-                    **self._write_args(digests),
+                    **self._write_args(digests.sha256_hex),
                 )
             return False
 
         try:
-            return retry_conflicts(put)
+            return digests, 1, retry_conflicts(put)
         except botocore.exceptions.ClientError as exc:
             if is_precondition_failed(exc):
-                return self._verify_existing(path, key, digests)
+                return digests, 1, self._verify_existing(path, key, digests)
             raise
 
-    def _put_multipart(self, path: Path, key: str, digests: _Digests) -> tuple[int, bool]:
+    def _put_multipart(self, path: Path, key: str) -> tuple[_Digests, int, bool]:
+        """Parts hashed as they are read and sent, so the file is read once (no pre-pass).
+
+        The whole-file sha256 is known only at the end, so it is not stored as metadata here;
+        the server keeps the composite checksum it verified part by part.
+        """
+        chunk = self._settings.multipart_chunk_bytes
         # Cheap early exit: a retried attempt need not push gigabytes to learn the key is taken.
         if self._exists(key):
-            return len(digests.part_b64), self._verify_existing(path, key, digests)
+            digests = _hash_file(path, chunk)
+            return digests, len(digests.part_b64), self._verify_existing(path, key, digests)
         created = self._client.create_multipart_upload(
-            Bucket=self._bucket, Key=key, ChecksumAlgorithm="SHA256", **self._write_args(digests)
+            Bucket=self._bucket, Key=key, ChecksumAlgorithm="SHA256", **self._write_args(None)
         )
         upload_id = created["UploadId"]
         try:
-            parts = self._upload_parts(path, key, upload_id, digests)
+            parts, digests = self._upload_parts(path, key, upload_id)
             try:
                 result = retry_conflicts(
                     lambda: self._client.complete_multipart_upload(
@@ -204,7 +205,7 @@ class S3ArtifactSink:
                 if not is_precondition_failed(exc):
                     raise
                 self._abort(key, upload_id)
-                return len(parts), self._verify_existing(path, key, digests)
+                return digests, len(parts), self._verify_existing(path, key, digests)
         except BaseException:
             self._abort(key, upload_id)
             raise
@@ -214,19 +215,22 @@ class S3ArtifactSink:
                 f"s3://{self._bucket}/{key}: the server's checksum {stored} differs from ours "
                 f"{digests.composite_b64} after completing the upload"
             )
-        return len(parts), False
+        return digests, len(parts), False
 
     def _upload_parts(
-        self, path: Path, key: str, upload_id: str, digests: _Digests
-    ) -> list[CompletedPartTypeDef]:
+        self, path: Path, key: str, upload_id: str
+    ) -> tuple[list[CompletedPartTypeDef], _Digests]:
         chunk = self._settings.multipart_chunk_bytes
         limit = self._settings.multipart_concurrency
-        done: list[CompletedPartTypeDef] = []
-        pending: set[Future[CompletedPartTypeDef]] = set()
+        whole = hashlib.sha256()
+        size = 0
+        done: list[tuple[CompletedPartTypeDef, bytes]] = []
+        pending: set[Future[tuple[CompletedPartTypeDef, bytes]]] = set()
 
-        def send(number: int, data: bytes) -> CompletedPartTypeDef:
-            checksum = digests.part_b64[number - 1]
-            # The part's bytes are re-hashed by the server; a file edited since hashing fails here.
+        def send(number: int, data: bytes) -> tuple[CompletedPartTypeDef, bytes]:
+            # Hashed here, in parallel with the reader's whole-file hash (hashlib drops the GIL).
+            digest = hashlib.sha256(data).digest()
+            checksum = b64_digest(digest)
             answer = self._client.upload_part(
                 Bucket=self._bucket,
                 Key=key,
@@ -237,23 +241,41 @@ class S3ArtifactSink:
                 ChecksumAlgorithm="SHA256",
                 ChecksumSHA256=checksum,
             )
-            return {"PartNumber": number, "ETag": answer["ETag"], "ChecksumSHA256": checksum}
+            part: CompletedPartTypeDef = {
+                "PartNumber": number,
+                "ETag": answer["ETag"],
+                "ChecksumSHA256": checksum,
+            }
+            return part, digest
 
         with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="s3-part") as pool:
             try:
                 with path.open("rb") as handle:
-                    for number in range(1, len(digests.part_b64) + 1):
+                    number = 0
+                    while data := handle.read(chunk):
+                        number += 1
+                        whole.update(data)
+                        size += len(data)
                         # Bounded read-ahead: at most `limit` parts in flight plus this one.
                         while len(pending) >= limit:
                             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                             done.extend(f.result() for f in finished)
-                        pending.add(pool.submit(send, number, _read_exact(handle, chunk)))
+                        pending.add(pool.submit(send, number, data))
                 finished, pending = wait(pending)
                 done.extend(f.result() for f in finished)
             finally:
                 for future in pending:
                     future.cancel()
-        return sorted(done, key=lambda part: part["PartNumber"])
+        done.sort(key=lambda item: item[0]["PartNumber"])
+        part_digests = [digest for _, digest in done]
+        digests = _Digests(
+            size=size,
+            sha256_hex=whole.hexdigest(),
+            full_b64=b64_digest(whole.digest()),
+            composite_b64=_composite(part_digests),
+            part_b64=tuple(b64_digest(d) for d in part_digests),
+        )
+        return [part for part, _ in done], digests
 
     def _abort(self, key: str, upload_id: str) -> None:
         try:
@@ -305,10 +327,3 @@ class S3ArtifactSink:
                 f"{remote.hexdigest()}, local {digests.sha256_hex}); nothing was overwritten"
             )
         return True
-
-
-def _read_exact(handle: BinaryIO, size: int) -> bytes:
-    data = handle.read(size)
-    if not data:
-        raise UploadError(f"artifact file {getattr(handle, 'name', '?')} shrank while uploading")
-    return data

@@ -50,6 +50,7 @@ from sidecar.adapters.s3_client import (
     is_not_found,
     is_precondition_failed,
     make_s3_client,
+    prepare_client,
     retry_conflicts,
 )
 from sidecar.core.deadline import MAX_RECORD_BYTES
@@ -120,7 +121,7 @@ class S3DeadlineStore:
         except (*_BotoErrors, ValueError) as exc:
             raise ConfigError(f"cannot build the S3 client: {exc}") from exc
         self.stats = S3Stats()
-        self.stats.attach(self._client)
+        prepare_client(self._client, self.stats)
 
     @property
     def location(self) -> str:
@@ -153,13 +154,9 @@ class S3DeadlineStore:
         except botocore.exceptions.ClientError as exc:
             if is_not_found(exc):
                 return None
-            raise self._error(
-                exc, f"cannot read deadline record s3://{self._bucket}/{key}"
-            ) from exc
+            raise self._error(exc, f"cannot read deadline record s3://{self._bucket}/{key}") from exc
         except (botocore.exceptions.BotoCoreError, OSError) as exc:
-            raise self._error(
-                exc, f"cannot read deadline record s3://{self._bucket}/{key}"
-            ) from exc
+            raise self._error(exc, f"cannot read deadline record s3://{self._bucket}/{key}") from exc
 
     def create(self, run_id: str, payload: bytes) -> None:
         """Exclusive create, then read back and compare (a store that mangles bytes fails closed).
@@ -296,8 +293,7 @@ class S3DeadlineStore:
                     watched = (etag, now)
                 elif watched[0] != etag:
                     raise AlreadySupervisedError(
-                        f"another supervisor holds run {run_id} and renews its lease "
-                        f"({uri}; {_holder(note)})"
+                        f"another supervisor holds run {run_id} and renews its lease ({uri}; {_holder(note)})"
                     )
                 elif now - watched[1] >= self._settings.lock_lease_s:
                     log.warning("taking over the stale lease %s (%s)", uri, _holder(note))
@@ -354,9 +350,7 @@ class S3DeadlineStore:
             self._client.delete_object(Bucket=self._bucket, Key=lease.key, IfMatch=lease.etag)
         except _BotoErrors as exc:
             # Harmless: the next supervisor takes a stale lease over after lock_lease_s.
-            log.warning(
-                "could not delete the lease %s: %s", lease.key, describe(exc, self._settings)
-            )
+            log.warning("could not delete the lease %s: %s", lease.key, describe(exc, self._settings))
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -1,0 +1,90 @@
+"""Upload time of one artifact through S3ArtifactSink versus plain boto3 ``upload_file``.
+
+Starts SeaweedFS on 127.0.0.1 (the test fixture's context manager), writes a random file, then
+alternates the two uploaders for a few repetitions, each to a fresh key, and prints every time,
+the medians and the ratio sink/baseline (target: at most 1.1).
+
+    python bench/upload.py [--mib 64] [--reps 5]
+
+What each side computes: the sink hashes every byte twice with SHA-256 (whole file, and per
+part as it is sent) and the server verifies the part checksums; upload_file lets botocore
+compute its default CRC32 per part. SeaweedFS speaks plain http here, where botocore also
+signs each request's payload (another SHA-256 pass) for upload_file; the sink's uploads carry a
+signed x-amz-checksum-sha256 instead, so it skips that pass. Over https (AWS) botocore skips
+payload signing for uploads on both sides. The server shares this machine's CPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from boto3.s3.transfer import TransferConfig
+
+from sidecar.adapters.s3_sink import S3ArtifactSink
+from tests.fixtures.s3 import run_seaweedfs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=64, help="artifact size, MiB (default 64)")
+    parser.add_argument("--reps", type=int, default=5, help="repetitions of each (default 5)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
+        base = Path(tmp)
+        artifact = base / "artifact.bin"
+        artifact.write_bytes(os.urandom(args.mib * 1024 * 1024))
+        with run_seaweedfs(base / "weed") as server:
+            settings = server.settings(read_timeout_s=120.0)
+            sink = S3ArtifactSink(settings, client_factory=server.factory())
+            plain = server.client()
+            # boto3's defaults (8 MiB threshold/parts, 10 threads): the everyday baseline.
+            transfer = TransferConfig()
+            print(
+                f"file {args.mib} MiB; sink: threshold {settings.multipart_threshold_bytes >> 20} MiB, "
+                f"parts {settings.multipart_chunk_bytes >> 20} MiB x{settings.multipart_concurrency}; "
+                f"upload_file: parts {transfer.multipart_chunksize >> 20} MiB "
+                f"x{transfer.max_request_concurrency}"
+            )
+            # Warm-up of both paths (connection pools, server volume allocation); not counted.
+            sink.upload([artifact], "warmup/sink/")
+            plain.upload_file(str(artifact), server.bucket, "warmup/plain/artifact.bin", Config=transfer)
+
+            ours: list[float] = []
+            theirs: list[float] = []
+            for rep in range(args.reps):
+                order = ("sink", "plain") if rep % 2 == 0 else ("plain", "sink")
+                for which in order:
+                    started = time.perf_counter()
+                    if which == "sink":
+                        sink.upload([artifact], f"rep{rep}/sink/")
+                        ours.append(time.perf_counter() - started)
+                    else:
+                        plain.upload_file(
+                            str(artifact), server.bucket, f"rep{rep}/plain/artifact.bin", Config=transfer
+                        )
+                        theirs.append(time.perf_counter() - started)
+                print(f"rep {rep}: sink {ours[-1]:.3f} s   upload_file {theirs[-1]:.3f} s")
+
+    sink_median = statistics.median(ours)
+    plain_median = statistics.median(theirs)
+    ratio = sink_median / plain_median
+    mib = args.mib
+    print(
+        f"median: sink {sink_median:.3f} s ({mib / sink_median:.0f} MiB/s)   "
+        f"upload_file {plain_median:.3f} s ({mib / plain_median:.0f} MiB/s)"
+    )
+    print(f"ratio sink/upload_file: {ratio:.2f}x (target <= 1.10x) -> {'OK' if ratio <= 1.1 else 'OVER'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -137,7 +137,9 @@ def decide(
     gpu_fault: str | None,
     upload_error: str | None,
 ) -> Verdict:
-    """The soak's verdict. ``residuals``: short descriptions (pids) of survivors of shutdown.
+    """The soak's verdict. ``residuals``: short descriptions (pids) of survivors of shutdown;
+    ``leaks``: complete messages of other resource-leak checks, reported like residuals (only
+    when nothing failed before, classification ``resource_leak``).
 
     ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
     something else already failed.
@@ -177,19 +179,13 @@ def decide(
 
     if parts:
         return _failed(kind or "unknown_failure", "; ".join(parts), upload_error)
-    if upload_error is not None:
-        return _failed(
-            "evidence_lost",
-            f"soak passed but its artifact was not uploaded: {upload_error}",
-            upload_error,
-        )
-    return Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
+    passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
+    return passed if upload_error is None else with_upload_error(passed, upload_error)
 
 
 def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:
     """The verdict once the upload failed: a pass becomes evidence_lost, a failure keeps its kind."""
     if verdict.status == "passed":
-        return _failed(
-            "evidence_lost", f"soak passed but its artifact was not uploaded: {upload_error}", upload_error
-        )
+        reason = f"soak passed but its artifact was not uploaded: {upload_error}"
+        return _failed("evidence_lost", reason, upload_error)
     return replace(verdict, evidence_error=upload_error)

@@ -30,6 +30,7 @@ from sidecar.core.verdict import (
     exit_code_for,
     exit_code_table_markdown,
     refused,
+    with_upload_error,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
@@ -414,3 +415,24 @@ def test_markdown_table_lists_every_code_and_classification_once() -> None:
     assert sorted(listed) == sorted(ALL_CLASSIFICATIONS)
     assert "| 150 | GPU_FAULT | yes | `gpu_fault` |" in exit_code_table_markdown()
     assert "| 0 | PASSED | no | - | soak passed every check |" in exit_code_table_markdown()
+
+
+def test_leak_checks_report_like_residuals() -> None:
+    leak = "eventfd count grew from 12 to 4096"
+    verdict = run(leaks=[leak])
+    assert (verdict.classification, verdict.reason) == ("resource_leak", leak)
+    assert verdict.exit_code == ExitCode.RESOURCE_LEAK
+    both = run(residuals=["8"], leaks=[leak], summary=MISSING)
+    assert both.reason == (
+        "residual child processes after shutdown: 8; trainer did not write run_summary.json"
+    )
+    assert run(returncode=1, leaks=[leak]).reason == "trainer exited with returncode 1"
+
+
+def test_with_upload_error_after_the_fact() -> None:
+    lost = with_upload_error(run(), "timeout")
+    assert lost == run(upload_error="timeout")
+    assert lost.classification == "evidence_lost" and lost.evidence_error == "timeout"
+    failed = run(returncode=1)
+    assert with_upload_error(failed, "timeout") == run(returncode=1, upload_error="timeout")
+    assert with_upload_error(failed, "timeout").classification == "unknown_failure"

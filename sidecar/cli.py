@@ -397,11 +397,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sidecar.core.run_summary import (
-        ValidatorUnavailable,
-        evaluate_run_summary,
-        resolve_manifest_validator,
-    )
+    from sidecar.core.run_summary import evaluate_run_summary, resolve_manifest_validator
 
     settings = load_settings()
     spec = args.manifest_validator or settings.summary.manifest_validator
@@ -417,9 +413,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         mtime=None,
         run_started_wall=None,
         max_bytes=settings.summary.max_bytes,
-        manifest_validator=ValidatorUnavailable(validator)
-        if isinstance(validator, str)
-        else validator,
+        manifest_validator=validator,
     )
     if args.json:
         print(

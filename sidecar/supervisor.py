@@ -58,7 +58,6 @@ from sidecar.core.liveness import LivenessTracker
 from sidecar.core.publication import Publication
 from sidecar.core.run_summary import (
     SummaryOutcome,
-    ValidatorUnavailable,
     evaluate_run_summary,
     resolve_manifest_validator,
 )
@@ -185,6 +184,8 @@ class Supervisor:
         self._recorder: SampleRecorder | None = None
         self._trainer_env: Mapping[str, str] | None = None
         self._resume_checkpoint: str | None = None
+        # Resolved now: a bad validator setting must fail before the trainer runs, not after.
+        self._manifest_validator = resolve_manifest_validator(settings.summary.manifest_validator)
         self._trainer: TrainerInfo | None = None
         self._saved_handlers: dict[int, Any] | None = None
         self.late_signals: list[str] = []
@@ -600,7 +601,6 @@ class Supervisor:
     def _evaluate_summary(self) -> SummaryOutcome:
         sset = self.settings.summary
         path = self.settings.monitor.progress_dir / sset.file_name
-        validator = resolve_manifest_validator(sset.manifest_validator)
         raw: bytes | None
         mtime: float | None
         try:
@@ -610,15 +610,18 @@ class Supervisor:
         except FileNotFoundError:
             raw, mtime = None, None
         except OSError as exc:
-            raw, mtime = f"<unreadable: {exc}>".encode(), None
+            return SummaryOutcome(
+                present=True,
+                data=None,
+                classification="invalid_run_summary",
+                failures=(f"run_summary.json cannot be read: {exc}",),
+            )
         return evaluate_run_summary(
             raw,
             mtime=mtime,
             run_started_wall=self._started_wall,
             max_bytes=sset.max_bytes,
-            manifest_validator=validator
-            if not isinstance(validator, str)
-            else ValidatorUnavailable(validator),
+            manifest_validator=self._manifest_validator,
         )
 
     def _artifact(

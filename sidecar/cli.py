@@ -192,9 +192,10 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
     context: dict[str, Any] = {}
     attempt, label = 1, None
     publish = None
+    progress_note = None
     image_digest: Callable[[], str | None] = _no_image_digest
     if pod:
-        publish, image_digest, context, attempt, label = _pod_wiring(settings)
+        publish, progress_note, image_digest, context, attempt, label = _pod_wiring(settings)
     gpu = settings.gpu
     ports = Ports(
         sampler=PsutilProcessSampler(),
@@ -203,6 +204,7 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
         store=store,
         sink=sink,
         publish=publish,
+        progress_note=progress_note,
         read_environ=_read_environ,
         image_digest=image_digest,
         status_stream=sys.stderr,
@@ -214,11 +216,17 @@ def _no_image_digest() -> None:
     return None
 
 
-def _pod_wiring(
-    settings: Settings,
-) -> tuple[
-    Callable[[Publication], list[str]], Callable[[], str | None], dict[str, Any], int, str | None
-]:
+PodWiring = tuple[
+    Callable[[Publication], list[str]],
+    Callable[[str, float, float], object] | None,
+    Callable[[], str | None],
+    dict[str, Any],
+    int,
+    str | None,
+]
+
+
+def _pod_wiring(settings: Settings) -> PodWiring:
     from sidecar.adapters.kube import KubeClient, PodPublisher, connect
 
     kube = settings.kube
@@ -252,6 +260,7 @@ def _pod_wiring(
         termination_log=kube.termination_log,
         publish_events=kube.publish_events,
         container="soak-sidecar",
+        progress_interval_s=kube.progress_annotations_s,
     )
 
     def publish(pub: Publication) -> list[str]:
@@ -268,7 +277,8 @@ def _pod_wiring(
     attempt = 1
     if identity is not None and identity.job_name:
         attempt = _attempt_of(client, namespace, identity.job_name, pod_name)
-    return publish, image_digest, context, attempt, pod_name
+    progress_note = publisher.progress if kube.progress_annotations_s > 0 else None
+    return publish, progress_note, image_digest, context, attempt, pod_name
 
 
 def _attempt_of(client: Any, namespace: str, job: str, pod_name: str) -> int:

@@ -108,6 +108,8 @@ class Ports:
     store: DeadlineStore
     sink: ArtifactSink | None = None
     publish: Callable[[Publication], list[str]] | None = None
+    # Rate-limited "still running" note (pod annotations); called once per sample.
+    progress_note: Callable[[str, float, float], object] | None = None
     read_environ: Callable[[int], Mapping[str, str] | None] = lambda _pid: None
     image_digest: Callable[[], str | None] = lambda: None
     clock: Clock = field(default_factory=SystemClock)
@@ -499,6 +501,9 @@ class Supervisor:
         )
 
     def _report(self, sample: Sample, progress_age: float | None) -> None:
+        if self.ports.progress_note is not None:
+            clock = self.ports.clock
+            self.ports.progress_note("running", clock.wall(), clock.monotonic())
         stream = self.ports.status_stream
         mode = self.settings.monitor.status_line
         if stream is None or mode == "off":

@@ -466,6 +466,7 @@ class Launcher:
         self.survivors_killed: dict[int, str] = {}
         self.unreaped: list[int] = []
         self.escalate_at: float | None = None
+        self.killed_at: float | None = None
         self.control_seq = -1
         self.hb_content: bytes | None = None
         self.hb_changed_at = 0.0
@@ -701,22 +702,21 @@ class Launcher:
                 os.killpg(self.trainer.pid, signum)
 
     def kill_everything(self, into: dict[int, str]) -> None:
-        """SIGKILL the trainer's group and every descendant, repeating until a scan finds none.
+        """SIGKILL the trainer's group and every live descendant, recording them in ``into``.
 
-        A process forking while we kill leaves a child that reparents to us: the next scan gets it.
+        One pass, no spinning while the victims die (they need the CPU to exit): callers repeat
+        it on every wake-up until nothing is left, which also catches a child forked between
+        the scan and the kill (it reparents to us, the subreaper).
         """
         self.kill_sent = True
-        for _ in range(100):
-            victims = alive_descendants(self.pid)
-            for pid in victims:
-                if self.trainer is None or pid != self.trainer.pid:
-                    into.setdefault(pid, command_of(pid))
-            for pid in victims:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            self._signal_group(signal.SIGKILL)
-            if not victims:
-                return
+        victims = alive_descendants(self.pid)
+        for pid in victims:
+            if pid not in into and (self.trainer is None or pid != self.trainer.pid):
+                into[pid] = command_of(pid)
+        self._signal_group(signal.SIGKILL)
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def stop(self, reason: str, *, hard: bool) -> None:
         if self.reason is None:
@@ -815,8 +815,13 @@ class Launcher:
                 self.last_fallback = now
             self._dirty.clear()
             if self.kill_sent:
-                # Killed processes die within microseconds; re-scan for stragglers until reaped.
+                # SIGCHLD wakes us as victims die; the timeout re-scans for stragglers.
                 timeout = 0.05
+                if self.killed_at is None:
+                    self.killed_at = now
+                elif now - self.killed_at > REAP_LIMIT_S:
+                    log("the trainer does not die after SIGKILL (uninterruptible sleep?)")
+                    return
             else:
                 timeout = self._next_timeout(clock.remaining(), time.monotonic())
             signals = self.wait(timeout)
@@ -843,7 +848,7 @@ class Launcher:
         survivors = alive_descendants(self.pid)
         if survivors and not self.kill_sent:
             for pid in survivors:
-                self.survivors_killed.setdefault(pid, command_of(pid))
+                self.survivors_killed[pid] = command_of(pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGTERM)
             self._signal_group(signal.SIGTERM)
@@ -861,7 +866,8 @@ class Launcher:
                 self.wait(min(left, 0.05))
                 survivors = alive_descendants(self.pid)
                 for pid in survivors:
-                    self.survivors_killed.setdefault(pid, command_of(pid))
+                    if pid not in self.survivors_killed:
+                        self.survivors_killed[pid] = command_of(pid)
         if alive_descendants(self.pid):
             self.kill_everything(self.survivors_killed)
         end = time.monotonic() + REAP_LIMIT_S

@@ -1,0 +1,181 @@
+"""Pure parts of the launcher: deadline clock, go.json validation, console log bound, files."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import launcher as proto
+from sidecar.launcher import ConsoleLog, DeadlineClock, GoRequest
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.wall_now = 1_000_000.0
+        self.mono_now = 50.0
+
+    def wall(self) -> float:
+        return self.wall_now
+
+    def monotonic(self) -> float:
+        return self.mono_now
+
+    def advance(self, seconds: float) -> None:
+        self.wall_now += seconds
+        self.mono_now += seconds
+
+
+def test_wall_clock_rollback_cannot_extend_the_deadline() -> None:
+    clock = FakeClock()
+    deadline = DeadlineClock(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
+    clock.advance(40.0)
+    assert deadline.remaining() == pytest.approx(60.0)
+    clock.wall_now -= 3600.0  # someone sets the clock back an hour
+    assert deadline.remaining() == pytest.approx(60.0)
+    clock.advance(60.0)
+    assert deadline.remaining() == pytest.approx(0.0)
+
+
+def test_wall_clock_jump_forward_shortens_it() -> None:
+    clock = FakeClock()
+    deadline = DeadlineClock(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
+    clock.wall_now += 30.0
+    assert deadline.remaining() == pytest.approx(70.0)
+
+
+def go_raw(**overrides: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "deadline_unix": 2_000_000_000.0,
+        "checkpoint_margin_s": 120,
+        "term_grace_s": 5,
+        "heartbeat_timeout_s": 15,
+        "kill_grace_s": 5,
+        "console_log_bytes": 1024,
+        "soft_stop_signal": "SIGUSR2",
+        "env": {"A": "1"},
+    }
+    raw.update(overrides)
+    return raw
+
+
+def test_go_request_parses_a_valid_go() -> None:
+    go = GoRequest(go_raw())
+    assert go.deadline_unix == 2_000_000_000.0
+    assert go.soft_stop_signal == signal.SIGUSR2
+    assert go.env == {"A": "1"} and go.console_log_bytes == 1024
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"deadline_unix": None},
+        {"deadline_unix": True},
+        {"deadline_unix": math.nan},
+        {"deadline_unix": math.inf},
+        {"deadline_unix": "soon"},
+        {"checkpoint_margin_s": 0},
+        {"term_grace_s": -1},
+        {"kill_grace_s": -1},
+        {"heartbeat_timeout_s": 0},
+        {"console_log_bytes": 0},
+        {"console_log_bytes": 1.5},
+        {"console_log_bytes": True},
+        {"soft_stop_signal": "SIGNOPE"},
+        {"env": {"A": 1}},
+        {"env": ["A=1"]},
+    ],
+)
+def test_go_request_rejects_malformed_fields(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"go\.json|signal"):
+        GoRequest(go_raw(**bad))
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "usr1", "USR1", " sigusr1 ", str(int(signal.SIGUSR1))])
+def test_signal_number_accepts_names_and_numbers(name: str) -> None:
+    assert proto.signal_number(name) == signal.SIGUSR1
+
+
+def test_signal_number_rejects_unknown() -> None:
+    with pytest.raises(ValueError):
+        proto.signal_number("SIGWHATEVER")
+    with pytest.raises(ValueError):
+        proto.signal_number("999")
+
+
+def test_console_log_stays_within_its_cap_and_keeps_the_tail(tmp_path: Path) -> None:
+    path = tmp_path / proto.CONSOLE_LOG
+    cap = 1000
+    log = ConsoleLog(str(path), cap)
+    written = b""
+    for i in range(300):
+        chunk = f"{i:04d}-".encode() * (i % 7 + 1)
+        log.write(chunk)
+        written += chunk
+        rotated = tmp_path / proto.CONSOLE_LOG_ROTATED
+        total = path.stat().st_size + (rotated.stat().st_size if rotated.exists() else 0)
+        assert total <= cap
+    log.write(b"x" * 5000)  # one chunk far over the cap
+    written += b"x" * 5000
+    log.close()
+    kept = (tmp_path / proto.CONSOLE_LOG_ROTATED).read_bytes() + path.read_bytes()
+    assert cap // 2 < len(kept) <= cap
+    assert written.endswith(kept)
+
+
+def test_atomic_write_json_leaves_no_temp_and_read_json_tolerates_garbage(tmp_path: Path) -> None:
+    target = tmp_path / "x.json"
+    proto.atomic_write_json(str(target), {"b": 1, "a": [1, 2]})
+    assert json.loads(target.read_text()) == {"a": [1, 2], "b": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
+    assert proto.read_json(str(target)) == {"a": [1, 2], "b": 1}
+    assert proto.read_json(str(tmp_path / "missing.json")) is None
+    target.write_text("{not json")
+    assert proto.read_json(str(target)) is None
+    target.write_text("[1, 2]")
+    assert proto.read_json(str(target)) is None
+
+
+def test_command_line_errors_exit_with_usage_code(tmp_path: Path) -> None:
+    assert proto.main(["--run-dir", str(tmp_path)]) == proto.EXIT_USAGE
+    assert proto.main(["--run-dir", str(tmp_path), "--"]) == proto.EXIT_USAGE
+    assert proto.main(["--run-dir", str(tmp_path), "--go-timeout", "0", "--", "x"]) == proto.EXIT_USAGE
+    assert proto.main(["--", "x"]) == proto.EXIT_USAGE
+
+
+def test_protocol_names_are_consistent() -> None:
+    assert len(set(proto.RUN_DIR_FILES)) == len(proto.RUN_DIR_FILES)
+    assert {proto.EXIT_FILE, proto.GO_FILE, proto.LAUNCHER_FILE} <= set(proto.RUN_DIR_FILES)
+    assert proto.CONSOLE_LOG_ROTATED == proto.CONSOLE_LOG + ".1"
+    codes = [
+        proto.EXIT_USAGE,
+        proto.EXIT_PROTOCOL,
+        proto.EXIT_LAUNCHER_ERROR,
+        proto.EXIT_SUBREAPER,
+        proto.EXIT_GO_TIMEOUT,
+        proto.EXIT_INSUFFICIENT_BUDGET,
+        proto.EXIT_SUPERVISOR_LOST,
+        proto.EXIT_NOT_EXECUTABLE,
+        proto.EXIT_NOT_FOUND,
+    ]
+    assert len(set(codes)) == len(codes) and all(0 < c < 128 for c in codes)
+
+
+def test_launcher_is_standard_library_only() -> None:
+    """It runs under the trainer image's own interpreter: no third-party or sidecar imports."""
+    import ast
+    import sys
+
+    tree = ast.parse(Path(proto.__file__).read_text(), feature_version=(3, 9))
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module.split(".")[0])
+    assert modules - {"__future__"} <= set(sys.stdlib_module_names)
+    assert not any(isinstance(node, ast.Match) for node in ast.walk(tree))

@@ -1,0 +1,261 @@
+"""RunDir: the sidecar's side of the protocol, against hand-written launcher records."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar import launcher as proto
+from sidecar.adapters.rundir import (
+    ExitRecord,
+    Heartbeat,
+    KilledProcess,
+    RunDir,
+    spawn_local_launcher,
+)
+from sidecar.errors import ConfigError, LauncherError
+
+LAUNCH_ID = "0123456789abcdef0123456789abcdef"
+
+
+def announce(rd: RunDir, **overrides: Any) -> None:
+    raw: dict[str, Any] = {
+        "protocol": 1,
+        "launch_id": LAUNCH_ID,
+        "pid": 4242,
+        "start_ticks": 123,
+        "boot_id": "b",
+        "hostname": "h",
+        "command": ["python", "train.py"],
+        "python": "/usr/bin/python3",
+        "python_version": "3.9.18",
+        "subreaper": True,
+        "owner_pid": None,
+        "go_timeout_s": 300.0,
+        "started_unix": 1.0,
+    }
+    raw.update(overrides)
+    rd.path.mkdir(parents=True, exist_ok=True)
+    proto.atomic_write_json(str(rd.file(proto.LAUNCHER_FILE)), raw)
+
+
+def exit_raw(**overrides: Any) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "protocol": 1,
+        "launch_id": LAUNCH_ID,
+        "exit_code": 137,
+        "returncode": None,
+        "signal": 9,
+        "signal_name": "SIGKILL",
+        "reason": "deadline",
+        "trainer_pid": 77,
+        "deadline_expired": True,
+        "kill_sent": True,
+        "control": [{"seq": 1, "action": "soft_stop", "reason": "r"}],
+        "killed_with_trainer": [{"pid": 78, "command": "worker"}],
+        "survivors_killed": [],
+        "unreaped": [],
+        "started_unix": 1.0,
+        "ended_unix": 2.5,
+    }
+    raw.update(overrides)
+    return raw
+
+
+def test_wait_for_launcher_reads_and_binds(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    info = rd.wait_for_launcher(1.0)
+    assert info.launch_id == LAUNCH_ID and info.pid == 4242 and info.subreaper
+    assert info.command == ("python", "train.py")
+    assert rd.launch_id == LAUNCH_ID
+
+
+def test_wait_for_launcher_fails_on_timeout_death_or_early_exit(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    started = time.monotonic()
+    with pytest.raises(LauncherError, match=r"after 0\.2s"):
+        rd.wait_for_launcher(0.2, poll_s=0.01)
+    assert time.monotonic() - started >= 0.2
+    with pytest.raises(LauncherError, match="exited before announcing"):
+        rd.wait_for_launcher(30, alive=lambda: False)
+    proto.atomic_write_json(
+        str(rd.file(proto.EXIT_FILE)),
+        {"protocol": 1, "launch_id": None, "exit_code": 71, "reason": "subreaper_unavailable"},
+    )
+    with pytest.raises(LauncherError, match="subreaper_unavailable"):
+        rd.wait_for_launcher(30)
+
+
+def test_records_with_wrong_types_or_protocol_are_rejected(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd, pid="4242")
+    with pytest.raises(LauncherError, match="pid"):
+        rd.launcher()
+    announce(rd, subreaper=1)
+    with pytest.raises(LauncherError, match="subreaper"):
+        rd.launcher()
+    announce(rd, protocol=2)
+    with pytest.raises(LauncherError, match="protocol"):
+        rd.launcher()
+
+
+def test_give_go_writes_go_and_the_trainers_deadline_copy(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    with pytest.raises(LauncherError, match="wait_for_launcher"):
+        rd.give_go(
+            deadline_unix=1000.0,
+            checkpoint_margin_s=120,
+            term_grace_s=5,
+            heartbeat_timeout_s=15,
+            kill_grace_s=5,
+            console_log_bytes=1024,
+        )
+    announce(rd)
+    rd.wait_for_launcher(1)
+    record = rd.give_go(
+        deadline_unix=1000.0,
+        checkpoint_margin_s=120,
+        term_grace_s=5,
+        heartbeat_timeout_s=15,
+        kill_grace_s=5,
+        console_log_bytes=1024,
+        run_id="r-1",
+        progress_dir=Path("/soak/progress"),
+        env={"EXTRA": "x"},
+        deadline_record={"format": "soak-deadline-v1"},
+    )
+    go = json.loads(rd.file(proto.GO_FILE).read_text())
+    assert go["launch_id"] == LAUNCH_ID and go["protocol"] == 1
+    parsed = proto.GoRequest(go)  # what the launcher will accept
+    assert parsed.deadline_unix == 1000.0 and parsed.console_log_bytes == 1024
+    assert go["env"]["SOAK_SOFT_STOP_UNIX"] == "880.0"
+    assert go["env"]["SOAK_RUN_ID"] == "r-1" and go["env"]["EXTRA"] == "x"
+    assert go["env"]["SOAK_PROGRESS_DIR"] == "/soak/progress"
+    copy = json.loads(rd.file(proto.DEADLINE_COPY_FILE).read_text())
+    assert copy["soft_stop_unix"] == 880.0 and copy["term_unix"] == 995.0
+    assert copy["record"] == {"format": "soak-deadline-v1"}
+    assert record.soft_stop_unix == 880.0 and record.env == go["env"]
+    with pytest.raises(ConfigError, match="soft_stop_signal"):
+        rd.give_go(
+            deadline_unix=1000.0,
+            checkpoint_margin_s=120,
+            term_grace_s=5,
+            heartbeat_timeout_s=15,
+            kill_grace_s=5,
+            console_log_bytes=1024,
+            soft_stop_signal="SIGBOGUS",
+        )
+
+
+def test_request_sequence_continues_and_validates(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    assert rd.request("soft_stop", "margin") == 1
+    assert rd.request("terminate", "stale") == 2
+    # A fresh RunDir (a restarted sidecar) keeps counting from the file.
+    other = RunDir(tmp_path)
+    other.wait_for_launcher(1)
+    assert other.request("kill", "now") == 3
+    control = json.loads(rd.file(proto.CONTROL_FILE).read_text())
+    assert control == {
+        "protocol": 1,
+        "launch_id": LAUNCH_ID,
+        "seq": 3,
+        "action": "kill",
+        "reason": "now",
+    }
+    with pytest.raises(ConfigError):
+        rd.request("explode", "x")  # type: ignore[arg-type]
+
+
+def test_abort_validates_and_is_unbound_before_the_launcher(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    with pytest.raises(ConfigError):
+        rd.abort("x", 0)
+    rd.abort("refused", 15)
+    assert json.loads(rd.file(proto.ABORT_FILE).read_text())["launch_id"] is None
+    announce(rd)
+    rd.wait_for_launcher(1)
+    rd.abort("refused", 15)
+    assert json.loads(rd.file(proto.ABORT_FILE).read_text())["launch_id"] == LAUNCH_ID
+
+
+def test_beats_always_change_content(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    seen = set()
+    for _ in range(3):
+        rd.beat()
+        seen.add(rd.file(proto.HEARTBEAT_FILE).read_bytes())
+    assert len(seen) == 3
+
+
+def test_heartbeat_thread_beats_until_closed(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    with Heartbeat(rd, 0.02) as beat:
+        end = time.monotonic() + 10
+        while beat.beats < 4 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert beat.beats >= 4 and beat.last_error is None
+    after = rd.file(proto.HEARTBEAT_FILE).read_bytes()
+    time.sleep(0.1)
+    assert rd.file(proto.HEARTBEAT_FILE).read_bytes() == after, "no beats after exit"
+    with pytest.raises(ConfigError):
+        Heartbeat(rd, 0)
+
+
+def test_read_exit_parses_and_filters_by_launcher(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    assert rd.read_exit() is None
+    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
+    record = rd.read_exit()
+    assert isinstance(record, ExitRecord)
+    assert record.exit_code == 137 and record.signal == 9 and record.deadline_expired
+    assert record.killed_with_trainer == (KilledProcess(78, "worker"),)
+    assert record.control[0].action == "soft_stop" and record.trainer_started
+    assert rd.wait_exit(0.1) == record
+    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(launch_id="another"))
+    assert rd.read_exit() is None
+    assert rd.wait_exit(0.1, poll_s=0.02) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"reason": "vanished"}, {"exit_code": "137"}, {"deadline_expired": "yes"}, {"unreaped": 3}],
+)
+def test_malformed_exit_records_raise(tmp_path: Path, bad: dict[str, Any]) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(**bad))
+    with pytest.raises(LauncherError):
+        rd.read_exit()
+
+
+def test_reset_removes_a_previous_runs_files(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path / "run")
+    announce(rd)
+    rd.wait_for_launcher(1)
+    rd.beat()
+    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
+    rd.file(proto.CONSOLE_LOG).write_text("old")
+    rd.file(".go.json.deadbeef.tmp").write_text("partial")
+    keep = rd.path / "unrelated.txt"
+    keep.write_text("mine")
+    rd.reset()
+    assert sorted(p.name for p in rd.path.iterdir()) == ["unrelated.txt"]
+    assert rd.launch_id is None and rd.read_exit() is None and rd.console_logs() == []
+
+
+def test_spawn_local_launcher_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        spawn_local_launcher(tmp_path, [])
+    with pytest.raises(LauncherError):
+        spawn_local_launcher(tmp_path, ["true"], python=str(tmp_path / "no-python"))

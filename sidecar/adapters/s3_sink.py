@@ -306,14 +306,10 @@ class S3ArtifactSink:
                 f"{digests.size} in {path}); nothing was overwritten"
             )
         stored = head.get("ChecksumSHA256")
-        if stored in (digests.full_b64, digests.composite_b64):
+        if stored and stored in (digests.full_b64, digests.composite_b64):
             return True
-        if stored and "-" not in stored:
-            raise ObjectConflictError(
-                f"{uri} already exists with different content (stored sha256 {stored}, "
-                f"local {digests.full_b64}); nothing was overwritten"
-            )
-        # No checksum, or a composite over other part sizes: hash the stored bytes.
+        # No checksum, a composite over other part sizes, or a store that reports checksums
+        # its own way: only the stored bytes themselves can decide.
         body = self._client.get_object(Bucket=self._bucket, Key=key)["Body"]
         remote = hashlib.sha256()
         try:

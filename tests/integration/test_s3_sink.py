@@ -220,6 +220,16 @@ def test_existing_object_without_checksum_is_verified_by_its_bytes(
     assert uploaded.already_present
 
 
+def test_existing_object_without_checksum_and_other_bytes_is_a_conflict(
+    seaweedfs: SeaweedServer, s3_prefix: str, tmp_path: Path
+) -> None:
+    plain = seaweedfs.factory()(seaweedfs.settings(checksum_when_required=True))
+    plain.put_object(Bucket=seaweedfs.bucket, Key=f"{s3_prefix}artifact.json", Body=b"A" * 4096)
+    sink = S3ArtifactSink(seaweedfs.settings(), client_factory=seaweedfs.factory())
+    with pytest.raises(ObjectConflictError, match="different content"):
+        sink.upload([_write(tmp_path / "artifact.json", b"B" * 4096)], s3_prefix)
+
+
 def test_wrong_secret_gives_a_clear_credentials_error(
     seaweedfs: SeaweedServer, s3_prefix: str, tmp_path: Path
 ) -> None:

@@ -105,11 +105,18 @@ class S3ArtifactSink:
         return f"s3://{self._bucket}"
 
     def upload(self, files: Sequence[Path], key_prefix: str) -> list[UploadedObject]:
+        """Upload ``files`` as ``<key_prefix><file name>``; every failure is an UploadError.
+
+        Bad keys are UploadErrors too: the run is over by now, and its verdict must survive.
+        """
         names = [path.name for path in files]
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
-            raise ConfigError(f"two artifact files share a name: {', '.join(duplicates)}")
-        keys = [object_key(key_prefix, name) for name in names]
+            raise UploadError(f"two artifact files share a name: {', '.join(duplicates)}")
+        try:
+            keys = [object_key(key_prefix, name) for name in names]
+        except ConfigError as exc:
+            raise UploadError(f"invalid artifact key: {exc}") from exc
         return [self._upload_one(path, key) for path, key in zip(files, keys, strict=True)]
 
     # -- one object ---------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from sidecar.errors import (
     ConfigError,
     ObjectConflictError,
     RecordExistsError,
+    UploadError,
 )
 from sidecar.settings import S3Settings
 
@@ -67,7 +68,7 @@ def test_two_files_with_one_name_are_refused(settings: S3Settings, tmp_path: Pat
     for sub in ("a", "b"):
         (tmp_path / sub / "console.log").write_bytes(b"x")
     sink = S3ArtifactSink(settings, client_factory=_factory)
-    with pytest.raises(ConfigError, match=r"share a name: console\.log"):
+    with pytest.raises(UploadError, match=r"share a name: console\.log"):
         sink.upload([tmp_path / "a" / "console.log", tmp_path / "b" / "console.log"], "p/")
 
 
@@ -99,7 +100,7 @@ def test_different_bytes_under_the_same_key_are_a_conflict(settings: S3Settings,
 def test_upload_refuses_an_unsafe_prefix(settings: S3Settings, tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     path.write_bytes(b"{}")
-    with pytest.raises(ConfigError, match=r"'\.\.'"):
+    with pytest.raises(UploadError, match=r"invalid artifact key: .*'\.\.'"):
         S3ArtifactSink(settings, client_factory=_factory).upload([path], "p/../q/")
 
 

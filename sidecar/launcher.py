@@ -710,8 +710,9 @@ class Launcher:
         """
         self.kill_sent = True
         victims = alive_descendants(self.pid)
+        known = self.killed_with_trainer.keys() | self.survivors_killed.keys()
         for pid in victims:
-            if pid not in into and (self.trainer is None or pid != self.trainer.pid):
+            if pid not in known and (self.trainer is None or pid != self.trainer.pid):
                 into[pid] = command_of(pid)
         self._signal_group(signal.SIGKILL)
         for pid in victims:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,13 +123,13 @@ class Run:
 def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def _launch(command: list[str], *flags: str) -> Run:
+    def _launch(command: list[str], *flags: str, python: str = sys.executable) -> Run:
         rd = RunDir(tmp_path / "run")
         rd.reset()
         stdout = tmp_path / "launcher.stdout"
         with stdout.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command],
+                [python, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command],
                 stdout=out,
                 start_new_session=True,
             )
@@ -174,6 +175,7 @@ def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
     assert record.signal == signal.SIGKILL and record.exit_code == 128 + signal.SIGKILL
     assert record.ended_unix is not None and record.ended_unix >= deadline - 0.05
     assert child_pid in {p.pid for p in record.killed_with_trainer}
+    assert record.survivors_killed == (), "killed with the trainer, not left behind by it"
     assert gone(trainer_pid) and gone(child_pid)
     assert record.unreaped == ()
 
@@ -434,3 +436,28 @@ def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path:
         assert beat.beats >= 5 and beat.last_error is None
     record = run.finish(timeout_s=15)
     assert record.reason == "heartbeat_lost"
+
+
+def _python39() -> str | None:
+    candidates = [str(p) for p in sorted(Path("/root/.pyenv/versions").glob("3.9*/bin/python3.9"))]
+    candidates += [found] if (found := shutil.which("python3.9")) else []
+    for candidate in candidates:
+        probe = subprocess.run([candidate, "-c", "import sys"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_python39() is None, reason="no Python 3.9 interpreter here")
+def test_runs_under_python_3_9(launch: Callable[..., Run], tmp_path: Path) -> None:
+    """The launcher runs under the trainer image's interpreter, which may be as old as 3.9."""
+    python = _python39()
+    assert python is not None
+    command, log = signal_trainer(tmp_path, "ignore-term", "child")
+    run = launch(command, python=python)
+    run.go(deadline_in=3.0, margin=2.0, term_grace=1.0)
+    record = run.finish()
+    info = run.rd.launcher()
+    assert info is not None and info.python_version.startswith("3.9.")
+    assert record.reason == "deadline" and record.exit_code == 128 + signal.SIGKILL
+    assert received(log) == ["SIGUSR1"] and record.killed_with_trainer

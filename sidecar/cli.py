@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -389,6 +390,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
     with cancellation_on_sigterm():
         result = supervisor.run()
+        # The verdict is decided and the artifact written. From here to the process exit
+        # (interpreter shutdown included) a late Ctrl-C or SIGTERM (pod deletion) must not turn
+        # the verdict's exit code into a traceback or a death by signal (143): both are ignored
+        # and stay so, since the command ends here.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # leaving the block restored the default
     if ports.status_stream is not None and ports.status_stream.isatty():
         ports.status_stream.write("\n")
     verdict = result.verdict

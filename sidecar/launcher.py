@@ -998,7 +998,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) and exc.code != 2 else EXIT_USAGE
     run_dir = os.path.abspath(args.run_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as exc:
+        log(f"cannot create the run dir: {exc}")
+        return EXIT_USAGE
     if not args.no_subreaper:
         try:
             set_child_subreaper()

@@ -145,6 +145,9 @@ def test_command_line_errors_exit_with_usage_code(tmp_path: Path) -> None:
     assert proto.main(["--run-dir", str(tmp_path), "--"]) == proto.EXIT_USAGE
     assert proto.main(["--run-dir", str(tmp_path), "--go-timeout", "0", "--", "x"]) == proto.EXIT_USAGE
     assert proto.main(["--", "x"]) == proto.EXIT_USAGE
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert proto.main(["--run-dir", str(blocker / "run"), "--", "x"]) == proto.EXIT_USAGE
 
 
 def test_protocol_names_are_consistent() -> None:

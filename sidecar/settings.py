@@ -97,9 +97,10 @@ class DeadlineSettings(_Group):
         120.0, gt=0, description="Soft stop this many seconds before the deadline. Default 120."
     )
     max_budget_s: float = Field(
-        7 * 24 * 3600.0,
+        7200.0,
         gt=0,
-        description="Largest budget a record may carry, seconds. Default 7 days.",
+        description="Largest budget a record may carry, seconds (the seed's two-hour cap; raise it "
+        "explicitly for multi-day soaks). Default 7200.",
     )
     term_grace_s: float = Field(
         5.0,

@@ -74,15 +74,16 @@ def main() -> int:
                         theirs.append(time.perf_counter() - started)
                 print(f"rep {rep}: sink {ours[-1]:.3f} s   upload_file {theirs[-1]:.3f} s")
 
-    sink_median = statistics.median(ours)
-    plain_median = statistics.median(theirs)
-    ratio = sink_median / plain_median
     mib = args.mib
-    print(
-        f"median: sink {sink_median:.3f} s ({mib / sink_median:.0f} MiB/s)   "
-        f"upload_file {plain_median:.3f} s ({mib / plain_median:.0f} MiB/s)"
-    )
-    print(f"ratio sink/upload_file: {ratio:.2f}x (target <= 1.10x) -> {'OK' if ratio <= 1.1 else 'OVER'}")
+    for label, pick in (("median", statistics.median), ("best", min)):
+        mine, baseline = pick(ours), pick(theirs)
+        ratio = mine / baseline
+        verdict = "OK" if ratio <= 1.1 else "OVER"
+        print(
+            f"{label}: sink {mine:.3f} s ({mib / mine:.0f} MiB/s)   upload_file {baseline:.3f} s "
+            f"({mib / baseline:.0f} MiB/s)   ratio {ratio:.2f}x (target <= 1.10x) -> {verdict}"
+        )
+    print(f"load average after the run: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -65,6 +65,7 @@ cd "$here"
 "$go_bin" build -p "$jobs" -trimpath -ldflags="-s -w" -o "$staging/kube-apiserver" \
     k8s.io/kubernetes/cmd/kube-apiserver
 echo "$stamp" >"$staging/.stamp"
+chmod 755 "$staging"  # mktemp made it private; the binaries are for every user
 
 # Swap the whole directory in so a concurrent reader never sees half a build.
 rm -rf "$dest.old"

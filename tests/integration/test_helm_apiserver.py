@@ -133,7 +133,15 @@ def test_chart_objects_are_accepted_by_the_apiserver(
 def test_restricted_namespace_rejects_a_weakened_pod(engine: HelmEngine, admin: Kubectl) -> None:
     """The check above can fail: the same pod with a privilege escalation is refused."""
     namespace = make_namespace(admin, RESTRICTED)
-    job = next(m for m in engine.template({"runId": RUN_ID}, namespace=namespace) if m["kind"] == "Job")
+    manifests = engine.template({"runId": RUN_ID}, namespace=namespace)
+    apply(admin, [m for m in manifests if m["kind"] != "Job"])  # the ServiceAccount must exist
+    job = next(m for m in manifests if m["kind"] == "Job")
+    assert (
+        "created"
+        in admin.run(
+            "create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod_from_job(job, "intact"))
+        ).stdout
+    )
     pod = pod_from_job(job, "weakened")
     pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
     result = admin.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod), check=False)

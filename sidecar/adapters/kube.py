@@ -83,8 +83,9 @@ def connect(
             if token is None:
                 raise ConfigError("an explicit API host needs a token")
             cfg.host = host
-            cfg.api_key = {"authorization": token}
-            cfg.api_key_prefix = {"authorization": "Bearer"}
+            # The key's name changed in client 36 ("authorization" -> "BearerToken"), and the
+            # prefix is looked up under the new name only: set the whole header value under both.
+            cfg.api_key = {"authorization": f"Bearer {token}", "BearerToken": f"Bearer {token}"}
             if ca_file is not None:
                 cfg.ssl_ca_cert = str(ca_file)
         elif kubeconfig is not None:
@@ -109,9 +110,7 @@ def connect(
 def default_namespace(kubeconfig: Path | None = None) -> str:
     """The kubeconfig context's namespace, else the pod's own (in-cluster), else ``default``."""
     try:
-        _, context = k8s_config.list_kube_config_contexts(
-            config_file=str(kubeconfig) if kubeconfig else None
-        )
+        _, context = k8s_config.list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
         namespace = (context.get("context") or {}).get("namespace")
         if namespace:
             return str(namespace)
@@ -166,9 +165,7 @@ class KubeClient:
         """The pod's uid, node, trainer image digest (from containerStatuses) and owning Job."""
         pod = self.read_pod(namespace, name)
         meta = pod.metadata
-        spec_image = next(
-            (c.image for c in (pod.spec.containers or []) if c.name == trainer_container), None
-        )
+        spec_image = next((c.image for c in (pod.spec.containers or []) if c.name == trainer_container), None)
         status = next(
             (
                 s
@@ -209,9 +206,7 @@ class KubeClient:
         )
         return list(result.items or [])
 
-    def patch_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> None:
+    def patch_annotations(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         """JSON merge patch of the pod's annotations (None deletes a key); other keys are kept."""
         body = {"metadata": {"annotations": dict(annotations)}}
         self._call(
@@ -290,9 +285,7 @@ class KubeClient:
                 delay = _retry_after(exc) or self._backoff(attempt)
             except (urllib3.exceptions.HTTPError, OSError) as exc:
                 if attempt >= self._retries:
-                    raise PublishError(
-                        f"{what}: API unreachable after {attempt + 1} tries: {exc}"
-                    ) from exc
+                    raise PublishError(f"{what}: API unreachable after {attempt + 1} tries: {exc}") from exc
                 delay = self._backoff(attempt)
             except ValueError as exc:
                 # The client's model classes reject a response they cannot represent.
@@ -399,9 +392,7 @@ class PodPublisher:
                 write_termination_message(self._termination_log, termination_message(pub))
                 wrote = True
         with _collect(errors):
-            self._client.patch_annotations(
-                self._namespace, self._pod, build_annotations(pub, self._prefix)
-            )
+            self._client.patch_annotations(self._namespace, self._pod, build_annotations(pub, self._prefix))
             patched = True
         if self._events:
             with _collect(errors):
@@ -426,11 +417,7 @@ class PodPublisher:
         if self._progress_interval_s <= 0:
             return False
         last = self._last_progress
-        if (
-            last is not None
-            and last[0] == phase
-            and now_monotonic - last[1] < self._progress_interval_s
-        ):
+        if last is not None and last[0] == phase and now_monotonic - last[1] < self._progress_interval_s:
             return False
         self._last_progress = (phase, now_monotonic)
         try:

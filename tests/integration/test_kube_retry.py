@@ -63,6 +63,7 @@ class Script:
 
     answers: list[tuple[int, dict[str, str], object]] = field(default_factory=list)
     requests: list[tuple[str, str, str, bytes]] = field(default_factory=list)
+    auth: list[str] = field(default_factory=list)
 
 
 @pytest.fixture
@@ -74,6 +75,7 @@ def scripted() -> Iterator[tuple[str, Script]]:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             script.requests.append((self.command, self.path, self.headers.get("Content-Type", ""), body))
+            script.auth.append(self.headers.get("Authorization", ""))
             status, headers, payload = script.answers.pop(0) if script.answers else (200, {}, POD)
             data = json.dumps(payload).encode()
             self.send_response(status)
@@ -114,6 +116,7 @@ def test_get_pod_retries_5xx_then_reads_identity(scripted: tuple[str, Script]) -
     sleeps: list[float] = []
     with make_client(url, sleeps) as client:
         identity = client.get_pod("ns", "p")
+    assert script.auth == ["Bearer t0ken"] * 3
     assert len(script.requests) == 3
     assert len(sleeps) == 2 and 0.1 <= sleeps[0] <= 0.2 and 0.2 <= sleeps[1] <= 0.4
     assert identity.trainer_image_digest == DIGEST

@@ -1,0 +1,533 @@
+"""The Kubernetes side against a real kube-apiserver + etcd (RBAC on, no kubelet).
+
+The sidecar acts with a TokenRequest token of a ServiceAccount bound to the least-privilege Role
+of docs/rbac.md; the admin token only sets the scene (namespaces, pods, pod status emulating the
+kubelet) and inspects the result.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from sidecar import verdict_cli
+from sidecar.adapters.kube import KubeClient, PodPublisher, connect
+from sidecar.core.publication import (
+    MAX_TERMINATION_MESSAGE_BYTES,
+    REASON_BYTES,
+    Publication,
+    build_annotations,
+    parse_termination_message,
+    termination_message,
+)
+from sidecar.errors import ForbiddenError
+from tests.fixtures.kube import KubeApiServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube]
+
+PREFIX = "soak.sidecar.io/"
+SA = "soak-sidecar"
+DIGEST = "sha256:" + "5eed" * 16
+MERGE = "application/merge-patch+json"
+RBAC_WAIT_S = 60.0
+
+
+@dataclass
+class Env:
+    server: KubeApiServer
+    core: k8s.CoreV1Api
+    namespace: str
+    other_namespace: str
+    sa_token: str
+    sa_kubeconfig: Path
+    admin_kubeconfig: Path
+    job_name: str
+    job_uid: str
+
+    def sa_client(self, **kwargs: Any) -> KubeClient:
+        return KubeClient(connect(kubeconfig=self.sa_kubeconfig), backoff_s=0.05, **kwargs)
+
+
+def create_namespace(core: k8s.CoreV1Api, name: str) -> None:
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+
+
+def create_job(api: k8s.ApiClient, namespace: str, name: str) -> str:
+    job = k8s.BatchV1Api(api).create_namespaced_job(
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {
+                "backoffLimit": 3,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "trainer", "image": "registry.example/t:1"}],
+                    }
+                },
+            },
+        },
+    )
+    return str(job.metadata.uid)
+
+
+def create_pod(
+    core: k8s.CoreV1Api, namespace: str, name: str, job_name: str | None, job_uid: str | None
+) -> Any:
+    labels = {"batch.kubernetes.io/job-name": job_name, "job-name": job_name} if job_name else {}
+    owners = (
+        [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": job_name,
+                "uid": job_uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+        if job_name
+        else []
+    )
+    return core.create_namespaced_pod(
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "ownerReferences": owners,
+                "annotations": {"team.example/owner": "ml-infra"},
+            },
+            "spec": {
+                "serviceAccountName": SA,
+                "automountServiceAccountToken": False,
+                "restartPolicy": "Never",
+                "containers": [
+                    {"name": "trainer", "image": "registry.example/trainer:1"},
+                    {"name": "soak-sidecar", "image": "registry.example/soak-sidecar:1"},
+                ],
+            },
+        },
+    )
+
+
+def container_status(name: str, state: dict[str, Any], image_id: str = "") -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": f"registry.example/{name}:1",
+        "imageID": image_id,
+        "ready": "running" in state,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
+def set_status(core: k8s.CoreV1Api, namespace: str, name: str, status: dict[str, Any]) -> None:
+    """Play the kubelet: write the pod's status subresource."""
+    core.patch_namespaced_pod_status(name, namespace, {"status": status}, _content_type=MERGE)
+
+
+def running_status() -> dict[str, Any]:
+    started = {"running": {"startedAt": "2025-01-01T00:00:00Z"}}
+    return {
+        "phase": "Running",
+        "containerStatuses": [
+            container_status("trainer", started, f"registry.example/trainer@{DIGEST}"),
+            container_status("soak-sidecar", started, "registry.example/soak-sidecar@sha256:" + "1" * 64),
+        ],
+    }
+
+
+def terminated(exit_code: int, reason: str, message: str | None = None) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": reason,
+        "startedAt": "2025-01-01T00:00:00Z",
+        "finishedAt": "2025-01-01T01:00:00Z",
+    }
+    if message is not None:
+        state["message"] = message
+    return {"terminated": state}
+
+
+def wait_for_rbac(env_kubeconfig: Path, namespace: str, pod: str) -> None:
+    # The RBAC authorizer learns new bindings from an informer: allow it a moment.
+    deadline = time.monotonic() + RBAC_WAIT_S
+    with KubeClient(connect(kubeconfig=env_kubeconfig), retries=0) as client:
+        while True:
+            try:
+                client.get_pod(namespace, pod)
+                return
+            except ForbiddenError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def env(kube_apiserver: KubeApiServer) -> Iterator[Env]:
+    admin = kube_apiserver.api_client()
+    core = k8s.CoreV1Api(admin)
+    suffix = uuid.uuid4().hex[:8]
+    namespace, other = f"soak-{suffix}", f"other-{suffix}"
+    for ns in (namespace, other):
+        create_namespace(core, ns)
+        core.create_namespaced_service_account(ns, {"metadata": {"name": SA}})
+    rbac = k8s.RbacAuthorizationV1Api(admin)
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": SA},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+            ],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA},
+            "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": namespace}],
+        },
+    )
+    token = core.create_namespaced_service_account_token(
+        SA, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    job_name = "soak-train"
+    job_uid = create_job(admin, namespace, job_name)
+    create_pod(core, namespace, "soak-train-abcde", job_name, job_uid)
+    set_status(core, namespace, "soak-train-abcde", running_status())
+    sa_kubeconfig = kube_apiserver.kubeconfig(token, namespace)
+    wait_for_rbac(sa_kubeconfig, namespace, "soak-train-abcde")
+    yield Env(
+        server=kube_apiserver,
+        core=core,
+        namespace=namespace,
+        other_namespace=other,
+        sa_token=token,
+        sa_kubeconfig=sa_kubeconfig,
+        admin_kubeconfig=kube_apiserver.kubeconfig(kube_apiserver.admin_token),
+        job_name=job_name,
+        job_uid=job_uid,
+    )
+    for ns in (namespace, other):
+        core.delete_namespace(ns)
+
+
+def verdict(**overrides: Any) -> Publication:
+    fields: dict[str, Any] = {
+        "status": "failed",
+        "classification": "stale_progress",
+        "reason": "no progress for 120 s",
+        "exit_code": 12,
+        "artifact_uri": "s3://soak/ns/job/run/1-pod/artifact.json",
+        "artifact_sha256": "ab" * 32,
+        "attempt": 1,
+        "deadline_unix": 1_900_000_000.0,
+    }
+    fields.update(overrides)
+    return Publication(**fields)
+
+
+def ours(annotations: dict[str, str] | None) -> dict[str, str]:
+    return {k: v for k, v in (annotations or {}).items() if k.startswith(PREFIX)}
+
+
+def test_identity_with_the_service_account_token(env: Env) -> None:
+    with env.sa_client() as client:
+        identity = client.get_pod(env.namespace, "soak-train-abcde")
+    assert identity.trainer_image_digest == DIGEST
+    assert identity.trainer_image == "registry.example/trainer:1"
+    assert (identity.job_name, identity.job_uid) == (env.job_name, env.job_uid)
+    assert identity.namespace == env.namespace
+
+
+def test_publish_annotations_event_and_termination_message(env: Env, tmp_path: Path) -> None:
+    pod = create_pod(env.core, env.namespace, "soak-train-publ1", env.job_name, env.job_uid)
+    log = tmp_path / "termination-log"
+    with env.sa_client() as client:
+        publisher = PodPublisher(
+            client,
+            namespace=env.namespace,
+            pod_name=pod.metadata.name,
+            pod_uid=pod.metadata.uid,
+            prefix=PREFIX,
+            termination_log=log,
+            container="soak-sidecar",
+        )
+        first = publisher.publish(verdict())
+        # A restarted sidecar publishing again: absent fields are deleted, not left stale.
+        second = publisher.publish(verdict(artifact_uri=None, artifact_sha256=None, reason="again"))
+    assert first.ok and second.ok, (first.errors, second.errors)
+    stored = env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations
+    assert stored["team.example/owner"] == "ml-infra"  # merge patch leaves others alone
+    expected = build_annotations(verdict(artifact_uri=None, artifact_sha256=None, reason="again"))
+    assert ours(stored) == {k: v for k, v in expected.items() if v is not None}
+    assert f"{PREFIX}artifact" not in stored
+    events = env.core.list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+    ).items
+    assert len(events) == 2
+    event = events[0]
+    assert (event.reason, event.type, event.source.component) == ("SoakFailed", "Warning", "soak-sidecar")
+    assert event.involved_object.field_path == "spec.containers{soak-sidecar}"
+    assert event.message.startswith("soak failed (exit 12, stale_progress) attempt 1")
+    back = parse_termination_message(log.read_text(encoding="utf-8"))
+    assert back is not None and back.reason == "again"
+
+
+def test_rbac_denies_another_namespace(env: Env) -> None:
+    foreign = create_pod(env.core, env.other_namespace, "victim", None, None)
+    with env.sa_client() as client:
+        with pytest.raises(ForbiddenError, match="forbidden"):
+            client.patch_annotations(env.other_namespace, "victim", {f"{PREFIX}verdict": "passed"})
+        with pytest.raises(ForbiddenError):
+            client.get_pod(env.other_namespace, "victim")
+        with pytest.raises(ForbiddenError):
+            client.create_event(
+                env.other_namespace, "victim", foreign.metadata.uid, reason="SoakPassed", message="x"
+            )
+    stored = env.core.read_namespaced_pod("victim", env.other_namespace).metadata.annotations
+    assert ours(stored) == {}
+
+
+def test_hostile_reason_never_makes_an_invalid_patch(env: Env) -> None:
+    pod = create_pod(env.core, env.namespace, "soak-train-hostile", env.job_name, env.job_uid)
+    hostile = (b"\xff\xfe\x00\x07\x1b]0;pwned\x07\r\n\xed\xa0\x80" + "é😀".encode()) * 300_000
+    assert len(hostile) > 5_000_000
+    bad_classification = "x\x00y" * 1000 + "\ud800"
+    with env.sa_client() as client:
+        publisher = PodPublisher(
+            client,
+            namespace=env.namespace,
+            pod_name=pod.metadata.name,
+            pod_uid=pod.metadata.uid,
+            prefix=PREFIX,
+            termination_log=None,
+        )
+        outcome = publisher.publish(verdict(reason=hostile, classification=bad_classification))
+    assert outcome.ok, outcome.errors
+    stored = ours(env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations)
+    assert len(stored[f"{PREFIX}reason"].encode()) <= REASON_BYTES
+    assert sum(len(k.encode()) + len(v.encode()) for k, v in stored.items()) <= 4096
+    assert stored == {
+        k: v
+        for k, v in build_annotations(verdict(reason=hostile, classification=bad_classification)).items()
+        if v
+    }
+    assert len(termination_message(verdict(reason=hostile)).encode()) <= MAX_TERMINATION_MESSAGE_BYTES
+
+
+def test_the_api_really_rejects_oversized_annotations(env: Env) -> None:
+    # Why sanitising matters: the same reason, unbounded, is refused outright.
+    with pytest.raises(ApiException) as info:
+        env.core.patch_namespaced_pod(
+            "soak-train-abcde",
+            env.namespace,
+            {"metadata": {"annotations": {f"{PREFIX}reason": "x" * 300_000}}},
+            _content_type=MERGE,
+        )
+    assert info.value.status == 422
+
+
+def test_progress_annotations(env: Env) -> None:
+    pod = create_pod(env.core, env.namespace, "soak-train-progress", env.job_name, env.job_uid)
+    with env.sa_client() as client:
+        publisher = PodPublisher(
+            client,
+            namespace=env.namespace,
+            pod_name=pod.metadata.name,
+            pod_uid=pod.metadata.uid,
+            prefix=PREFIX,
+            termination_log=None,
+            progress_interval_s=60.0,
+        )
+        assert publisher.progress("running", 1_800_000_000.0, 100.0)
+        assert not publisher.progress("running", 1_800_000_005.0, 105.0)
+    stored = ours(env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations)
+    assert stored == {f"{PREFIX}phase": "running", f"{PREFIX}heartbeat": "1800000000"}
+
+
+# ---------------------------------------------------------------- soak-sidecar verdict
+
+
+def new_job(env: Env) -> tuple[str, str]:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    return name, create_job(env.server.api_client(), env.namespace, name)
+
+
+def published_pod(env: Env, job: tuple[str, str], name: str, pub: Publication) -> None:
+    pod = create_pod(env.core, env.namespace, name, *job)
+    with env.sa_client() as client:
+        outcome = PodPublisher(
+            client,
+            namespace=env.namespace,
+            pod_name=name,
+            pod_uid=pod.metadata.uid,
+            prefix=PREFIX,
+            termination_log=None,
+        ).publish(pub)
+    assert outcome.ok, outcome.errors
+
+
+def run_cli(env: Env, job: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+    code = verdict_cli.main([job, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), *extra])
+    return code, capsys.readouterr().out
+
+
+def run_json(env: Env, job: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code, out = run_cli(env, job, capsys, "-o", "json")
+    return code, json.loads(out)
+
+
+def replace_attempt(pub: Publication, attempt: int) -> Publication:
+    return replace(pub, attempt=attempt)
+
+
+PASSED = verdict(status="passed", classification=None, reason="", exit_code=0)
+DEADLINE = verdict(classification="deadline_exhausted", reason="total job deadline expired", exit_code=14)
+
+
+def test_verdict_cli_latest_passed(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    job = new_job(env)
+    published_pod(env, job, f"{job[0]}-aaaaa", verdict(attempt=1))
+    published_pod(env, job, f"{job[0]}-bbbbb", replace_attempt(PASSED, 2))
+    code, table = run_cli(env, job[0], capsys)
+    assert code == 0
+    lines = table.splitlines()
+    assert lines[0].split() == [
+        "ATTEMPT",
+        "POD",
+        "PHASE",
+        "VERDICT",
+        "CLASSIFICATION",
+        "EXIT",
+        "REASON",
+        "ARTIFACT",
+    ]
+    assert lines[1].split()[:6] == ["1", f"{job[0]}-aaaaa", "Pending", "failed", "stale_progress", "12"]
+    assert lines[2].split()[:6] == ["2", f"{job[0]}-bbbbb", "Pending", "passed", "-", "0"]
+    print(table)
+
+
+def test_verdict_cli_deadline_exhausted(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    job = new_job(env)
+    published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1))
+    published_pod(env, job, f"{job[0]}-bbbbb", replace_attempt(DEADLINE, 2))
+    code, doc = run_json(env, job[0], capsys)
+    assert code == 1 and doc["passed"] is False
+    last = doc["attempts"][-1]
+    assert (last["verdict"], last["classification"], last["exit_code"]) == (
+        "failed",
+        "deadline_exhausted",
+        14,
+    )
+    assert last["source"] == "annotations"
+
+
+def test_verdict_cli_pods_without_a_verdict(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    job = new_job(env)
+    published_pod(env, job, f"{job[0]}-a-passed", replace_attempt(PASSED, 1))
+    evicted = f"{job[0]}-b-evicted"
+    create_pod(env.core, env.namespace, evicted, *job)
+    set_status(
+        env.core,
+        env.namespace,
+        evicted,
+        {"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."},
+    )
+    crashed = f"{job[0]}-c-crashed"
+    create_pod(env.core, env.namespace, crashed, *job)
+    set_status(
+        env.core,
+        env.namespace,
+        crashed,
+        {
+            "phase": "Running",
+            "containerStatuses": [
+                container_status("trainer", {"running": {"startedAt": "2025-01-01T00:00:00Z"}}),
+                container_status("soak-sidecar", terminated(137, "OOMKilled")),
+            ],
+        },
+    )
+    # The API was down when this one finished: only the termination message carries the verdict.
+    offline = f"{job[0]}-d-offline"
+    create_pod(env.core, env.namespace, offline, *job)
+    set_status(
+        env.core,
+        env.namespace,
+        offline,
+        {
+            "phase": "Failed",
+            "containerStatuses": [
+                container_status("trainer", terminated(1, "Error")),
+                container_status(
+                    "soak-sidecar",
+                    terminated(
+                        10,
+                        "Error",
+                        termination_message(
+                            replace_attempt(
+                                verdict(
+                                    classification="trainer_failed", reason="trainer exited 1", exit_code=10
+                                ),
+                                4,
+                            )
+                        ),
+                    ),
+                ),
+            ],
+        },
+    )
+    running = f"{job[0]}-e-running"
+    create_pod(env.core, env.namespace, running, *job)
+    set_status(env.core, env.namespace, running, running_status())
+
+    code, doc = run_json(env, job[0], capsys)
+    assert code == 1
+    by_pod = {row["pod"]: row for row in doc["attempts"]}
+    assert by_pod[evicted]["verdict"] is None
+    assert by_pod[evicted]["reason"] == "evicted: The node was low on resource: memory."
+    assert by_pod[crashed]["reason"] == (
+        "sidecar container terminated without a verdict (exit 137, OOMKilled)"
+    )
+    assert (by_pod[offline]["verdict"], by_pod[offline]["exit_code"], by_pod[offline]["source"]) == (
+        "failed",
+        10,
+        "termination-message",
+    )
+    assert by_pod[offline]["attempt"] == 4
+    assert by_pod[running]["reason"] == "still running"
+    assert doc["attempts"][-1]["pod"] == running
+
+    code, table = run_cli(env, job[0], capsys)
+    assert code == 1 and "still running" in table.splitlines()[-1]
+    print(table)
+
+
+def test_verdict_cli_unknown_job(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    code = verdict_cli.main(["no-such-job", "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
+    assert code == 1
+    assert "no pods of Job" in capsys.readouterr().err
+
+
+def test_verdict_cli_forbidden_for_the_sidecar_account(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    # The sidecar's Role has no pods list: least privilege, and the CLI says so instead of crashing.
+    code = verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.sa_kubeconfig)])
+    assert code == 15
+    assert "forbidden" in capsys.readouterr().err

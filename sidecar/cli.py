@@ -18,7 +18,7 @@ from sidecar.core.publication import Publication
 from sidecar.errors import ConfigError, SoakError, TransientError
 from sidecar.ports import ArtifactSink, DeadlineStore
 from sidecar.settings import Settings, load_settings
-from sidecar.supervisor import Ports
+from sidecar.supervisor import LockLoss, Ports
 
 EPILOG_RUN = """\
 examples:
@@ -179,10 +179,11 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
         ],
     )
     store: DeadlineStore
+    lock_loss = LockLoss()
     if settings.deadline.store == "s3":
         from sidecar.adapters.s3_store import S3DeadlineStore
 
-        store = S3DeadlineStore(settings.s3)
+        store = S3DeadlineStore(settings.s3, on_lock_lost=lock_loss)
     else:
         store = FileDeadlineStore(settings.deadline.store_dir)
     sink: ArtifactSink | None = None
@@ -207,6 +208,7 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
         publish=publish,
         progress_note=progress_note,
         read_environ=_read_environ,
+        lock_loss=lock_loss,
         image_digest=image_digest,
         status_stream=sys.stderr,
     )
@@ -233,8 +235,7 @@ def _pod_wiring(settings: Settings) -> PodWiring:
     kube = settings.kube
     if not (kube.pod_name and kube.namespace and kube.pod_uid):
         raise ConfigError(
-            "pod mode needs SOAK_KUBE__POD_NAME, SOAK_KUBE__NAMESPACE and SOAK_KUBE__POD_UID "
-            "(downward API)"
+            "pod mode needs SOAK_KUBE__POD_NAME, SOAK_KUBE__NAMESPACE and SOAK_KUBE__POD_UID (downward API)"
         )
     namespace, pod_name, pod_uid = kube.namespace, kube.pod_name, kube.pod_uid
     client = KubeClient(connect(), retries=kube.api_retries)
@@ -270,9 +271,7 @@ def _pod_wiring(settings: Settings) -> PodWiring:
 
     def image_digest() -> str | None:
         if identity is None:
-            raise TransientError(
-                f"cannot read pod {namespace}/{pod_name} for the trainer image digest"
-            )
+            raise TransientError(f"cannot read pod {namespace}/{pod_name} for the trainer image digest")
         return identity.trainer_image_digest
 
     attempt = 1
@@ -307,9 +306,7 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     where = run.add_mutually_exclusive_group()
     where.add_argument("--local", action="store_true", help="spawn the launcher here (default)")
-    where.add_argument(
-        "--pod", action="store_true", help="pod mode: find the launcher in the shared run dir"
-    )
+    where.add_argument("--pod", action="store_true", help="pod mode: find the launcher in the shared run dir")
     for dest, (flag, _setting, kind, text) in RUN_FLAGS.items():
         run.add_argument(flag, dest=dest, type=kind, default=None, help=text)
     run.add_argument(
@@ -326,12 +323,8 @@ def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         help="require the existing deadline record (never a fresh budget)",
     )
-    run.add_argument(
-        "--require-approval", action="store_true", default=None, help="refuse without approval"
-    )
-    run.add_argument(
-        "command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (default: bundled example)"
-    )
+    run.add_argument("--require-approval", action="store_true", default=None, help="refuse without approval")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (default: bundled example)")
 
 
 def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -359,18 +352,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     pod = bool(args.pod)
     overrides = _run_overrides(args)
     if pod and command:
-        raise ConfigError(
-            "pod mode takes no command: the launcher in the trainer container runs it"
-        )
+        raise ConfigError("pod mode takes no command: the launcher in the trainer container runs it")
     if not pod and not command:
         command = demo_command()
         overrides = {**{k: v for k, v in DEMO_OVERRIDES.items() if k not in overrides}, **overrides}
     settings = _settings_with(overrides)
     if settings.deadline.run_id is None:
         if pod:
-            raise ConfigError(
-                "pod mode needs a run id (SOAK_DEADLINE__RUN_ID) shared by every attempt"
-            )
+            raise ConfigError("pod mode needs a run id (SOAK_DEADLINE__RUN_ID) shared by every attempt")
         run_id = new_run_id()
     else:
         run_id = parse_run_id(settings.deadline.run_id)
@@ -559,22 +548,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"each failure; exit {int(ExitCode.CONTRACT_VIOLATION)} when invalid.",
     )
     validate.add_argument("path", type=Path, help="run_summary.json ('-' for stdin)")
-    validate.add_argument(
-        "--manifest-validator", help="runtime-manifest validator 'module:function'"
-    )
+    validate.add_argument("--manifest-validator", help="runtime-manifest validator 'module:function'")
     validate.add_argument("--json", action="store_true", help="machine-readable output")
 
-    schema = sub.add_parser(
-        "schema", help="print a JSON Schema", description="Print a JSON Schema."
-    )
+    schema = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
     schema.add_argument("which", choices=["run-summary", "artifact", "settings"])
 
     codes = sub.add_parser("exit-codes", help="print the exit-code table")
     codes.add_argument("--json", action="store_true")
 
-    install = sub.add_parser(
-        "install-launcher", help="copy the stdlib-only launcher (init container)"
-    )
+    install = sub.add_parser("install-launcher", help="copy the stdlib-only launcher (init container)")
     install.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
 
     approve = sub.add_parser(

@@ -412,6 +412,11 @@ class GoRequest:
         ):
             raise ValueError("go.json: env must map strings to strings")
         self.env: dict[str, str] = dict(env)
+        # Appended to the trainer's argv: the seed's approved `--resume <checkpoint>`.
+        extra_args = raw.get("extra_args", [])
+        if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
+            raise ValueError("go.json: extra_args must be a list of strings")
+        self.extra_args: list[str] = list(extra_args)
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -662,7 +667,7 @@ class Launcher:
         self.console = ConsoleLog(self.path(CONSOLE_LOG), go.console_log_bytes)
         try:
             self.trainer = subprocess.Popen(
-                self.command,
+                [*self.command, *go.extra_args],
                 start_new_session=True,
                 env=env,
                 stdin=subprocess.DEVNULL,

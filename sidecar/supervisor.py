@@ -30,7 +30,12 @@ from typing import IO, Any, Literal, cast
 import psutil
 
 from sidecar import __version__
-from sidecar.adapters.filestore import canonical_path, fsync_dir, identity_from_settings
+from sidecar.adapters.filestore import (
+    FileDeadlineStore,
+    canonical_path,
+    fsync_dir,
+    identity_from_settings,
+)
 from sidecar.adapters.rundir import (
     ExitRecord,
     Heartbeat,
@@ -40,7 +45,7 @@ from sidecar.adapters.rundir import (
     spawn_local_launcher,
 )
 from sidecar.core import verdict as verdicts
-from sidecar.core.approval import check_approval
+from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.artifact import (
     Artifact,
     DeadlineInfo,
@@ -98,6 +103,17 @@ class SystemClock:
         return time.monotonic()
 
 
+class LockLoss:
+    """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def __call__(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
 @dataclass
 class Ports:
     """Everything with side effects the supervisor uses, injected by the CLI (or a test)."""
@@ -112,6 +128,7 @@ class Ports:
     progress_note: Callable[[str, float, float], object] | None = None
     read_environ: Callable[[int], Mapping[str, str] | None] = lambda _pid: None
     image_digest: Callable[[], str | None] = lambda: None
+    lock_loss: LockLoss = field(default_factory=LockLoss)
     clock: Clock = field(default_factory=SystemClock)
     status_stream: IO[str] | None = None
 
@@ -186,6 +203,8 @@ class Supervisor:
         self._recorder: SampleRecorder | None = None
         self._trainer_env: Mapping[str, str] | None = None
         self._resume_checkpoint: str | None = None
+        self._extra_args: tuple[str, ...] = ()
+        self._last_seen: list[ProcessInfo] = []
         # Resolved now: a bad validator setting must fail before the trainer runs, not after.
         self._manifest_validator = resolve_manifest_validator(settings.summary.manifest_validator)
         self._trainer: TrainerInfo | None = None
@@ -201,18 +220,7 @@ class Supervisor:
         self.artifact_dir.mkdir(parents=True, exist_ok=True)
         self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
         try:
-            try:
-                self._start_launcher()
-            except LauncherError as exc:
-                return self._finish_unstarted(
-                    verdicts.Verdict(
-                        "failed",
-                        "launcher_missing",
-                        str(exc),
-                        verdicts.exit_code_for("launcher_missing"),
-                    )
-                )
-            return self._run_with_launcher()
+            return self._run_with_lock()
         except (KeyboardInterrupt, Cancelled):
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.
@@ -236,9 +244,25 @@ class Supervisor:
         self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
         return self._finish_unstarted(decision)
 
-    def _run_with_launcher(self) -> RunResult:
+    def _run_with_lock(self) -> RunResult:
+        """The store's lock is held from before the launcher starts to the verdict (the seed's rule).
+
+        In local mode the lock's descriptor is inherited by the launcher too, so the run stays
+        locked while the launcher may still kill the trainer after the sidecar died.
+        """
         try:
             with self.ports.store.lock(self.run_id):
+                try:
+                    self._start_launcher()
+                except LauncherError as exc:
+                    return self._finish_unstarted(
+                        verdicts.Verdict(
+                            "failed",
+                            "launcher_missing",
+                            str(exc),
+                            verdicts.exit_code_for("launcher_missing"),
+                        )
+                    )
                 return self._run_locked()
         except (RefusedError, InsufficientBudgetError, TransientError, ConfigError) as exc:
             kind: verdicts.PreStartKind = (
@@ -262,8 +286,16 @@ class Supervisor:
         lset = self.settings.launcher
         if self.mode == "local":
             self.run_dir.reset()
+            lock_fd = (
+                self.ports.store.held_lock_fd(self.run_id)
+                if isinstance(self.ports.store, FileDeadlineStore)
+                else None
+            )
             self._launcher_proc = spawn_local_launcher(
-                lset.run_dir, self.command, go_timeout_s=lset.go_timeout_s
+                lset.run_dir,
+                self.command,
+                go_timeout_s=lset.go_timeout_s,
+                pass_fds=() if lock_fd is None else (lock_fd,),
             )
             proc = self._launcher_proc
             self._launcher = self.run_dir.wait_for_launcher(
@@ -274,6 +306,9 @@ class Supervisor:
             self.command = list(self._launcher.command)
         if not self.command:
             raise LauncherError("the launcher announced no trainer command")
+        if not self._launcher.subreaper:
+            # Without the subreaper, orphaned workers escape cleanup: refuse rather than leak.
+            raise RefusedError("the launcher is not a child subreaper; refusing to start the trainer")
 
     def _run_locked(self) -> RunResult:
         clock = self.ports.clock
@@ -285,9 +320,7 @@ class Supervisor:
             deadline_store=self.ports.store.location,
             image_digest=self.ports.image_digest(),
         )
-        resume_checkpoint = (
-            None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
-        )
+        resume_checkpoint = None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
         approval = None
         if dset.approval_file is not None:
             try:
@@ -302,6 +335,9 @@ class Supervisor:
             resume_checkpoint_exists=None if resume_checkpoint is None else Path(resume_checkpoint).is_file(),
         )
         self._resume_checkpoint = resume_checkpoint
+        self._extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
+            len(identity.command) :
+        ]
         self._resumed = self.ports.store.load(self.run_id) is not None
         record = create_or_resume(
             self.ports.store,
@@ -316,6 +352,24 @@ class Supervisor:
         return self._run_started(record)
 
     def _run_started(self, record: DeadlineRecord) -> RunResult:
+        try:
+            return self._run_going(record)
+        except BaseException:
+            # The seed's guardian kills the owned group when its supervisor fails: so do we,
+            # rather than leave the trainer to the heartbeat timeout.
+            self._emergency_stop("soak-sidecar failed while the trainer was running")
+            raise
+
+    def _emergency_stop(self, reason: str) -> None:
+        with contextlib.suppress(Exception):
+            self._request_stop("kill", reason)
+            end = time.monotonic() + self.settings.launcher.kill_grace_s + 2.0
+            while not self._launcher_exited() and time.monotonic() < end:
+                time.sleep(0.05)
+        with contextlib.suppress(Exception):
+            self._kill_remembered(self._last_seen)
+
+    def _run_going(self, record: DeadlineRecord) -> RunResult:
         lset = self.settings.launcher
         with Heartbeat(self.run_dir, lset.heartbeat_interval_s):
             already_going = self.run_dir.file("go.json").exists() and self.mode == "pod"
@@ -336,6 +390,7 @@ class Supervisor:
                         if self._resume_checkpoint
                         else None
                     ),
+                    extra_args=self._extra_args,
                 )
             samples_path = self.artifact_dir / SAMPLES_FILE
             with gzip.open(samples_path, "wt", encoding="utf-8") as stream:
@@ -375,9 +430,7 @@ class Supervisor:
         mset = self.settings.monitor
         assert self._launcher is not None and self._deadline_clock is not None
         result = _Monitor()
-        liveness = LivenessTracker(
-            mset.startup_timeout_s, mset.stale_progress_s, self._started_mono
-        )
+        liveness = LivenessTracker(mset.startup_timeout_s, mset.stale_progress_s, self._started_mono)
         next_sample = clock.monotonic()
         stop_by: float | None = None
         try:
@@ -385,21 +438,24 @@ class Supervisor:
                 now = clock.monotonic()
                 if now >= next_sample:
                     sample = self._take_sample(now)
-                    result.last_processes = list(sample.process.processes)
+                    result.last_processes = self._last_seen = list(sample.process.processes)
                     if sample.gpu.fault and result.gpu_fault is None:
                         result.gpu_fault = sample.gpu.fault
                     stale = liveness.observe(sample.progress, now)
                     if stale is not None and result.failure is None:
                         result.failure = (cast("verdicts.MonitorKind", stale[0]), stale[1])
+                    lost = self.ports.lock_loss.reason
+                    if lost is not None and stop_by is None:
+                        # Another supervisor may take the run over: ours must stop now (fail closed).
+                        result.failure = result.failure or ("monitor_failure", f"deadline lock lost: {lost}")
+                        stop_by = self._request_stop("kill", f"deadline lock lost: {lost}")
                     if result.gpu_fault is not None and stop_by is None:
                         stop_by = self._request_stop("terminate", f"GPU fault: {result.gpu_fault}")
                     if stale is not None and stop_by is None:
                         stop_by = self._request_stop("terminate", stale[1])
                     self._report(sample, liveness.last_progress_age(now))
                     next_sample = now + mset.sample_interval_s
-                if stop_by is None and self._deadline_clock.expired(
-                    clock.wall(), clock.monotonic()
-                ):
+                if stop_by is None and self._deadline_clock.expired(clock.wall(), clock.monotonic()):
                     # The launcher enforces the deadline itself; this is the second line.
                     stop_by = self._request_stop("kill", "total-job deadline expired")
                 if stop_by is not None and clock.monotonic() > stop_by:
@@ -459,8 +515,14 @@ class Supervisor:
         return self.ports.clock.monotonic() + self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S
 
     def _kill_remembered(self, processes: Sequence[ProcessInfo]) -> list[int]:
-        """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe."""
+        """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe,
+        and the trainer's process group (it may have started after the last sample)."""
         killed: list[int] = []
+        trainer = self.run_dir.trainer()
+        if trainer is not None and _same_process_alive(trainer.pid, trainer.start_ticks):
+            with contextlib.suppress(OSError):
+                os.killpg(trainer.pgid, signal.SIGKILL)
+                killed.append(trainer.pid)
         for info in self.ports.sampler.still_alive(processes):
             with contextlib.suppress(psutil.Error, OSError):
                 psutil.Process(info.pid).kill()
@@ -513,13 +575,9 @@ class Supervisor:
         left = self._deadline_clock.remaining(clock.wall(), clock.monotonic())
         tty = mode == "tty" or (mode == "auto" and stream.isatty())
         if tty:
-            stream.write(
-                "\r\x1b[2K" + status_line(sample, budget_left_s=left, progress_age_s=progress_age)
-            )
+            stream.write("\r\x1b[2K" + status_line(sample, budget_left_s=left, progress_age_s=progress_age))
         else:
-            stream.write(
-                status_json(sample, budget_left_s=left, progress_age_s=progress_age) + "\n"
-            )
+            stream.write(status_json(sample, budget_left_s=left, progress_age_s=progress_age) + "\n")
         stream.flush()
 
     def _reap_local_launcher(self, *, timeout_s: float) -> None:
@@ -558,9 +616,7 @@ class Supervisor:
             residual_pids.discard(launcher_pid)
         alive_pids = {p.pid for p in residuals}
         seen = {p.pid: p for p in monitor.last_processes}
-        reported = residuals + [
-            seen[pid] for pid in sorted(residual_pids - alive_pids) if pid in seen
-        ]
+        reported = residuals + [seen[pid] for pid in sorted(residual_pids - alive_pids) if pid in seen]
         # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
         monitor.sidecar_killed.extend(self._kill_remembered(residuals))
         summary = self._evaluate_summary()
@@ -685,9 +741,7 @@ class Supervisor:
             deadline=deadline,
             samples=recorder.series(None, None),
             resource_summary=recorder.summary,
-            shutdown=_json_safe(dict(summary.shutdown))
-            if summary and summary.shutdown is not None
-            else None,
+            shutdown=_json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
             post_shutdown=PostShutdown(
                 residual_processes=list(residuals),
                 launcher_exit=_exit_json(self.run_dir),
@@ -737,9 +791,7 @@ class Supervisor:
         if sink is not None:
             upload = UploadInfo()
             files = [
-                p
-                for p in (self.artifact_dir / SAMPLES_FILE, *self.run_dir.console_logs())
-                if p.is_file()
+                p for p in (self.artifact_dir / SAMPLES_FILE, *self.run_dir.console_logs()) if p.is_file()
             ]
             try:
                 for obj in sink.upload(files, self._key_prefix()):
@@ -886,10 +938,7 @@ def _software() -> dict[str, str | None]:
     return {
         "python": platform.python_version(),
         "soak-sidecar": __version__,
-        **{
-            name: package(name)
-            for name in ("psutil", "nvidia-ml-py", "boto3", "kubernetes", "torch")
-        },
+        **{name: package(name) for name in ("psutil", "nvidia-ml-py", "boto3", "kubernetes", "torch")},
     }
 
 

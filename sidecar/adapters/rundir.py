@@ -358,6 +358,7 @@ class RunDir:
         progress_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         deadline_record: Mapping[str, Any] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> GoRecord:
         """Write the trainer's deadline copy, then go.json (the launcher starts the trainer).
 
@@ -407,6 +408,7 @@ class RunDir:
                 "console_log_bytes": console_log_bytes,
                 "soft_stop_signal": soft_stop_signal,
                 "env": trainer_env,
+                "extra_args": list(extra_args),
             },
         )
         return GoRecord(
@@ -527,6 +529,7 @@ def spawn_local_launcher(
     owner_pid: int | None = None,
     go_timeout_s: float | None = None,
     stdout: int | IO[bytes] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Local mode: start the launcher as our child, in its own session (a Ctrl-C at the terminal
     reaches the sidecar, which decides what the trainer gets). owner_pid defaults to this process:
@@ -545,6 +548,8 @@ def spawn_local_launcher(
         argv += ["--go-timeout", repr(go_timeout_s)]
     argv += ["--", *command]
     try:
-        return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stdout)
+        return subprocess.Popen(
+            argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stdout, pass_fds=tuple(pass_fds)
+        )
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc

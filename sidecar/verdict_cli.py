@@ -60,9 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix", default=DEFAULT_PREFIX, help=f"annotation prefix (default {DEFAULT_PREFIX})"
     )
-    parser.add_argument(
-        "--sidecar-container", default="soak-sidecar", help="sidecar container name"
-    )
+    parser.add_argument("--sidecar-container", default="soak-sidecar", help="sidecar container name")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,22 +112,17 @@ def job_pods(client: KubeClient, namespace: str, job: str) -> list[Any]:
 
 
 def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) -> list[AttemptRow]:
-    """One row per pod, oldest first; attempt is the published one, else the creation order."""
+    """One row per pod, oldest first; attempt is the published one, else one more than the last."""
     found = [(pod, *_verdict_of(pod, prefix, sidecar_container)) for pod in pods]
-    # Creation time has one-second resolution; a published attempt number breaks ties.
-    found.sort(
-        key=lambda f: (
-            _created(f[0]),
-            f[1].attempt if f[1] is not None and f[1].attempt is not None else 1 << 30,
-            f[0].metadata.name,
-        )
-    )
-    rows = []
-    for index, (pod, pub, source, why) in enumerate(found, start=1):
+    found.sort(key=lambda f: (_created(f[0]), f[0].metadata.name))
+    rows: list[AttemptRow] = []
+    for pod, pub, source, why in found:
         created = _created(pod)
         rows.append(
             AttemptRow(
-                attempt=pub.attempt if pub is not None and pub.attempt is not None else index,
+                attempt=pub.attempt
+                if pub is not None and pub.attempt is not None
+                else (rows[-1].attempt + 1 if rows else 1),
                 pod=pod.metadata.name,
                 phase=_phase(pod),
                 verdict=pub.status if pub is not None else None,
@@ -161,9 +154,7 @@ def _phase(pod: Any) -> str:
     return str(phase)
 
 
-def _verdict_of(
-    pod: Any, prefix: str, sidecar_container: str
-) -> tuple[Publication | None, str | None, str]:
+def _verdict_of(pod: Any, prefix: str, sidecar_container: str) -> tuple[Publication | None, str | None, str]:
     """(verdict, where it came from, why there is none)."""
     pub = parse_annotations(pod.metadata.annotations, prefix)
     if pub is not None:
@@ -206,9 +197,7 @@ def _why_no_verdict(pod: Any, sidecar: Any, terminated: Any) -> str:
         return "pod deleted before the sidecar published a verdict"
     if terminated is not None:
         detail = f", {terminated.reason}" if terminated.reason else ""
-        return (
-            f"sidecar container terminated without a verdict (exit {terminated.exit_code}{detail})"
-        )
+        return f"sidecar container terminated without a verdict (exit {terminated.exit_code}{detail})"
     if phase in ("Failed", "Succeeded"):
         detail = f": {pod_reason or ''} {pod_message}".rstrip(": ")
         return f"pod {phase.lower()} without a verdict{detail}"

@@ -500,6 +500,13 @@ def test_verdict_cli_pods_without_a_verdict(env: Env, capsys: pytest.CaptureFixt
 
     code, doc = run_json(env, job[0], capsys)
     assert code == 1
+    assert [(r["attempt"], r["pod"]) for r in doc["attempts"]] == [
+        (1, f"{job[0]}-a-passed"),
+        (2, evicted),
+        (3, crashed),
+        (4, offline),
+        (5, running),
+    ]
     by_pod = {row["pod"]: row for row in doc["attempts"]}
     assert by_pod[evicted]["verdict"] is None
     assert by_pod[evicted]["reason"] == "evicted: The node was low on resource: memory."

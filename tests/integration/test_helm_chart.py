@@ -173,7 +173,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "runId with trailing junk": {"runId": RUN_ID + "0"},
     "negative budget": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": -1}),
     "zero budget": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": 0}),
-    "budget above seven days": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": 700000}),
+    "zero budget cap": with_values({"runId": RUN_ID}, **{"deadline.maxBudgetSeconds": 0}),
     "budget as a string": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": "1h"}),
     "root UID": with_values({"runId": RUN_ID}, **{"podSecurity.runAsUser": 0}),
     "unknown store": with_values({"runId": RUN_ID}, **{"deadline.store": "memory"}),
@@ -191,6 +191,15 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
 def test_schema_rejects_bad_values(helm_engine: HelmEngine, case: str) -> None:
     with pytest.raises(HelmFailedError):
         render(helm_engine, BAD_VALUES[case])
+
+
+def test_template_rejects_budget_above_its_cap(helm_engine: HelmEngine) -> None:
+    values = with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": 7201})
+    with pytest.raises(HelmFailedError, match="maxBudgetSeconds"):
+        render(helm_engine, values)
+    raised = with_values(values, **{"deadline.maxBudgetSeconds": 7201})
+    env = sidecar_environment(render(helm_engine, raised))
+    assert env["SOAK_DEADLINE__BUDGET_S"] == env["SOAK_DEADLINE__MAX_BUDGET_S"] == "7201"
 
 
 def test_template_rejects_margin_not_below_budget(helm_engine: HelmEngine) -> None:
@@ -524,6 +533,7 @@ def test_sidecar_env_builds_valid_settings(
     deadline = {**DEFAULTS["deadline"], **values.get("deadline", {})}
     assert settings.deadline.run_id == values["runId"]
     assert settings.deadline.budget_s == deadline["budgetSeconds"]
+    assert settings.deadline.max_budget_s == deadline["maxBudgetSeconds"]
     assert settings.deadline.checkpoint_margin_s == deadline["checkpointMarginSeconds"]
     assert settings.deadline.store == deadline["store"]
     if deadline["store"] == "file":
@@ -557,6 +567,7 @@ def test_sidecar_env_uses_plain_numbers(helm_engine: HelmEngine) -> None:
         {"runId": RUN_ID},
         **{
             "deadline.budgetSeconds": 604800,
+            "deadline.maxBudgetSeconds": 604800,
             "monitor.sampleIntervalSeconds": 0.25,
             "monitor.startupTimeoutSeconds": 1000000,
         },

@@ -1,15 +1,16 @@
 """Process-tree sampler over /proc, in psutil's vocabulary (status names, boot time).
 
 Cost is dominated by one readlink per open fd (about 3 us of kernel time each here), so
-everything around it is kept lean: per-process data comes from one read of
-``/proc/<pid>/stat`` plus ``cmdline`` (psutil's ``oneshot`` costs about 9x more per process:
-five file reads and object overhead), the tree from the per-thread ``children`` files (psutil's
-``children()`` scans every process of the system), fds are read through a directory fd (one
-path component resolved per readlink, and fds of a process that replaced the PID cannot be
-read), and fd targets are classified in bulk by sorting them and counting prefix ranges.
+everything around it is kept lean: per-process data comes from one read of ``stat`` plus
+``cmdline`` (psutil's ``oneshot`` costs about 9x more per process: five file reads and object
+overhead), the tree from the per-thread ``children`` files (psutil's ``children()`` scans every
+process of the system), readlinks go through a directory fd (one path component resolved per
+fd), and fd targets are classified in bulk by sorting them and counting prefix ranges.
 
-Identity is ``(pid, start_ticks)``: every process is read between two looks at its start ticks
-and dropped when they differ, so a PID reused mid-sample is never attributed to the old process.
+Identity is ``(pid, start_ticks)``. Each process is read through one handle on its
+``/proc/<pid>`` directory, which the kernel binds to that process rather than to the number: once
+it exits, reads through the handle fail, even if the PID is reused meanwhile. So a sample never
+mixes two processes' data, and a remembered identity is matched by PID and start ticks.
 """
 
 from __future__ import annotations
@@ -102,8 +103,8 @@ def classify_fds(links: list[str]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _read_bytes(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+def _read_at(dir_fd: int, name: str) -> bytes:
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         chunks = []
         while chunk := os.read(fd, 65536):
@@ -113,40 +114,28 @@ def _read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """Fields of /proc/<pid>/stat after the command name; None when the process is gone."""
+def _children(pid_fd: int) -> list[int]:
+    """Children of every thread of the process (a child belongs to the thread that forked it)."""
     try:
-        stat = _read_bytes(f"{_PROC}/{pid}/stat")
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: split after its closing one.
-    fields = stat.rsplit(b")", 1)[-1].split()
-    return fields if len(fields) > _RSS else None
-
-
-def _start_ticks(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[_STARTTIME])
-
-
-def _children(pid: int) -> list[int]:
-    """Children of every thread of ``pid`` (a child belongs to the thread that forked it)."""
-    task_dir = f"{_PROC}/{pid}/task"
-    try:
-        tids = os.listdir(task_dir)
+        task_fd = os.open("task", _DIR_FLAGS, dir_fd=pid_fd)
     except OSError:
         return []
     children: list[int] = []
-    for tid in tids:
-        try:
-            listing = _read_bytes(f"{task_dir}/{tid}/children")
-        except OSError:
-            continue
-        children.extend(int(value) for value in listing.split())
+    try:
+        for tid in os.listdir(task_fd):
+            try:
+                listing = _read_at(task_fd, f"{tid}/children")
+            except OSError:
+                continue
+            children.extend(int(value) for value in listing.split())
+    except OSError:
+        return []
+    finally:
+        os.close(task_fd)
     return children
 
 
-def _fd_links(pid: int, guess: list[str] | None) -> tuple[list[str], list[str] | None] | None:
+def _fd_links(pid_fd: int, guess: list[str] | None) -> tuple[list[str], list[str] | None] | None:
     """Readlink targets of the open fds, and their fd names when they are not simply 0..n-1.
 
     None when the fd dir cannot be read (gone or denied). On Linux >= 6.2 the fd dir's size is
@@ -156,7 +145,7 @@ def _fd_links(pid: int, guess: list[str] | None) -> tuple[list[str], list[str] |
     lowest first, so a table without holes is the common case.
     """
     try:
-        dir_fd = os.open(f"{_PROC}/{pid}/fd", _DIR_FLAGS)
+        dir_fd = os.open("fd", _DIR_FLAGS, dir_fd=pid_fd)
     except OSError:
         return None
     try:
@@ -271,35 +260,41 @@ class PsutilProcessSampler:
 
     def _snapshot(self, pid: int, expected_ticks: int | None) -> tuple[ProcessInfo, list[int]] | None:
         """One process and its children; None when gone, unreadable or not the expected process."""
-        fields = _stat_fields(pid)
-        if fields is None:
-            return None
-        ticks = int(fields[_STARTTIME])
-        if expected_ticks is not None and ticks != expected_ticks:
-            return None
         try:
-            cmdline = _read_bytes(f"{_PROC}/{pid}/cmdline")
+            pid_fd = os.open(f"{_PROC}/{pid}", _DIR_FLAGS)
         except OSError:
             return None
-        children = _children(pid)
-        fds = _fd_links(pid, self._fd_names.get((pid, ticks)))
-        # Same start ticks after the reads: everything above came from this one process.
-        if fds is None or _start_ticks(pid) != ticks:
+        try:
+            # The command name may hold spaces and parentheses: split after its closing one.
+            fields = _read_at(pid_fd, "stat").rsplit(b")", 1)[-1].split()
+            ticks = int(fields[_STARTTIME])
+            if expected_ticks is not None and ticks != expected_ticks:
+                return None
+            ppid, threads = int(fields[_PPID]), int(fields[_NUM_THREADS])
+            rss_kib = int(fields[_RSS]) * _PAGE_KIB
+            state = fields[_STATE].decode()
+            cmdline = _read_at(pid_fd, "cmdline")
+            children = _children(pid_fd)
+            fds = _fd_links(pid_fd, self._fd_names.get((pid, ticks)))
+        except (OSError, IndexError, ValueError):
+            return None
+        finally:
+            os.close(pid_fd)
+        if fds is None:
             return None
         links, names = fds
         if names is not None:
             self._fd_names_next[(pid, ticks)] = names
-        state = fields[_STATE].decode()
         # Built from typed values read above: validation would only cost time.
         info = ProcessInfo.model_construct(
             pid=pid,
-            ppid=int(fields[_PPID]),
+            ppid=ppid,
             start_time=self._boot_time + ticks / self._clock_ticks,
             start_ticks=ticks,
-            rss_kib=int(fields[_RSS]) * _PAGE_KIB,
+            rss_kib=rss_kib,
             fd_count=len(links),
             fd_classes=classify_fds(links),
-            threads=int(fields[_NUM_THREADS]),
+            threads=threads,
             state=_STATES.get(state, state),
             command=_command(cmdline, self._command_max_chars),
         )

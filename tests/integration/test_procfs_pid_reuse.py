@@ -34,6 +34,7 @@ sampler = PsutilProcessSampler()
 first = sampler.sample(root.pid)
 a_info = next(p for p in first.processes if p.pid == a_pid)
 root_info = next(p for p in first.processes if p.pid == root.pid)
+handle = os.open(f"/proc/{a_pid}", os.O_RDONLY | os.O_DIRECTORY)
 os.kill(a_pid, signal.SIGKILL)
 while os.path.exists(f"/proc/{a_pid}"):
     time.sleep(0.01)
@@ -42,10 +43,16 @@ with open("/proc/sys/kernel/ns_last_pid", "w") as f:
     f.write(str(a_pid - 1))
 b = subprocess.Popen(sleeper)
 second = sampler.sample(root.pid)
+try:
+    os.close(os.open("stat", os.O_RDONLY, dir_fd=handle))
+    handle_read = "read the newcomer"
+except OSError as exc:
+    handle_read = type(exc).__name__
 print(json.dumps({
     "a": a_info.model_dump(),
     "root": root_info.model_dump(),
     "b_pid": b.pid,
+    "handle_read": handle_read,
     "second": [p.pid for p in second.processes],
     "still_alive": [p.pid for p in sampler.still_alive([a_info, root_info])],
     "still_alive_by_time": [p.pid for p in sampler.still_alive(
@@ -65,6 +72,8 @@ def test_reused_pid_is_not_the_old_process(spawn: Spawner) -> None:
     root = ProcessInfo.model_validate(result["root"])
 
     assert result["b_pid"] == a.pid  # the PID really was reused
+    # What the sampler relies on: a /proc/<pid> handle stays bound to the process it was opened on.
+    assert result["handle_read"] in ("FileNotFoundError", "ProcessLookupError")
     assert a.pid not in result["second"]  # not followed as a remembered member of the tree
     assert result["second"] == [root.pid]
     assert result["still_alive"] == [root.pid]  # A's PID is alive, but it is not A

@@ -94,7 +94,8 @@ def test_files_vanishing_while_sampling_are_skipped(tmp_path: Path) -> None:
         for _ in range(300):
             sample = probe.sample()
             assert sample.file_count >= 1
-            assert sample.bytes_total == 7 + 3 * (sample.file_count - 1)
+            # A churn file may be caught between its creation and its write: 0 to 3 bytes.
+            assert 7 <= sample.bytes_total <= 7 + 3 * (sample.file_count - 1)
     finally:
         stop.set()
         worker.join()

@@ -15,6 +15,7 @@ import pytest
 
 from sidecar.adapters.procfs import PsutilProcessSampler
 from sidecar.core.samples import ProcessTreeSample
+from sidecar.ports import ProcessSampler
 from tests.fixtures.processes import PYTHON, Spawner
 
 pytestmark = pytest.mark.integration
@@ -71,7 +72,8 @@ def test_tree_with_grandchildren_setsid_and_thread_children(spawn: Spawner) -> N
     grandchildren = layout["grandchildren"]
     assert isinstance(children, list) and isinstance(grandchildren, list)
 
-    sample = PsutilProcessSampler().sample(root.pid)
+    sampler: ProcessSampler = PsutilProcessSampler()  # mypy checks the port is implemented
+    sample = sampler.sample(root.pid)
 
     assert pids_of(sample) == {root.pid, *children, *grandchildren}
     assert sample.process_count == 6

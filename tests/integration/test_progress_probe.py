@@ -11,6 +11,7 @@ import pytest
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.core.liveness import KIND_STALE, LivenessTracker
 from sidecar.core.samples import ProgressSample
+from sidecar.ports import ProgressProbe
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +106,7 @@ def test_console_log_growth_does_not_hide_a_stale_trainer(tmp_path: Path) -> Non
     """The seed's exclusion, end to end: the log grows, progress files do not, the soak is stale."""
     write(tmp_path / "metrics.jsonl", b"step 1\n", mtime=1_000.0)
     console = tmp_path / "console.log"
-    probe = DirectoryProgressProbe(tmp_path, exclude=[console])
+    probe: ProgressProbe = DirectoryProgressProbe(tmp_path, exclude=[console])
     tracker = LivenessTracker(startup_timeout_s=60.0, stale_progress_s=10.0, started_monotonic=0.0)
 
     verdicts = []

@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.fixtures.processes",
+    "tests.fixtures.pidns",
     "tests.fixtures.s3",
     "tests.fixtures.kube",
     "tests.fixtures.nvml",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.pidns import PidNsResult, pidns
+from tests.fixtures.pidns import PidNsResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
 __all__ = ["pidns"]  # the fixture, until conftest registers tests.fixtures.pidns

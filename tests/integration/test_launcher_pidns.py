@@ -13,7 +13,6 @@ import pytest
 from tests.fixtures.pidns import PidNsResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
-__all__ = ["pidns"]  # the fixture, until conftest registers tests.fixtures.pidns
 
 # Leaves a grandchild in its own session, then exits 0: the classic escape from killpg.
 ESCAPING_TRAINER = """

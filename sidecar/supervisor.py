@@ -555,12 +555,16 @@ class Supervisor:
         trainer = self._trainer
         if trainer is None:
             return False
-        return any(
+        in_sample = any(
             p.pid == trainer.pid
             and (trainer.start_ticks is None or p.start_ticks in (None, trainer.start_ticks))
             and p.state != psutil.STATUS_ZOMBIE
             for p in sample.process.processes
         )
+        # An exiting trainer closes its fds and frees its memory before it turns zombie: a
+        # sample taken then would hide a leak. Exit is irreversible, so looking after the sample
+        # is conservative (a trainer that began exiting just after it loses one good sample).
+        return in_sample and not _exiting(trainer.pid, trainer.start_ticks)
 
     def _report(self, sample: Sample, progress_age: float | None) -> None:
         if self.ports.progress_note is not None:
@@ -886,6 +890,23 @@ def _same_process_alive(pid: int, start_ticks: int | None) -> bool:
     if fields and fields[0] == "Z":
         return False
     return start_ticks is None or (len(fields) > 19 and int(fields[19]) == start_ticks)
+
+
+_PF_EXITING = 0x4  # task flag: the process is inside exit()
+
+
+def _exiting(pid: int, start_ticks: int | None) -> bool:
+    """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return True
+    if len(fields) <= 19 or fields[0] in ("Z", "X", "x"):
+        return True
+    if start_ticks is not None and int(fields[19]) != start_ticks:
+        return True
+    return bool(int(fields[6]) & _PF_EXITING)
 
 
 def _json_safe(value: Any) -> Any:

@@ -326,9 +326,10 @@ def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
 
 
 def test_fd_leak_is_resource_leak(tmp_path: Path) -> None:
+    """100 fds leaked per step over 3 s: any two steady samples a step apart exceed the limit."""
     settings = make_settings(tmp_path, monitor={"max_fd_growth": 50})
     result, artifact = supervise(
-        settings, trainer(tmp_path / "progress", "--leak-fds", "50", steps=6, step_s=0.2)
+        settings, trainer(tmp_path / "progress", "--leak-fds", "50", steps=10, step_s=0.3)
     )
     assert_verdict(result, artifact, classification="resource_leak", exit_code=13)
     assert "process tree fd count grew by" in (result.verdict.reason or "")

@@ -48,6 +48,11 @@ class MonitorSettings(_Group):
         description="Directory the trainer writes progress and run_summary.json to. "
         "Default ./soak-output/progress (local), /soak/progress in the chart.",
     )
+    progress_signal: Literal["bytes", "any"] = Field(
+        "bytes",
+        description="What counts as progress: 'bytes' (the seed's rule: the total size changed) or "
+        "'any' (also a file added or rewritten). Default bytes.",
+    )
     max_rss_growth_mib: float | None = Field(
         None,
         ge=0,

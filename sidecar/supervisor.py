@@ -430,7 +430,9 @@ class Supervisor:
         mset = self.settings.monitor
         assert self._launcher is not None and self._deadline_clock is not None
         result = _Monitor()
-        liveness = LivenessTracker(mset.startup_timeout_s, mset.stale_progress_s, self._started_mono)
+        liveness = LivenessTracker(
+            mset.startup_timeout_s, mset.stale_progress_s, self._started_mono, mset.progress_signal
+        )
         next_sample = clock.monotonic()
         stop_by: float | None = None
         try:

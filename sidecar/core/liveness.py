@@ -1,18 +1,20 @@
 """Liveness rules of the seed soak monitor, pure: time and progress come in as arguments.
 
-Progress definition (the seed's, widened on purpose): the trainer has *started* producing progress
-once the watched files hold more than zero bytes (exactly the seed's ``bytes_total > 0``). After
-that, any change of the progress signature counts as progress and resets the stale timer: the
-seed's signal (a change of ``bytes_total``) plus a change of ``file_count`` or ``max_mtime``.
-Counting only byte totals would fail a healthy trainer that rewrites a fixed-size heartbeat or
-rotates files of equal size; the widening never accepts a trainer whose files do not change at
-all, and the console log stays excluded by the probe, so chatty logging cannot mask a hang.
-While the watched files hold zero bytes the seed's startup rule applies, measured from the start.
+The trainer has *started* producing progress once the watched files hold more than zero bytes
+(the seed's ``bytes_total > 0``); while they hold zero bytes the seed's startup rule applies,
+measured from the start. After that, what counts as progress is the ``signal``:
+
+- ``bytes`` (default, the seed's rule): only a change of ``bytes_total`` resets the stale timer.
+- ``any`` (opt-in, ``SOAK_MONITOR__PROGRESS_SIGNAL=any``): a change of ``file_count`` or
+  ``max_mtime`` counts too, for trainers that rewrite a fixed-size heartbeat file. It never
+  accepts a trainer whose files do not change at all, and the console log stays excluded by the
+  probe, so chatty logging cannot mask a hang.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from sidecar.core.samples import ProgressSample
 
@@ -20,14 +22,26 @@ KIND_STARTUP = "timeout/startup"
 KIND_STALE = "timeout/stale_tick"
 
 
-def _signature(progress: ProgressSample) -> tuple[int, int, float | None]:
+ProgressSignal = Literal["bytes", "any"]
+
+
+def _signature(progress: ProgressSample, signal: ProgressSignal) -> tuple[int, int, float | None]:
+    if signal == "bytes":
+        return (progress.bytes_total, 0, None)
     return (progress.bytes_total, progress.file_count, progress.max_mtime)
 
 
 class LivenessTracker:
     """Startup timeout until the first progress, stale-progress timeout after it."""
 
-    def __init__(self, startup_timeout_s: float, stale_progress_s: float, started_monotonic: float) -> None:
+    def __init__(
+        self,
+        startup_timeout_s: float,
+        stale_progress_s: float,
+        started_monotonic: float,
+        signal: ProgressSignal = "bytes",
+    ) -> None:
+        self._signal: ProgressSignal = signal
         self._startup_timeout_s = startup_timeout_s
         self._stale_progress_s = stale_progress_s
         self._started = started_monotonic
@@ -37,7 +51,7 @@ class LivenessTracker:
     def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[str, str] | None:
         """Record one progress sample; ``(kind, reason)`` when a liveness rule fails, else None."""
         if progress.bytes_total > 0:
-            signature = _signature(progress)
+            signature = _signature(progress, self._signal)
             if self._last_change is None or signature != self._last_signature:
                 self._last_change = now_monotonic
                 self._last_signature = signature

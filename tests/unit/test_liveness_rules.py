@@ -65,12 +65,26 @@ def test_stale_after_progress_is_measured_from_the_last_change() -> None:
     ids=["bytes", "file_count", "mtime"],
 )
 def test_any_change_of_the_progress_signature_resets_staleness(changed: ProgressSample) -> None:
-    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
+    tracker = LivenessTracker(
+        startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0, signal="any"
+    )
     assert tracker.observe(progress(10), 0.0) is None
     assert tracker.observe(changed, 4.0) is None
     assert tracker.observe(changed, 8.0) is None  # 4 s after the change, 8 s after the start
     assert tracker.last_progress_age(8.0) == 4.0
     assert tracker.observe(changed, 9.5) == (KIND_STALE, "training progress did not change for 5.5s")
+
+
+@pytest.mark.parametrize(
+    "same_bytes",
+    [progress(10, file_count=2), progress(10, max_mtime=1001.0)],
+    ids=["file_count", "mtime"],
+)
+def test_by_default_only_a_change_of_bytes_is_progress_like_the_seed(same_bytes: ProgressSample) -> None:
+    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
+    assert tracker.observe(progress(10), 0.0) is None
+    assert tracker.observe(same_bytes, 4.0) is None
+    assert tracker.observe(same_bytes, 5.5) == (KIND_STALE, "training progress did not change for 5.5s")
 
 
 def test_files_back_to_zero_bytes_fall_under_the_startup_rule_like_the_seed() -> None:

@@ -8,19 +8,16 @@ kubelet) and inspects the result.
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sidecar import verdict_cli
-from sidecar.adapters.kube import KubeClient, PodPublisher, connect
+from sidecar.adapters.kube import PodPublisher
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     REASON_BYTES,
@@ -30,203 +27,26 @@ from sidecar.core.publication import (
     termination_message,
 )
 from sidecar.errors import ForbiddenError
-from tests.fixtures.kube import KubeApiServer
+from tests.fixtures.kube import (
+    DIGEST,
+    MERGE,
+    PREFIX,
+    KubeEnv,
+    container_status,
+    create_job,
+    create_pod,
+    ours,
+    running_status,
+    set_status,
+    terminated,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube]
 
-PREFIX = "soak.sidecar.io/"
-SA = "soak-sidecar"
-DIGEST = "sha256:" + "5eed" * 16
-MERGE = "application/merge-patch+json"
-RBAC_WAIT_S = 60.0
-
-
-@dataclass
-class Env:
-    server: KubeApiServer
-    core: k8s.CoreV1Api
-    namespace: str
-    other_namespace: str
-    sa_token: str
-    sa_kubeconfig: Path
-    admin_kubeconfig: Path
-    job_name: str
-    job_uid: str
-
-    def sa_client(self, **kwargs: Any) -> KubeClient:
-        return KubeClient(connect(kubeconfig=self.sa_kubeconfig), backoff_s=0.05, **kwargs)
-
-
-def create_namespace(core: k8s.CoreV1Api, name: str) -> None:
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
-
-
-def create_job(api: k8s.ApiClient, namespace: str, name: str) -> str:
-    job = k8s.BatchV1Api(api).create_namespaced_job(
-        namespace,
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": name},
-            "spec": {
-                "backoffLimit": 3,
-                "template": {
-                    "spec": {
-                        "restartPolicy": "Never",
-                        "containers": [{"name": "trainer", "image": "registry.example/t:1"}],
-                    }
-                },
-            },
-        },
-    )
-    return str(job.metadata.uid)
-
-
-def create_pod(
-    core: k8s.CoreV1Api, namespace: str, name: str, job_name: str | None, job_uid: str | None
-) -> Any:
-    labels = {"batch.kubernetes.io/job-name": job_name, "job-name": job_name} if job_name else {}
-    owners = (
-        [
-            {
-                "apiVersion": "batch/v1",
-                "kind": "Job",
-                "name": job_name,
-                "uid": job_uid,
-                "controller": True,
-                "blockOwnerDeletion": True,
-            }
-        ]
-        if job_name
-        else []
-    )
-    return core.create_namespaced_pod(
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "labels": labels,
-                "ownerReferences": owners,
-                "annotations": {"team.example/owner": "ml-infra"},
-            },
-            "spec": {
-                "serviceAccountName": SA,
-                "automountServiceAccountToken": False,
-                "restartPolicy": "Never",
-                "containers": [
-                    {"name": "trainer", "image": "registry.example/trainer:1"},
-                    {"name": "soak-sidecar", "image": "registry.example/soak-sidecar:1"},
-                ],
-            },
-        },
-    )
-
-
-def container_status(name: str, state: dict[str, Any], image_id: str = "") -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": f"registry.example/{name}:1",
-        "imageID": image_id,
-        "ready": "running" in state,
-        "restartCount": 0,
-        "state": state,
-    }
-
-
-def set_status(core: k8s.CoreV1Api, namespace: str, name: str, status: dict[str, Any]) -> None:
-    """Play the kubelet: write the pod's status subresource."""
-    core.patch_namespaced_pod_status(name, namespace, {"status": status}, _content_type=MERGE)
-
-
-def running_status() -> dict[str, Any]:
-    started = {"running": {"startedAt": "2025-01-01T00:00:00Z"}}
-    return {
-        "phase": "Running",
-        "containerStatuses": [
-            container_status("trainer", started, f"registry.example/trainer@{DIGEST}"),
-            container_status("soak-sidecar", started, "registry.example/soak-sidecar@sha256:" + "1" * 64),
-        ],
-    }
-
-
-def terminated(exit_code: int, reason: str, message: str | None = None) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "exitCode": exit_code,
-        "reason": reason,
-        "startedAt": "2025-01-01T00:00:00Z",
-        "finishedAt": "2025-01-01T01:00:00Z",
-    }
-    if message is not None:
-        state["message"] = message
-    return {"terminated": state}
-
-
-def wait_for_rbac(env_kubeconfig: Path, namespace: str, pod: str) -> None:
-    # The RBAC authorizer learns new bindings from an informer: allow it a moment.
-    deadline = time.monotonic() + RBAC_WAIT_S
-    with KubeClient(connect(kubeconfig=env_kubeconfig), retries=0) as client:
-        while True:
-            try:
-                client.get_pod(namespace, pod)
-                return
-            except ForbiddenError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-
 
 @pytest.fixture(scope="module")
-def env(kube_apiserver: KubeApiServer) -> Iterator[Env]:
-    admin = kube_apiserver.api_client()
-    core = k8s.CoreV1Api(admin)
-    suffix = uuid.uuid4().hex[:8]
-    namespace, other = f"soak-{suffix}", f"other-{suffix}"
-    for ns in (namespace, other):
-        create_namespace(core, ns)
-        core.create_namespaced_service_account(ns, {"metadata": {"name": SA}})
-    rbac = k8s.RbacAuthorizationV1Api(admin)
-    rbac.create_namespaced_role(
-        namespace,
-        {
-            "metadata": {"name": SA},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch"]},
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-            ],
-        },
-    )
-    rbac.create_namespaced_role_binding(
-        namespace,
-        {
-            "metadata": {"name": SA},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SA},
-            "subjects": [{"kind": "ServiceAccount", "name": SA, "namespace": namespace}],
-        },
-    )
-    token = core.create_namespaced_service_account_token(
-        SA, namespace, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
-    job_name = "soak-train"
-    job_uid = create_job(admin, namespace, job_name)
-    create_pod(core, namespace, "soak-train-abcde", job_name, job_uid)
-    set_status(core, namespace, "soak-train-abcde", running_status())
-    sa_kubeconfig = kube_apiserver.kubeconfig(token, namespace)
-    wait_for_rbac(sa_kubeconfig, namespace, "soak-train-abcde")
-    yield Env(
-        server=kube_apiserver,
-        core=core,
-        namespace=namespace,
-        other_namespace=other,
-        sa_token=token,
-        sa_kubeconfig=sa_kubeconfig,
-        admin_kubeconfig=kube_apiserver.kubeconfig(kube_apiserver.admin_token),
-        job_name=job_name,
-        job_uid=job_uid,
-    )
-    for ns in (namespace, other):
-        core.delete_namespace(ns)
+def env(kube_env: KubeEnv) -> KubeEnv:
+    return kube_env
 
 
 def verdict(**overrides: Any) -> Publication:
@@ -244,11 +64,7 @@ def verdict(**overrides: Any) -> Publication:
     return Publication(**fields)
 
 
-def ours(annotations: dict[str, str] | None) -> dict[str, str]:
-    return {k: v for k, v in (annotations or {}).items() if k.startswith(PREFIX)}
-
-
-def test_identity_with_the_service_account_token(env: Env) -> None:
+def test_identity_with_the_service_account_token(env: KubeEnv) -> None:
     with env.sa_client() as client:
         identity = client.get_pod(env.namespace, "soak-train-abcde")
     assert identity.trainer_image_digest == DIGEST
@@ -257,7 +73,7 @@ def test_identity_with_the_service_account_token(env: Env) -> None:
     assert identity.namespace == env.namespace
 
 
-def test_publish_annotations_event_and_termination_message(env: Env, tmp_path: Path) -> None:
+def test_publish_annotations_event_and_termination_message(env: KubeEnv, tmp_path: Path) -> None:
     pod = create_pod(env.core, env.namespace, "soak-train-publ1", env.job_name, env.job_uid)
     log = tmp_path / "termination-log"
     with env.sa_client() as client:
@@ -291,7 +107,7 @@ def test_publish_annotations_event_and_termination_message(env: Env, tmp_path: P
     assert back is not None and back.reason == "again"
 
 
-def test_rbac_denies_another_namespace(env: Env) -> None:
+def test_rbac_denies_another_namespace(env: KubeEnv) -> None:
     foreign = create_pod(env.core, env.other_namespace, "victim", None, None)
     with env.sa_client() as client:
         with pytest.raises(ForbiddenError, match="forbidden"):
@@ -306,7 +122,7 @@ def test_rbac_denies_another_namespace(env: Env) -> None:
     assert ours(stored) == {}
 
 
-def test_hostile_reason_never_makes_an_invalid_patch(env: Env) -> None:
+def test_hostile_reason_never_makes_an_invalid_patch(env: KubeEnv) -> None:
     pod = create_pod(env.core, env.namespace, "soak-train-hostile", env.job_name, env.job_uid)
     hostile = (b"\xff\xfe\x00\x07\x1b]0;pwned\x07\r\n\xed\xa0\x80" + "é😀".encode()) * 300_000
     assert len(hostile) > 5_000_000
@@ -333,7 +149,7 @@ def test_hostile_reason_never_makes_an_invalid_patch(env: Env) -> None:
     assert len(termination_message(verdict(reason=hostile)).encode()) <= MAX_TERMINATION_MESSAGE_BYTES
 
 
-def test_the_api_really_rejects_oversized_annotations(env: Env) -> None:
+def test_the_api_really_rejects_oversized_annotations(env: KubeEnv) -> None:
     # Why sanitising matters: the same reason, unbounded, is refused outright.
     with pytest.raises(ApiException) as info:
         env.core.patch_namespaced_pod(
@@ -345,7 +161,7 @@ def test_the_api_really_rejects_oversized_annotations(env: Env) -> None:
     assert info.value.status == 422
 
 
-def test_progress_annotations(env: Env) -> None:
+def test_progress_annotations(env: KubeEnv) -> None:
     pod = create_pod(env.core, env.namespace, "soak-train-progress", env.job_name, env.job_uid)
     with env.sa_client() as client:
         publisher = PodPublisher(
@@ -366,12 +182,12 @@ def test_progress_annotations(env: Env) -> None:
 # ---------------------------------------------------------------- soak-sidecar verdict
 
 
-def new_job(env: Env) -> tuple[str, str]:
+def new_job(env: KubeEnv) -> tuple[str, str]:
     name = f"cli-{uuid.uuid4().hex[:6]}"
     return name, create_job(env.server.api_client(), env.namespace, name)
 
 
-def published_pod(env: Env, job: tuple[str, str], name: str, pub: Publication) -> None:
+def published_pod(env: KubeEnv, job: tuple[str, str], name: str, pub: Publication) -> None:
     pod = create_pod(env.core, env.namespace, name, *job)
     with env.sa_client() as client:
         outcome = PodPublisher(
@@ -385,12 +201,12 @@ def published_pod(env: Env, job: tuple[str, str], name: str, pub: Publication) -
     assert outcome.ok, outcome.errors
 
 
-def run_cli(env: Env, job: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
+def run_cli(env: KubeEnv, job: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
     code = verdict_cli.main([job, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), *extra])
     return code, capsys.readouterr().out
 
 
-def run_json(env: Env, job: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+def run_json(env: KubeEnv, job: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code, out = run_cli(env, job, capsys, "-o", "json")
     return code, json.loads(out)
 
@@ -403,7 +219,7 @@ PASSED = verdict(status="passed", classification=None, reason="", exit_code=0)
 DEADLINE = verdict(classification="deadline_exhausted", reason="total job deadline expired", exit_code=14)
 
 
-def test_verdict_cli_latest_passed(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_cli_latest_passed(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
     job = new_job(env)
     published_pod(env, job, f"{job[0]}-aaaaa", verdict(attempt=1))
     published_pod(env, job, f"{job[0]}-bbbbb", replace_attempt(PASSED, 2))
@@ -425,7 +241,7 @@ def test_verdict_cli_latest_passed(env: Env, capsys: pytest.CaptureFixture[str])
     print(table)
 
 
-def test_verdict_cli_deadline_exhausted(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_cli_deadline_exhausted(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
     job = new_job(env)
     published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1))
     published_pod(env, job, f"{job[0]}-bbbbb", replace_attempt(DEADLINE, 2))
@@ -440,7 +256,7 @@ def test_verdict_cli_deadline_exhausted(env: Env, capsys: pytest.CaptureFixture[
     assert last["source"] == "annotations"
 
 
-def test_verdict_cli_pods_without_a_verdict(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_cli_pods_without_a_verdict(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
     job = new_job(env)
     published_pod(env, job, f"{job[0]}-a-passed", replace_attempt(PASSED, 1))
     evicted = f"{job[0]}-b-evicted"
@@ -527,13 +343,15 @@ def test_verdict_cli_pods_without_a_verdict(env: Env, capsys: pytest.CaptureFixt
     print(table)
 
 
-def test_verdict_cli_unknown_job(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_cli_unknown_job(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
     code = verdict_cli.main(["no-such-job", "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
     assert code == 1
     assert "no pods of Job" in capsys.readouterr().err
 
 
-def test_verdict_cli_forbidden_for_the_sidecar_account(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+def test_verdict_cli_forbidden_for_the_sidecar_account(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The sidecar's Role has no pods list: least privilege, and the CLI says so instead of crashing.
     code = verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.sa_kubeconfig)])
     assert code == 15

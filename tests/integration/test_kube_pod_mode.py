@@ -1,0 +1,154 @@
+"""``soak-sidecar run --pod`` end to end against the real kube-apiserver.
+
+A pod is emulated on this machine: one PID namespace (``unshare``, PID 1 a reaper standing in
+for pause) holding the trainer container's launcher and the sidecar container's
+``soak-sidecar run --pod``, sharing a run dir, with the pod's identity in the downward-API
+variables and the sidecar authenticated by a TokenRequest token of its least-privilege
+ServiceAccount. The verdict then shows up in the pod's annotations, an Event, the termination
+message and ``soak-sidecar verdict``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sidecar import verdict_cli
+from sidecar.adapters.rundir import launcher_path
+from sidecar.core.publication import parse_termination_message
+from tests.fixtures.kube import PREFIX, KubeEnv, create_pod, ours, running_status, set_status
+from tests.fixtures.pidns import pidns_available, run_in_pidns
+
+pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.needs_root]
+
+PY = sys.executable
+POD_TIMEOUT_S = 240.0
+
+
+def sidecar_argv() -> list[str]:
+    script = shutil.which("soak-sidecar")
+    return [script] if script else [PY, "-m", "sidecar.cli"]
+
+
+def run_pod(
+    env: KubeEnv, tmp_path: Path, name: str, trainer_flags: list[str], **settings: str
+) -> dict[str, object]:
+    """Create the Pod object, run both "containers" in one PID namespace, return what came out."""
+    pod = create_pod(env.core, env.namespace, name, env.job_name, env.job_uid)
+    set_status(env.core, env.namespace, name, running_status())
+    tmp_path.mkdir(parents=True)
+    run_dir, progress, out = tmp_path / "run", tmp_path / "progress", tmp_path / "out"
+    termination_log = tmp_path / "termination-log"
+    trainer = [
+        PY, str(launcher_path()), "--run-dir", str(run_dir), "--",
+        PY, "-m", "sidecar.examples.trainer", "--progress-dir", str(progress), *trainer_flags,
+    ]  # fmt: skip
+    # Two "containers": the trainer's launcher in the background, the sidecar in front.
+    pod_script = (
+        f"{shlex.join(trainer)} > {shlex.quote(str(tmp_path / 'trainer.log'))} 2>&1 & "
+        f"{shlex.join([*sidecar_argv(), 'run', '--pod'])}; code=$?; wait; exit $code"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_") and k != "KUBECONFIG"}
+    pod_env = {
+        **clean,
+        "KUBECONFIG": str(env.sa_kubeconfig),
+        "SOAK_KUBE__POD_NAME": name,
+        "SOAK_KUBE__NAMESPACE": env.namespace,
+        "SOAK_KUBE__POD_UID": pod.metadata.uid,
+        "SOAK_KUBE__TERMINATION_LOG": str(termination_log),
+        "SOAK_DEADLINE__RUN_ID": str(uuid.uuid4()),
+        "SOAK_DEADLINE__STORE_DIR": str(tmp_path / "deadlines"),
+        "SOAK_LAUNCHER__RUN_DIR": str(run_dir),
+        "SOAK_MONITOR__PROGRESS_DIR": str(progress),
+        "SOAK_ARTIFACT__OUTPUT_DIR": str(out),
+        "SOAK_GPU__BACKEND": "none",
+        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
+        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
+        "SOAK_MONITOR__STARTUP_TIMEOUT_S": "60",
+        **settings,
+    }
+    result = run_in_pidns(["sh", "-c", pod_script], env=pod_env, timeout_s=POD_TIMEOUT_S, cwd=tmp_path)
+    stored = env.core.read_namespaced_pod(name, env.namespace)
+    events = env.core.list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+    ).items
+    return {
+        "returncode": result.returncode,
+        "output": result.output + _read(tmp_path / "trainer.log"),
+        "leftovers": result.leftovers,
+        "annotations": ours(stored.metadata.annotations),
+        "events": [(e.reason, e.type, e.message) for e in events],
+        "termination": parse_termination_message(_read(termination_log)),
+    }
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="module")
+def pod_env(kube_env: KubeEnv) -> KubeEnv:
+    if not pidns_available():
+        pytest.skip("unshare --pid --fork --mount-proc is not available (needs root)")
+    return kube_env
+
+
+def test_pod_mode_passing_failing_and_deadline(
+    pod_env: KubeEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = pod_env
+    passed = run_pod(env, tmp_path / "a", "soak-train-e2e-pass", ["--steps", "3", "--step-s", "0.1"])
+    assert passed["returncode"] == 0, passed["output"]
+    annotations = passed["annotations"]
+    assert isinstance(annotations, dict)
+    assert annotations[f"{PREFIX}verdict"] == "passed", passed["output"]
+    assert annotations[f"{PREFIX}exit-code"] == "0"
+    assert passed["events"] and passed["events"][0][:2] == ("SoakPassed", "Normal")  # type: ignore[index]
+    assert passed["leftovers"] == ()
+
+    failed = run_pod(
+        env, tmp_path / "b", "soak-train-e2e-fail", ["--steps", "6", "--step-s", "0.1", "--crash"]
+    )
+    assert failed["returncode"] == 10, failed["output"]
+    annotations = failed["annotations"]
+    assert isinstance(annotations, dict)
+    assert annotations[f"{PREFIX}verdict"] == "failed"
+    assert annotations[f"{PREFIX}exit-code"] == "10"
+    termination = failed["termination"]
+    assert termination is not None and termination.exit_code == 10  # type: ignore[attr-defined]
+
+    deadline = run_pod(
+        env,
+        tmp_path / "c",
+        "soak-train-e2e-deadline",
+        ["--hang"],
+        SOAK_DEADLINE__BUDGET_S="6",
+        SOAK_DEADLINE__CHECKPOINT_MARGIN_S="2",
+        SOAK_DEADLINE__TERM_GRACE_S="1",
+        SOAK_MONITOR__STALE_PROGRESS_S="60",
+    )
+    assert deadline["returncode"] == 14, deadline["output"]
+    annotations = deadline["annotations"]
+    assert isinstance(annotations, dict)
+    assert annotations[f"{PREFIX}classification"] == "deadline_exhausted"
+
+    code = verdict_cli.main(
+        [env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), "-o", "json"]
+    )
+    rows = {r["pod"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
+    assert rows["soak-train-e2e-pass"]["verdict"] == "passed"
+    assert rows["soak-train-e2e-fail"]["exit_code"] == 10
+    assert rows["soak-train-e2e-deadline"]["exit_code"] == 14
+    assert code == 1  # the latest attempt ran out of deadline
+    verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
+    print(capsys.readouterr().out)  # the table, for the test log

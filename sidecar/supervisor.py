@@ -263,7 +263,17 @@ class Supervisor:
                             verdicts.exit_code_for("launcher_missing"),
                         )
                     )
-                return self._run_locked()
+                try:
+                    return self._run_locked()
+                except LauncherError as exc:
+                    # The run dir broke mid-protocol (unwritable, malformed record): the trainer
+                    # has been stopped; the verdict still gets its artifact.
+                    reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
+                    return self._finish_unstarted(
+                        verdicts.Verdict(
+                            "failed", "monitor_failure", reason, verdicts.exit_code_for("monitor_failure")
+                        )
+                    )
         except (RefusedError, InsufficientBudgetError, TransientError, ConfigError) as exc:
             kind: verdicts.PreStartKind = (
                 "insufficient_budget"
@@ -645,6 +655,11 @@ class Supervisor:
                 )
             )
             and (exit_record is None or exit_record.returncode != 0)
+        ) or (
+            # Stopped at the checkpoint margin without completing: the budget ran out, which is
+            # the deadline's verdict, not the trainer's (or an external) cancellation.
+            bool(exit_record and exit_record.soft_stop_sent)
+            and not summary.passed
         )
         decision = verdicts.decide(
             monitor_failure=monitor.failure,

@@ -368,6 +368,21 @@ def test_deadline_exhausted(tmp_path: Path) -> None:
     assert artifact["deadline"]["term_sent"] is True
 
 
+def test_soft_stop_at_the_margin_is_the_deadline_verdict(tmp_path: Path) -> None:
+    """A trainer that checkpoints and exits cleanly at the margin still ran out of budget."""
+    settings = make_settings(
+        tmp_path,
+        deadline={"budget_s": 5.0, "checkpoint_margin_s": 3.0, "term_grace_s": 0.5},
+        monitor={"stale_progress_s": 120.0},
+    )
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", steps=200, step_s=0.1))
+    assert_verdict(result, artifact, classification="deadline_exhausted", exit_code=14)
+    assert artifact["returncode"] == 0
+    assert artifact["deadline"]["soft_stop_sent"] is True
+    assert artifact["deadline"]["term_sent"] is False
+    assert (tmp_path / "progress" / "checkpoint.json").exists()
+
+
 def test_insufficient_budget_at_start(tmp_path: Path) -> None:
     settings = make_settings(
         tmp_path, deadline={"budget_s": 10.0, "checkpoint_margin_s": 3.0, "resume": True}

@@ -189,6 +189,29 @@ class KubeClient:
             job_uid=job.uid if job is not None else None,
         )
 
+    def wait_for_trainer_digest(
+        self,
+        namespace: str,
+        name: str,
+        trainer_container: str = "trainer",
+        *,
+        timeout_s: float = 60.0,
+        poll_s: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> PodIdentity:
+        """``get_pod`` until the trainer's image digest is known or ``timeout_s`` passed.
+
+        Both containers start together and the kubelet reports imageID only with its next
+        status sync, so the sidecar's first read can come too early. On timeout the last
+        identity is returned with ``trainer_image_digest`` None; the caller decides.
+        """
+        end = monotonic() + timeout_s
+        while True:
+            identity = self.get_pod(namespace, name, trainer_container)
+            if identity.trainer_image_digest is not None or monotonic() >= end:
+                return identity
+            self._sleep(min(poll_s, max(end - monotonic(), 0.0)))
+
     def read_pod(self, namespace: str, name: str) -> Any:
         """The raw V1Pod."""
         return self._call(

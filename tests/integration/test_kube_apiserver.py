@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from sidecar import verdict_cli
-from sidecar.adapters.kube import PodPublisher
+from sidecar.adapters.kube import KubeClient, PodPublisher, connect
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     REASON_BYTES,
@@ -356,3 +356,25 @@ def test_verdict_cli_forbidden_for_the_sidecar_account(
     code = verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.sa_kubeconfig)])
     assert code == 15
     assert "forbidden" in capsys.readouterr().err
+
+
+def test_waits_for_the_kubelet_to_report_the_trainer_image(env: KubeEnv) -> None:
+    name = "soak-train-late-status"
+    create_pod(env.core, env.namespace, name, env.job_name, env.job_uid)
+    polls: list[float] = []
+
+    def kubelet_syncs_on_second_poll(delay: float) -> None:
+        polls.append(delay)
+        if len(polls) == 2:
+            set_status(env.core, env.namespace, name, running_status())
+
+    with KubeClient(connect(kubeconfig=env.sa_kubeconfig), sleep=kubelet_syncs_on_second_poll) as client:
+        identity = client.wait_for_trainer_digest(env.namespace, name, timeout_s=60, poll_s=0.1)
+        assert identity.trainer_image_digest == DIGEST
+        assert polls == [0.1, 0.1]
+        # No status ever: the identity comes back without a digest once the time is up.
+        create_pod(env.core, env.namespace, "soak-train-no-status", None, None)
+        late = client.wait_for_trainer_digest(
+            env.namespace, "soak-train-no-status", timeout_s=0.3, poll_s=0.1
+        )
+    assert late.trainer_image_digest is None

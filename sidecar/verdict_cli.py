@@ -52,10 +52,20 @@ class AttemptRow:
         return self.verdict == "passed" and self.exit_code == 0
 
 
+EPILOG = (
+    "exit codes: 0 the latest attempt passed; 1 it failed, has no verdict yet, or the Job has no "
+    "pods; 15 the API refused (RBAC: needs pods list); 64 bad kubeconfig or arguments; "
+    "151 the API was unreachable"
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
     parser.add_argument("job", metavar="JOB", help="name of the soak Job")
     parser.add_argument("-n", "--namespace", default=None, help="namespace (default: kubeconfig's)")
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument(
+        "-o", "--output", choices=("table", "json"), default="table", help="format (default table)"
+    )
     parser.add_argument("--kubeconfig", type=Path, default=None, help="kubeconfig file")
     parser.add_argument(
         "--prefix", default=DEFAULT_PREFIX, help=f"annotation prefix (default {DEFAULT_PREFIX})"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sidecar import verdict_cli
 from sidecar.adapters.kube import KubeClient, PodPublisher, connect, write_termination_message
 from sidecar.core.publication import Publication, parse_termination_message
 from sidecar.errors import ConfigError, ForbiddenError, PublishError
@@ -269,3 +270,23 @@ def test_progress_is_rate_limited(scripted: tuple[str, Script]) -> None:
     assert len(script.requests) == 3 + 4
     last_ok = json.loads(script.requests[2][3])["metadata"]["annotations"]
     assert last_ok == {"soak.sidecar.io/phase": "stopping", "soak.sidecar.io/heartbeat": "1045"}
+
+
+def test_verdict_cli_with_the_api_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{free_closed_port()}"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "ns"}}],
+                "current-context": "x",
+            }
+        ),
+        encoding="utf-8",
+    )
+    assert verdict_cli.main(["job", "--kubeconfig", str(kubeconfig)]) == 151
+    err = capsys.readouterr().err
+    assert "list pods in ns" in err and "unreachable" in err  # namespace from the context

@@ -36,6 +36,7 @@ from sidecar.core.publication import (
     truncate_utf8,
 )
 from sidecar.errors import ConfigError, ForbiddenError, PublishError
+from sidecar.settings import KubeSettings
 
 T = TypeVar("T")
 
@@ -151,6 +152,16 @@ class KubeClient:
         self._backoff_s = backoff_s
         self._timeout = request_timeout_s
         self._sleep = sleep
+
+    @classmethod
+    def from_settings(cls, kube: KubeSettings) -> KubeClient:
+        """In-cluster service account unless ``kube.kubeconfig`` is set; retries as configured."""
+        return cls(
+            connect(kubeconfig=kube.kubeconfig),
+            retries=kube.api_retries,
+            backoff_s=kube.api_backoff_s,
+            request_timeout_s=kube.request_timeout_s,
+        )
 
     def close(self) -> None:
         self._api.close()
@@ -405,6 +416,26 @@ class PodPublisher:
         self._container = container
         self._progress_interval_s = progress_interval_s
         self._last_progress: tuple[str, float] | None = None
+
+    @classmethod
+    def from_settings(cls, client: KubeClient, kube: KubeSettings) -> PodPublisher:
+        """The sidecar's own pod as named by the downward API; ConfigError when it is not."""
+        if not (kube.namespace and kube.pod_name and kube.pod_uid):
+            raise ConfigError(
+                "pod mode needs SOAK_KUBE__NAMESPACE, SOAK_KUBE__POD_NAME and SOAK_KUBE__POD_UID "
+                "(downward API)"
+            )
+        return cls(
+            client,
+            namespace=kube.namespace,
+            pod_name=kube.pod_name,
+            pod_uid=kube.pod_uid,
+            prefix=kube.annotation_prefix,
+            termination_log=kube.termination_log,
+            publish_events=kube.publish_events,
+            container=kube.sidecar_container,
+            progress_interval_s=kube.progress_annotations_s,
+        )
 
     def publish(self, pub: Publication) -> PublishOutcome:
         """Termination message first (it survives an API outage), then annotations, then Event."""

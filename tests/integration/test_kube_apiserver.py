@@ -26,7 +26,8 @@ from sidecar.core.publication import (
     parse_termination_message,
     termination_message,
 )
-from sidecar.errors import ForbiddenError
+from sidecar.errors import ConfigError, ForbiddenError
+from sidecar.settings import load_settings
 from tests.fixtures.kube import (
     DIGEST,
     MERGE,
@@ -378,3 +379,33 @@ def test_waits_for_the_kubelet_to_report_the_trainer_image(env: KubeEnv) -> None
             env.namespace, "soak-train-no-status", timeout_s=0.3, poll_s=0.1
         )
     assert late.trainer_image_digest is None
+
+
+def test_wiring_from_settings(env: KubeEnv, tmp_path: Path) -> None:
+    pod = create_pod(env.core, env.namespace, "soak-train-settings", env.job_name, env.job_uid)
+    settings = load_settings(
+        kube={
+            "kubeconfig": env.sa_kubeconfig,
+            "namespace": env.namespace,
+            "pod_name": pod.metadata.name,
+            "pod_uid": pod.metadata.uid,
+            "annotation_prefix": "soak.example.org",
+            "termination_log": tmp_path / "termination-log",
+            "sidecar_container": "watcher",
+            "progress_annotations_s": 30,
+        }
+    )
+    with KubeClient.from_settings(settings.kube) as client:
+        publisher = PodPublisher.from_settings(client, settings.kube)
+        assert publisher.progress("running", 1_800_000_000.0, 1.0)
+        assert publisher.publish(verdict()).ok
+    stored = env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations
+    assert stored["soak.example.org/verdict"] == "failed"
+    assert stored["soak.example.org/phase"] == "running"
+    event = env.core.list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+    ).items[0]
+    assert event.involved_object.field_path == "spec.containers{watcher}"
+    assert (tmp_path / "termination-log").stat().st_size > 0
+    with pytest.raises(ConfigError, match="downward API"):
+        PodPublisher.from_settings(client, load_settings().kube)

@@ -55,6 +55,14 @@ fi
 jobs="${KUBE_BUILD_JOBS:-2}"
 export GOFLAGS="-mod=mod" GOTOOLCHAIN=local CGO_ENABLED=0 GOMAXPROCS="$jobs"
 mkdir -p "$cache_root"
+# One build at a time per cache (parallel test sessions); whoever waited reuses the result.
+exec 9>"$cache_root/.build.lock"
+flock 9
+if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" && "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+    echo "reusing $dest (built meanwhile)" >&2
+    echo "$dest"
+    exit 0
+fi
 staging="$(mktemp -d "$cache_root/.build-XXXXXX")"
 trap 'rm -rf "$staging"' EXIT
 

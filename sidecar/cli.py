@@ -161,8 +161,8 @@ def _read_environ(pid: int) -> Mapping[str, str] | None:
         return None
 
 
-def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any], int, str | None]:
-    """Adapters for this run, chosen by the settings. Returns ports, context, attempt, attempt label."""
+def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any], str | None]:
+    """Adapters for this run, chosen by the settings. Returns ports, context, attempt label."""
     from sidecar.adapters.filestore import FileDeadlineStore
     from sidecar.adapters.nvml import open_gpu_backend
     from sidecar.adapters.procfs import PsutilProcessSampler
@@ -192,12 +192,12 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
 
         sink = S3ArtifactSink(settings.s3)
     context: dict[str, Any] = {}
-    attempt, label = 1, None
+    label = None
     publish = None
     progress_note = None
     image_digest: Callable[[], str | None] = _no_image_digest
     if pod:
-        publish, progress_note, image_digest, context, attempt, label = _pod_wiring(settings)
+        publish, progress_note, image_digest, context, label = _pod_wiring(settings)
     gpu = settings.gpu
     ports = Ports(
         sampler=PsutilProcessSampler(),
@@ -212,7 +212,7 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
         image_digest=image_digest,
         status_stream=sys.stderr,
     )
-    return ports, context, attempt, label
+    return ports, context, label
 
 
 def _no_image_digest() -> None:
@@ -224,8 +224,7 @@ PodWiring = tuple[
     Callable[[str, float, float], object] | None,
     Callable[[], str | None],
     dict[str, Any],
-    int,
-    str | None,
+    str,
 ]
 
 
@@ -274,22 +273,8 @@ def _pod_wiring(settings: Settings) -> PodWiring:
             raise TransientError(f"cannot read pod {namespace}/{pod_name} for the trainer image digest")
         return identity.trainer_image_digest
 
-    attempt = 1
-    if identity is not None and identity.job_name:
-        attempt = _attempt_of(client, namespace, identity.job_name, pod_name)
     progress_note = publisher.progress if kube.progress_annotations_s > 0 else None
-    return publish, progress_note, image_digest, context, attempt, pod_name
-
-
-def _attempt_of(client: Any, namespace: str, job: str, pod_name: str) -> int:
-    """1 + the number of the Job's pods created before this one (a pod's name carries no number)."""
-    try:
-        pods = client.list_pods(namespace, f"batch.kubernetes.io/job-name={job}")
-    except SoakError:
-        return 1
-    ordered = sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
-    names = [p.metadata.name for p in ordered]
-    return names.index(pod_name) + 1 if pod_name in names else len(names) + 1
+    return publish, progress_note, image_digest, context, pod_name
 
 
 # ---------------------------------------------------------------------- run
@@ -364,7 +349,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         run_id = parse_run_id(settings.deadline.run_id)
 
-    ports, context, attempt, label = build_ports(settings, pod=pod)
+    ports, context, label = build_ports(settings, pod=pod)
     supervisor = Supervisor(
         settings,
         ports,
@@ -372,7 +357,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id=run_id,
         command=command,
         context=context,
-        attempt=attempt,
         attempt_label=label,
     )
     shown = " ".join(command) if command else "(the launcher's command)"

@@ -56,6 +56,10 @@ class DeadlineStore(Protocol):
         """Exclusive, durable create; raises RecordExistsError when a record already exists."""
         ...
 
+    def claim_attempt(self, run_id: str) -> int:
+        """Number this attempt durably: 1 + the attempts claimed before (exclusive creates)."""
+        ...
+
 
 @dataclass(frozen=True)
 class UploadedObject:

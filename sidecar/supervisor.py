@@ -176,7 +176,6 @@ class Supervisor:
         run_id: str,
         command: Sequence[str] | None = None,
         context: Mapping[str, Any] | None = None,
-        attempt: int = 1,
         attempt_label: str | None = None,
     ) -> None:
         if mode == "local" and not command:
@@ -187,11 +186,11 @@ class Supervisor:
         self.run_id = run_id
         self.command = list(command or [])
         self.context = dict(context or {})
-        self.attempt = attempt
+        # Numbered by the deadline store once its lock is held; 0 until then (a refused run).
+        self.attempt = 0
+        self._attempt_label = attempt_label
         self.run_dir = RunDir(settings.launcher.run_dir)
-        self.artifact_dir = (
-            settings.artifact.output_dir / "runs" / run_id / (attempt_label or f"attempt-{attempt}")
-        )
+        self.artifact_dir = self._artifact_dir()
         self._launcher_proc: subprocess.Popen[bytes] | None = None
         self._launcher: LauncherInfo | None = None
         self._started_wall = 0.0
@@ -217,7 +216,6 @@ class Supervisor:
         clock = self.ports.clock
         self._started_wall = clock.wall()
         self._started_mono = clock.monotonic()
-        self.artifact_dir.mkdir(parents=True, exist_ok=True)
         self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
         try:
             return self._run_with_lock()
@@ -244,6 +242,13 @@ class Supervisor:
         self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
         return self._finish_unstarted(decision)
 
+    def _artifact_dir(self) -> Path:
+        if self.attempt:
+            name = f"attempt-{self.attempt}" + (f"-{self._attempt_label}" if self._attempt_label else "")
+        else:
+            name = "unlocked-" + datetime.now(tz=timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        return self.settings.artifact.output_dir / "runs" / self.run_id / name
+
     def _run_with_lock(self) -> RunResult:
         """The store's lock is held from before the launcher starts to the verdict (the seed's rule).
 
@@ -252,6 +257,9 @@ class Supervisor:
         """
         try:
             with self.ports.store.lock(self.run_id):
+                self.attempt = self.ports.store.claim_attempt(self.run_id)
+                self.artifact_dir = self._artifact_dir()
+                self.artifact_dir.mkdir(parents=True, exist_ok=True)
                 try:
                     self._start_launcher()
                 except LauncherError as exc:
@@ -806,6 +814,7 @@ class Supervisor:
         monitor: _Monitor | None,
     ) -> RunResult:
         artifact_path = self.artifact_dir / ARTIFACT_FILE
+        self.artifact_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(artifact_path, dumps_artifact(artifact).encode())
         final = decision
         sink = self.ports.sink

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from sidecar.core.deadline import MAX_RECORD_BYTES
+from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
 from sidecar.core.identity import RunIdentity, make_identity, parse_run_id, sha256_hex
 from sidecar.errors import (
     AlreadySupervisedError,
@@ -69,9 +69,7 @@ class FileDeadlineStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnavailableError(
-                f"cannot create deadline store {self.directory}: {exc}"
-            ) from exc
+            raise StoreUnavailableError(f"cannot create deadline store {self.directory}: {exc}") from exc
 
     @contextmanager
     def lock(self, run_id: str) -> Iterator[None]:
@@ -147,6 +145,27 @@ class FileDeadlineStore:
             # A stray temp file is harmless: readers only open <run_id>.json.
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+    def claim_attempt(self, run_id: str) -> int:
+        """``<run_id>.attempts/<n>``, the first n whose exclusive create succeeds."""
+        directory = self.directory / f"{parse_run_id(run_id)}.attempts"
+        note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "claimed_unix": time.time()})
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                try:
+                    fd = os.open(directory / str(attempt), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+                except FileExistsError:
+                    continue
+                try:
+                    _write_fsync(fd, note.encode())
+                finally:
+                    os.close(fd)
+                fsync_dir(directory)
+                return attempt
+        except OSError as exc:
+            raise StoreUnavailableError(f"cannot claim an attempt number in {directory}: {exc}") from exc
+        raise StoreUnavailableError(f"more than {MAX_ATTEMPTS} attempts recorded in {directory}")
 
 
 def _note_holder(fd: int) -> None:

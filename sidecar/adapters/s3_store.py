@@ -53,7 +53,7 @@ from sidecar.adapters.s3_client import (
     prepare_client,
     retry_conflicts,
 )
-from sidecar.core.deadline import MAX_RECORD_BYTES
+from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
 from sidecar.core.identity import parse_run_id
 from sidecar.errors import (
     AlreadySupervisedError,
@@ -190,6 +190,38 @@ class S3DeadlineStore:
                 f"deadline record {uri} reads back differently from what was written "
                 f"({len(payload)} bytes written, {None if stored is None else len(stored)} read)"
             )
+
+    def _put_new(self, key: str, data: bytes) -> None:
+        retry_conflicts(
+            lambda: self._client.put_object(
+                Bucket=self._bucket,
+                Key=key,
+                Body=data,
+                ChecksumSHA256=b64_digest(_sha256(data)),
+                IfNoneMatch="*",
+            )
+        )
+
+    def claim_attempt(self, run_id: str) -> int:
+        """``<run_id>.attempts/<n>``, the first n whose conditional create (If-None-Match) wins.
+
+        A botocore retry of a PUT that had landed meets 412 and moves on to n+1: a gap in the
+        numbering, never a shared number.
+        """
+        prefix = f"{self._prefix}/{parse_run_id(run_id)}.attempts"
+        body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "claimed_unix": time.time()})
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            key = f"{prefix}/{attempt}"
+            try:
+                self._put_new(key, body.encode())
+            except botocore.exceptions.ClientError as exc:
+                if is_precondition_failed(exc):
+                    continue
+                raise self._error(exc, f"cannot claim attempt s3://{self._bucket}/{key}") from exc
+            except botocore.exceptions.BotoCoreError as exc:
+                raise self._error(exc, f"cannot claim attempt s3://{self._bucket}/{key}") from exc
+            return attempt
+        raise StoreUnavailableError(f"more than {MAX_ATTEMPTS} attempts under s3://{self._bucket}/{prefix}/")
 
     # -- lock ---------------------------------------------------------------------------------
 

@@ -38,6 +38,8 @@ from sidecar.ports import DeadlineStore
 RECORD_FORMAT = "soak-sidecar-deadline-v1"
 # Far above any real record; bounds what a reader loads from a tampered store.
 MAX_RECORD_BYTES = 1024 * 1024
+# Attempts of one run are numbered by exclusive creates; a Job never retries anywhere near this.
+MAX_ATTEMPTS = 10_000
 # Same tolerance as the seed: deadline_unix must equal started_unix + budget_seconds.
 CONSISTENCY_TOLERANCE_S = 1e-5
 

@@ -370,3 +370,16 @@ def test_location_is_the_resolved_directory(tmp_path: Path) -> None:
     (tmp_path / "real").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "real")
     assert FileDeadlineStore(tmp_path / "alias").location == str((tmp_path / "real").resolve())
+
+
+def test_attempts_are_numbered_once_each_even_under_a_race(tmp_path: Path) -> None:
+    store = FileDeadlineStore(tmp_path)
+    run_id = "7c0b6a5e-3f4d-4b8e-9a51-2d6f0c1e8b47"
+    claimed: list[int] = []
+    threads = [threading.Thread(target=lambda: claimed.append(store.claim_attempt(run_id))) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claimed) == list(range(1, 9))
+    assert FileDeadlineStore(tmp_path).claim_attempt(run_id) == 9

@@ -290,3 +290,12 @@ def test_a_lease_that_cannot_be_renewed_is_reported_lost(seaweedfs: SeaweedServe
         assert reported.wait(WAIT_S), "the unrenewable lease was never reported"
         reason = store.lock_lost(run_id)
     assert reason is not None and "could not be renewed" in reason
+
+
+def test_attempts_are_numbered_by_conditional_creates(seaweedfs: SeaweedServer, run_id: str) -> None:
+    settings = _settings(seaweedfs)
+    first, second = _store(seaweedfs, settings), _store(seaweedfs, settings)
+    claims = [first.claim_attempt(run_id), second.claim_attempt(run_id), first.claim_attempt(run_id)]
+    assert claims == [1, 2, 3]
+    other_run = str(uuid.uuid4())
+    assert first.claim_attempt(other_run) == 1

@@ -32,5 +32,5 @@ def test_every_setting_is_documented_with_unit_or_default() -> None:
     for group_field in Settings.model_fields.values():
         group_type = group_field.annotation
         assert group_type is not None
-        for name, field in group_type.model_fields.items():  # type: ignore[union-attr]
+        for name, field in group_type.model_fields.items():
             assert field.description and "Default" in field.description, name

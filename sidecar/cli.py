@@ -15,7 +15,7 @@ from typing import Any
 from sidecar import __version__
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 from sidecar.core.publication import Publication
-from sidecar.errors import ConfigError, SoakError, TransientError
+from sidecar.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
 from sidecar.ports import ArtifactSink, DeadlineStore
 from sidecar.settings import Settings, load_settings
 from sidecar.supervisor import LockLoss, Ports
@@ -229,49 +229,42 @@ PodWiring = tuple[
 
 
 def _pod_wiring(settings: Settings) -> PodWiring:
-    from sidecar.adapters.kube import KubeClient, PodPublisher, connect
+    from sidecar.adapters.kube import KubeClient, PodPublisher
 
     kube = settings.kube
-    if not (kube.pod_name and kube.namespace and kube.pod_uid):
-        raise ConfigError(
-            "pod mode needs SOAK_KUBE__POD_NAME, SOAK_KUBE__NAMESPACE and SOAK_KUBE__POD_UID (downward API)"
-        )
-    namespace, pod_name, pod_uid = kube.namespace, kube.pod_name, kube.pod_uid
-    client = KubeClient(connect(), retries=kube.api_retries)
-    context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": pod_uid}
-    identity = None
+    client = KubeClient.from_settings(kube)
+    publisher = PodPublisher.from_settings(client, kube)  # ConfigError without the downward API
+    assert kube.namespace and kube.pod_name and kube.pod_uid
+    namespace, pod_name = kube.namespace, kube.pod_name
+    context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": kube.pod_uid}
     try:
         identity = client.get_pod(namespace, pod_name, kube.trainer_container)
-    except SoakError as exc:
-        # The identity needs the image digest; without the API the run is refused as transient.
-        print(f"soak-sidecar: cannot read pod {namespace}/{pod_name}: {exc}", file=sys.stderr)
-    if identity is not None:
         context.update(
             job=identity.job_name,
             job_uid=identity.job_uid,
             node=identity.node_name,
             trainer_image=identity.trainer_image,
         )
-    publisher = PodPublisher(
-        client,
-        namespace=namespace,
-        pod_name=pod_name,
-        pod_uid=pod_uid,
-        prefix=kube.annotation_prefix,
-        termination_log=kube.termination_log,
-        publish_events=kube.publish_events,
-        container="soak-sidecar",
-        progress_interval_s=kube.progress_annotations_s,
-    )
+    except SoakError as exc:
+        # Context only; the digest below is what the run identity needs, and it fails closed.
+        print(f"soak-sidecar: cannot read pod {namespace}/{pod_name}: {exc}", file=sys.stderr)
 
     def publish(pub: Publication) -> list[str]:
         outcome = publisher.publish(pub)
         return [str(error) for error in outcome.errors]
 
     def image_digest() -> str | None:
-        if identity is None:
-            raise TransientError(f"cannot read pod {namespace}/{pod_name} for the trainer image digest")
-        return identity.trainer_image_digest
+        # Asked once the launcher has announced itself: the trainer container runs, so the
+        # kubelet reports (or is about to report) its image digest.
+        try:
+            pod = client.wait_for_trainer_digest(namespace, pod_name, kube.trainer_container)
+        except ForbiddenError as exc:
+            # RBAC that forbids reading our own pod will not heal on a retry.
+            raise RefusedError(f"cannot read the trainer image digest: {exc}") from exc
+        if pod.trainer_image_digest is None:
+            # The digest joins the identity: running without it would change the identity later.
+            raise TransientError(f"no image digest reported for container {kube.trainer_container!r}")
+        return pod.trainer_image_digest
 
     progress_note = publisher.progress if kube.progress_annotations_s > 0 else None
     return publish, progress_note, image_digest, context, pod_name

@@ -77,6 +77,7 @@ from sidecar.errors import (
     TransientError,
     UploadError,
 )
+from sidecar.launcher import GO_FILE
 from sidecar.ports import (
     ArtifactSink,
     Clock,
@@ -218,7 +219,12 @@ class Supervisor:
         self._started_mono = clock.monotonic()
         self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
         try:
-            return self._run_with_lock()
+            with contextlib.ExitStack() as stack:
+                if self.mode == "pod" and self.run_dir.file(GO_FILE).exists():
+                    # A restarted sidecar: the trainer already runs. Keep its launcher fed while
+                    # the store's lock is re-acquired (an S3 lease may take lock_lease_s).
+                    stack.enter_context(Heartbeat(self.run_dir, self.settings.launcher.heartbeat_interval_s))
+                return self._run_with_lock()
         except (KeyboardInterrupt, Cancelled):
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.
@@ -322,6 +328,10 @@ class Supervisor:
         else:
             self._launcher = self.run_dir.wait_for_launcher(lset.appear_timeout_s)
             self.command = list(self._launcher.command)
+            early = self.run_dir.read_exit()
+            if early is not None and not self.run_dir.file(GO_FILE).exists():
+                # The trainer container gave up (go timeout, signal) before this sidecar was ready.
+                raise LauncherError(f"the launcher exited before the sidecar was ready ({early.reason})")
         if not self.command:
             raise LauncherError("the launcher announced no trainer command")
         if not self._launcher.subreaper:
@@ -390,7 +400,7 @@ class Supervisor:
     def _run_going(self, record: DeadlineRecord) -> RunResult:
         lset = self.settings.launcher
         with Heartbeat(self.run_dir, lset.heartbeat_interval_s):
-            already_going = self.run_dir.file("go.json").exists() and self.mode == "pod"
+            already_going = self.run_dir.file(GO_FILE).exists() and self.mode == "pod"
             if not already_going:
                 self.run_dir.give_go(
                     deadline_unix=record.deadline_unix,

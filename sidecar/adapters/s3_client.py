@@ -19,6 +19,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
+from sidecar.errors import ConfigError
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:
@@ -117,6 +118,22 @@ def prepare_client(client: S3Client, stats: S3Stats) -> None:
     stats.attach(client)
     client.meta.events.register("before-sign.s3.PutObject", _skip_redundant_payload_hash)
     client.meta.events.register("before-sign.s3.UploadPart", _skip_redundant_payload_hash)
+
+
+BotoErrors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+
+
+def build_client(
+    settings: S3Settings, client_factory: Callable[[S3Settings], S3Client]
+) -> tuple[S3Client, S3Stats]:
+    """A prepared client and its stats; a client that cannot be built is a ConfigError."""
+    try:
+        client = client_factory(settings)
+    except (*BotoErrors, ValueError) as exc:
+        raise ConfigError(f"cannot build the S3 client: {exc}") from exc
+    stats = S3Stats()
+    prepare_client(client, stats)
+    return client, stats
 
 
 def make_s3_client(settings: S3Settings, *, session: boto3.session.Session | None = None) -> S3Client:

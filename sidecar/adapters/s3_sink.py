@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 import botocore.exceptions
 
 from sidecar.adapters.s3_client import (
+    BotoErrors,
     ClientFactory,
-    S3Stats,
     b64_digest,
+    build_client,
     describe,
     is_not_found,
     is_precondition_failed,
     make_s3_client,
-    prepare_client,
     retry_conflicts,
 )
 from sidecar.core.keys import object_key
@@ -39,13 +39,11 @@ from sidecar.ports import UploadedObject
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 log = logging.getLogger(__name__)
 
 _HASH_BLOCK = 1024 * 1024
-_BotoErrors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
 
 
 @dataclass(frozen=True)
@@ -93,12 +91,7 @@ class S3ArtifactSink:
             raise ConfigError("S3 upload needs s3.bucket")
         self._settings = settings
         self._bucket: str = settings.bucket
-        try:
-            self._client: S3Client = client_factory(settings)
-        except (*_BotoErrors, ValueError) as exc:
-            raise ConfigError(f"cannot build the S3 client: {exc}") from exc
-        self.stats = S3Stats()
-        prepare_client(self._client, self.stats)
+        self._client, self.stats = build_client(settings, client_factory)
 
     @property
     def location(self) -> str:
@@ -130,7 +123,7 @@ class S3ArtifactSink:
                 digests, parts, present = self._put_single(path, key)
         except UploadError:
             raise
-        except _BotoErrors as exc:
+        except BotoErrors as exc:
             raise UploadError(
                 f"upload of {path.name} to s3://{self._bucket}/{key} failed: "
                 f"{describe(exc, self._settings, attempts=self.stats.attempts - attempts_before)}"
@@ -287,7 +280,7 @@ class S3ArtifactSink:
     def _abort(self, key: str, upload_id: str) -> None:
         try:
             self._client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
-        except _BotoErrors as exc:
+        except BotoErrors as exc:
             # Left-over parts cost storage only; a bucket lifecycle rule cleans them up.
             log.warning("could not abort multipart upload %s of %s: %s", upload_id, key, exc)
 

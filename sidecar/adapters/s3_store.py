@@ -42,15 +42,15 @@ from typing import TYPE_CHECKING, Any
 import botocore.exceptions
 
 from sidecar.adapters.s3_client import (
+    BotoErrors,
     ClientFactory,
-    S3Stats,
     b64_digest,
+    build_client,
     describe,
     is_auth_failure,
     is_not_found,
     is_precondition_failed,
     make_s3_client,
-    prepare_client,
     retry_conflicts,
 )
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
@@ -67,11 +67,10 @@ from sidecar.ports import Clock
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
+    pass
 
 log = logging.getLogger(__name__)
 
-_BotoErrors = (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
 # A lease is a few hundred bytes; anything larger is not ours and is only shown truncated.
 _MAX_LEASE_BYTES = 64 * 1024
 
@@ -116,12 +115,7 @@ class S3DeadlineStore:
         self._clock: Clock = clock or _SystemClock()
         self._on_lock_lost = on_lock_lost
         self._leases: dict[str, _Lease] = {}
-        try:
-            self._client: S3Client = client_factory(settings)
-        except (*_BotoErrors, ValueError) as exc:
-            raise ConfigError(f"cannot build the S3 client: {exc}") from exc
-        self.stats = S3Stats()
-        prepare_client(self._client, self.stats)
+        self._client, self.stats = build_client(settings, client_factory)
 
     @property
     def location(self) -> str:
@@ -343,7 +337,7 @@ class S3DeadlineStore:
                 time.sleep(poll)
         except SoakError:
             raise
-        except _BotoErrors as exc:
+        except BotoErrors as exc:
             raise self._error(exc, f"cannot take the supervisor lock {uri}") from exc
 
     def _renew_loop(self, lease: _Lease) -> None:
@@ -380,7 +374,7 @@ class S3DeadlineStore:
             return  # not ours any more: deleting would remove the new owner's lease
         try:
             self._client.delete_object(Bucket=self._bucket, Key=lease.key, IfMatch=lease.etag)
-        except _BotoErrors as exc:
+        except BotoErrors as exc:
             # Harmless: the next supervisor takes a stale lease over after lock_lease_s.
             log.warning("could not delete the lease %s: %s", lease.key, describe(exc, self._settings))
 

@@ -72,6 +72,12 @@ RUN_FLAGS: dict[str, tuple[str, str, type, str]] = {
         Path,
         "the run's checkpoint file (joins identity)",
     ),
+    "resume_checkpoint": (
+        "--resume-checkpoint",
+        "deadline.resume_checkpoint",
+        Path,
+        "resume from this approved checkpoint (the trainer gets --resume PATH)",
+    ),
     "output": ("--output", "artifact.output_dir", Path, "local artifact directory"),
     "run_dir": ("--run-dir", "launcher.run_dir", Path, "run dir shared with the launcher"),
     "progress_dir": (
@@ -542,18 +548,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the approval record for a run, to review and pass as --approval",
         description="Compute the run identity exactly as `run` would and print the approval record.",
     )
-    for dest in ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir"):
+    # The identity's inputs; the other run flags do not change an approval.
+    approve_flags = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir")
+    for dest in approve_flags:
         flag, _setting, kind, text = RUN_FLAGS[dest]
         approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
-    for dest in set(RUN_FLAGS) - {
-        "run_id",
-        "budget",
-        "margin",
-        "dataset_manifest",
-        "checkpoint",
-        "deadline_dir",
-    }:
-        approve.set_defaults(**{dest: None})
+    approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
     approve.set_defaults(resume=None, require_approval=None)
     approve.add_argument("--code-file", dest="code_files", action="append", type=Path, default=None)
     approve.add_argument("--store-location", help="deadline store location as `run` reports it")

@@ -11,6 +11,7 @@ can be seen:
     --ignore-term     ignore SIGTERM (only SIGKILL stops it)
     --no-summary      do not write run_summary.json
     --bad-summary     write a run_summary.json that violates the replay-ingress contract
+    --resume CKPT     continue from a checkpoint.json written at a soft stop
 
 It honours the soft stop: on the soft-stop signal (SIGUSR1) or when $SOAK_SOFT_STOP_FILE appears it
 writes a checkpoint and exits with an abnormal-but-valid summary (external_cancellation).
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         default=Path(os.environ.get("SOAK_PROGRESS_DIR", "soak-output/progress")),
         help="where progress and run_summary.json go (default $SOAK_PROGRESS_DIR)",
     )
+    parser.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="continue from a checkpoint.json")
     parser.add_argument("--crash", action="store_true")
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--leak-fds", type=int, default=0, metavar="N")
@@ -123,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     leaked: list[Any] = []
     if args.spawn_orphan:
         _spawn_orphan()
-    for step in range(1, args.steps + 1):
+    first_step = 1
+    if args.resume is not None:
+        first_step = int(json.loads(args.resume.read_text(encoding="utf-8"))["step"])
+        print(f"resumed from {args.resume} at step {first_step}", flush=True)
+    for step in range(first_step, args.steps + 1):
         if soft_stop["requested"] or (soft_stop_file and Path(soft_stop_file).exists()):
             _write_atomic(progress / "checkpoint.json", {"step": step})
             _write_atomic(

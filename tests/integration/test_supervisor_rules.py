@@ -517,3 +517,34 @@ def test_nan_in_run_summary_still_gives_a_strict_json_artifact(tmp_path: Path) -
     assert artifact["resource_summary"]["run_summary_figures"]["replay_ingress_backpressure_wait_s"] == "nan"
     assert artifact["run_summary"]["runtime_manifest"]["replay_ingress"]["backpressure_wait_s"] == "nan"
     assert artifact["exit_code"] == result.exit_code
+
+
+def test_an_approved_resume_reaches_the_trainer_as_the_seeds_flag(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "progress" / "checkpoint.json"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_text(json.dumps({"step": 3}), encoding="utf-8")
+    run_id = new_run_id()
+    command = trainer(tmp_path / "progress", steps=4)
+    first = make_settings(tmp_path, deadline={"checkpoint_path": checkpoint})
+    result, _ = supervise(first, command, run_id=run_id)
+    assert result.exit_code == 0, result.verdict
+    resumed = make_settings(
+        tmp_path, deadline={"checkpoint_path": checkpoint, "resume_checkpoint": checkpoint}
+    )
+    result, artifact = supervise(resumed, command, run_id=run_id)
+    assert result.exit_code == 0, result.verdict
+    assert artifact["deadline"]["resumed"] is True
+    console = (tmp_path / "run" / "console.log").read_text(encoding="utf-8")
+    assert f"resumed from {checkpoint.resolve()} at step 3" in console
+    assert "step 2/4" not in console
+
+
+def test_a_resume_from_another_checkpoint_is_refused(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt.json"
+    other = tmp_path / "other.json"
+    for path in (checkpoint, other):
+        path.write_text(json.dumps({"step": 1}), encoding="utf-8")
+    settings = make_settings(tmp_path, deadline={"checkpoint_path": checkpoint, "resume_checkpoint": other})
+    result, _ = supervise(settings, trainer(tmp_path / "progress"))
+    assert (result.exit_code, result.verdict.classification) == (15, "refused")
+    assert "resume" in (result.verdict.reason or "")

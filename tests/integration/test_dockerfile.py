@@ -6,7 +6,6 @@ that can run without one (the mock NVML build, the launcher install) run here as
 
 from __future__ import annotations
 
-import ctypes
 import re
 import shutil
 import subprocess
@@ -134,8 +133,22 @@ def test_mock_nvml_build_step(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     library = out / "libnvidia-ml.so.1"
     assert library.stat().st_mode & 0o005 == 0o005, "a non-root sidecar must be able to map it"
-    loaded = ctypes.CDLL(str(library))
-    assert hasattr(loaded, "nvmlInit_v2") and hasattr(loaded, "nvmlDeviceGetCount_v2")
+    # Loaded in a child: a library with pynvml's soname loaded here would shadow the mock that
+    # later NVML tests in this process point pynvml at.
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); "
+            "print(hasattr(lib, 'nvmlInit_v2') and hasattr(lib, 'nvmlDeviceGetCount_v2'))",
+            str(library),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert probe.stdout.strip() == "True", probe.stderr
     env_lines = " ".join(args for name, args in instructions() if name == "ENV")
     assert "SOAK_GPU__MOCK_LIBRARY_DIR=/opt/soak/nvml-mock" in env_lines
 

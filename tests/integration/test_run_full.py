@@ -1,0 +1,135 @@
+"""Whole `soak-sidecar run --local` invocations with the real adapters wired by the CLI.
+
+S3 against SeaweedFS (upload, evidence lost when the store is down, the soak's own verdict kept),
+and GPUs through the real pynvml against the mock libnvidia-ml.so.1 (attribution, GPU lost).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.s3 import REGION, SeaweedServer, free_ports
+
+pytestmark = pytest.mark.integration
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "sidecar" / "nvml_mock"
+
+
+def run_cli(tmp: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    """Run the CLI in ``tmp`` (all output under ./soak-output); returns code, artifact, stderr."""
+    base = {
+        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
+        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
+        "SOAK_MONITOR__STATUS_LINE": "off",
+        "SOAK_LAUNCHER__KILL_GRACE_S": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "run", "--local", *args],
+        cwd=tmp,
+        env={**os.environ, **base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    (artifact_path,) = (tmp / "soak-output" / "runs").glob("*/*/artifact.json")
+    return proc.returncode, json.loads(artifact_path.read_text(encoding="utf-8")), proc.stderr
+
+
+def trainer(*flags: str) -> list[str]:
+    return ["--", sys.executable, "-m", "sidecar.examples.trainer", "--steps", "6", "--step-s", "0.1", *flags]
+
+
+def s3_env(server: SeaweedServer, endpoint: str | None = None) -> dict[str, str]:
+    return {
+        "SOAK_S3__BUCKET": server.bucket,
+        "SOAK_S3__ENDPOINT_URL": endpoint or server.endpoint,
+        "SOAK_S3__REGION": REGION,
+        "SOAK_S3__ADDRESSING_STYLE": "path",
+        "SOAK_S3__MAX_ATTEMPTS": "2",
+        "SOAK_S3__CONNECT_TIMEOUT_S": "1",
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+    }
+
+
+@pytest.mark.s3
+def test_a_passing_run_uploads_its_evidence_with_checksums(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
+    code, artifact, stderr = run_cli(tmp_path, *trainer(), env=s3_env(seaweedfs))
+    assert code == 0, stderr
+    upload = artifact["upload"]
+    assert upload["error"] is None
+    assert set(upload["uris"]) == {"samples.jsonl.gz", "console.log", "artifact.json"}
+    client = seaweedfs.client()
+    for name, uri in upload["uris"].items():
+        bucket, key = uri.removeprefix("s3://").split("/", 1)
+        assert bucket == seaweedfs.bucket
+        assert key.startswith(f"soak/local/local/{artifact['context']['run_id']}/1-local/")
+        body = client.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        data = body["Body"].read()
+        assert hashlib.sha256(data).hexdigest() == upload["sha256"][name]
+        assert body["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(data).digest()).decode()
+    # the uploaded artifact is the local one as it stood before its own upload was recorded
+    (local,) = (tmp_path / "soak-output" / "runs").glob("*/*/artifact.json")
+    assert local.is_file()
+
+
+@pytest.mark.s3
+def test_a_store_that_is_down_loses_the_evidence_of_a_pass(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
+    (closed,) = free_ports(1)
+    env = s3_env(seaweedfs, endpoint=f"http://127.0.0.1:{closed}")
+    code, artifact, _ = run_cli(tmp_path, *trainer(), env=env)
+    assert (code, artifact["failure_classification"]) == (16, "evidence_lost")
+    assert "127.0.0.1" in artifact["upload"]["error"]
+    assert artifact["failure_reason"].startswith("soak passed but its artifact was not uploaded")
+
+
+@pytest.mark.s3
+def test_a_failed_upload_never_hides_the_soaks_own_verdict(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
+    (closed,) = free_ports(1)
+    env = s3_env(seaweedfs, endpoint=f"http://127.0.0.1:{closed}")
+    code, artifact, _ = run_cli(tmp_path, *trainer("--crash"), env=env)
+    assert (code, artifact["failure_classification"]) == (10, "learner_failure")
+    assert artifact["upload"]["error"]
+
+
+def test_mock_gpus_through_the_real_pynvml_path(tmp_path: Path, nvml_mock_dir: Path) -> None:
+    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
+    code, artifact, stderr = run_cli(
+        tmp_path,
+        "--gpu-backend",
+        "mock",
+        "--gpu-scenario",
+        str(SCENARIOS / "two_gpus_growing.json"),
+        *trainer(),
+        env=env,
+    )
+    assert code == 0, stderr
+    summary = artifact["resource_summary"]
+    assert [d["uuid"][-4:] for d in summary["gpu_devices"]] == ["0000", "0001"]
+    assert summary["gpu_attribution"] == "pid"
+    assert summary["max_gpu_used_memory_mib"] >= 3000  # 1000 + 2000 MiB attributed to the trainer
+    assert len(artifact["provenance"]["gpu_devices"]) == 2
+
+
+def test_a_lost_gpu_is_a_retryable_hardware_verdict(tmp_path: Path, nvml_mock_dir: Path) -> None:
+    scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
+    scenario["devices"][1]["lost_at"] = 0.3
+    path = tmp_path / "lost.json"
+    path.write_text(json.dumps(scenario), encoding="utf-8")
+    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
+    code, artifact, stderr = run_cli(
+        tmp_path, "--gpu-backend", "mock", "--gpu-scenario", str(path), *trainer("--steps", "100"), env=env
+    )
+    assert (code, artifact["failure_classification"]) == (150, "gpu_fault"), stderr
+    assert "GPU is lost" in artifact["failure_reason"]
+    assert artifact["resource_summary"]["gpu_fault"]

@@ -220,7 +220,7 @@ class Supervisor:
         self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
         try:
             with contextlib.ExitStack() as stack:
-                if self.mode == "pod" and self.run_dir.file(GO_FILE).exists():
+                if self._already_going():
                     # A restarted sidecar: the trainer already runs. Keep its launcher fed while
                     # the store's lock is re-acquired (an S3 lease may take lock_lease_s).
                     stack.enter_context(Heartbeat(self.run_dir, self.settings.launcher.heartbeat_interval_s))
@@ -234,12 +234,7 @@ class Supervisor:
             self._restore_signals()
 
     def _cancelled_before_monitoring(self) -> RunResult:
-        decision = verdicts.Verdict(
-            "failed",
-            "external_cancellation",
-            INTERRUPTED_REASON,
-            verdicts.exit_code_for("external_cancellation"),
-        )
+        decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)
         with contextlib.suppress(LauncherError):
             self.run_dir.abort(INTERRUPTED_REASON, int(decision.exit_code))
         if self.run_dir.launch_id is not None:
@@ -269,25 +264,14 @@ class Supervisor:
                 try:
                     self._start_launcher()
                 except LauncherError as exc:
-                    return self._finish_unstarted(
-                        verdicts.Verdict(
-                            "failed",
-                            "launcher_missing",
-                            str(exc),
-                            verdicts.exit_code_for("launcher_missing"),
-                        )
-                    )
+                    return self._finish_unstarted(verdicts.stopped("launcher_missing", str(exc)))
                 try:
                     return self._run_locked()
                 except LauncherError as exc:
                     # The run dir broke mid-protocol (unwritable, malformed record): the trainer
                     # has been stopped; the verdict still gets its artifact.
                     reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
-                    return self._finish_unstarted(
-                        verdicts.Verdict(
-                            "failed", "monitor_failure", reason, verdicts.exit_code_for("monitor_failure")
-                        )
-                    )
+                    return self._finish_unstarted(verdicts.stopped("monitor_failure", reason))
         except (RefusedError, InsufficientBudgetError, TransientError, ConfigError) as exc:
             kind: verdicts.PreStartKind = (
                 "insufficient_budget"
@@ -375,9 +359,15 @@ class Supervisor:
             max_budget_s=dset.max_budget_s,
         )
         deadline_clock = DeadlineClock(record, now_wall=clock.wall(), now_monotonic=clock.monotonic())
-        check_startable(deadline_clock, clock.wall(), clock.monotonic())
+        if not self._already_going():
+            # The seed's rule is about starting; a restarted sidecar finds its trainer running.
+            check_startable(deadline_clock, clock.wall(), clock.monotonic())
         self._record, self._deadline_clock = record, deadline_clock
         return self._run_started(record)
+
+    def _already_going(self) -> bool:
+        """Pod mode after a sidecar restart: the launcher got its go-ahead from our predecessor."""
+        return self.mode == "pod" and self.run_dir.file(GO_FILE).exists()
 
     def _run_started(self, record: DeadlineRecord) -> RunResult:
         try:
@@ -400,8 +390,7 @@ class Supervisor:
     def _run_going(self, record: DeadlineRecord) -> RunResult:
         lset = self.settings.launcher
         with Heartbeat(self.run_dir, lset.heartbeat_interval_s):
-            already_going = self.run_dir.file(GO_FILE).exists() and self.mode == "pod"
-            if not already_going:
+            if not self._already_going():
                 self.run_dir.give_go(
                     deadline_unix=record.deadline_unix,
                     checkpoint_margin_s=record.checkpoint_margin_seconds,

@@ -124,6 +124,11 @@ def refused(reason: str, *, classification: PreStartKind = "refused") -> Verdict
     return _failed(classification, reason, None)
 
 
+def stopped(kind: MonitorKind, reason: str) -> Verdict:
+    """The verdict of a run the monitor ended before the trainer's outcome could be judged."""
+    return _failed(kind, reason, None)
+
+
 def decide(
     *,
     monitor_failure: tuple[MonitorKind, str] | None,

@@ -369,8 +369,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # leaving the block restored the default
-    if ports.status_stream is not None and ports.status_stream.isatty():
-        ports.status_stream.write("\n")
     verdict = result.verdict
     line = f"soak-sidecar: {verdict.status.upper()}"
     if verdict.classification:

@@ -152,6 +152,53 @@ class _Monitor:
     sidecar_killed: list[int] = field(default_factory=list)
 
 
+class TerminalStatus:
+    """A status line kept at the bottom of a terminal, with the trainer's output scrolling above.
+
+    Local mode pipes the launcher's output through here; writes from the sampling loop and the
+    output reader are serialised so neither clobbers the other.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._status = ""
+        self._lock = threading.Lock()
+        self._pumps: list[threading.Thread] = []
+
+    def status(self, line: str) -> None:
+        with self._lock:
+            self._status = line
+            self._stream.write("\r\x1b[2K" + line)
+            self._stream.flush()
+
+    def output(self, line: str) -> None:
+        with self._lock:
+            self._stream.write("\r\x1b[2K" + line.rstrip("\n") + "\n" + self._status)
+            self._stream.flush()
+
+    def pump(self, source: IO[bytes]) -> threading.Thread:
+        """Copy ``source`` line by line above the status line, on a daemon thread, until EOF."""
+
+        def copy() -> None:
+            for raw in iter(source.readline, b""):
+                self.output(raw.decode("utf-8", errors="replace"))
+            source.close()
+
+        thread = threading.Thread(target=copy, name="soak-console", daemon=True)
+        thread.start()
+        self._pumps.append(thread)
+        return thread
+
+    def close(self) -> None:
+        for thread in self._pumps:
+            thread.join(timeout=2.0)  # the launcher has exited: the pipe is at EOF or soon
+        with self._lock:
+            if self._status:
+                self._stream.write("\n")
+                self._stream.flush()
+            self._status = ""
+
+
 class Cancelled(BaseException):
     """SIGTERM to the sidecar: treated like Ctrl-C (external cancellation)."""
 
@@ -209,6 +256,7 @@ class Supervisor:
         self._manifest_validator = resolve_manifest_validator(settings.summary.manifest_validator)
         self._trainer: TrainerInfo | None = None
         self._saved_handlers: dict[int, Any] | None = None
+        self._terminal = self._terminal_status()
         self.late_signals: list[str] = []
 
     # ------------------------------------------------------------------ entry point
@@ -232,6 +280,8 @@ class Supervisor:
             return self._cancelled_before_monitoring()
         finally:
             self._restore_signals()
+            if self._terminal is not None:
+                self._terminal.close()
 
     def _cancelled_before_monitoring(self) -> RunResult:
         decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)
@@ -242,6 +292,15 @@ class Supervisor:
                 self.run_dir.request("kill", INTERRUPTED_REASON)
         self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
         return self._finish_unstarted(decision)
+
+    def _terminal_status(self) -> TerminalStatus | None:
+        stream = self.ports.status_stream
+        mode = self.settings.monitor.status_line
+        if stream is None or mode in ("off", "json"):
+            return None
+        if mode == "auto" and not stream.isatty():
+            return None
+        return TerminalStatus(stream)
 
     def _artifact_dir(self) -> Path:
         if self.attempt:
@@ -304,8 +363,11 @@ class Supervisor:
                 self.command,
                 go_timeout_s=lset.go_timeout_s,
                 pass_fds=() if lock_fd is None else (lock_fd,),
+                stdout=subprocess.PIPE if self._terminal is not None else None,
             )
             proc = self._launcher_proc
+            if self._terminal is not None and proc.stdout is not None:
+                self._terminal.pump(proc.stdout)
             self._launcher = self.run_dir.wait_for_launcher(
                 lset.appear_timeout_s, alive=lambda: proc.poll() is None
             )
@@ -586,22 +648,19 @@ class Supervisor:
         return in_sample and not _exiting(trainer.pid, trainer.start_ticks)
 
     def _report(self, sample: Sample, progress_age: float | None) -> None:
+        clock = self.ports.clock
         if self.ports.progress_note is not None:
-            clock = self.ports.clock
             self.ports.progress_note("running", clock.wall(), clock.monotonic())
         stream = self.ports.status_stream
-        mode = self.settings.monitor.status_line
-        if stream is None or mode == "off":
+        if stream is None or self.settings.monitor.status_line == "off":
             return
-        clock = self.ports.clock
         assert self._deadline_clock is not None
         left = self._deadline_clock.remaining(clock.wall(), clock.monotonic())
-        tty = mode == "tty" or (mode == "auto" and stream.isatty())
-        if tty:
-            stream.write("\r\x1b[2K" + status_line(sample, budget_left_s=left, progress_age_s=progress_age))
+        if self._terminal is not None:
+            self._terminal.status(status_line(sample, budget_left_s=left, progress_age_s=progress_age))
         else:
             stream.write(status_json(sample, budget_left_s=left, progress_age_s=progress_age) + "\n")
-        stream.flush()
+            stream.flush()
 
     def _reap_local_launcher(self, *, timeout_s: float) -> None:
         proc = self._launcher_proc

@@ -20,6 +20,7 @@ def status_fields(
     sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
 ) -> dict[str, object]:
     proc = sample.process
+    gpu = sample.gpu.used_memory_mib_total
     return {
         "event": "sample",
         "elapsed_s": round(sample.elapsed_s, 3),
@@ -28,7 +29,7 @@ def status_fields(
         "zombies": proc.zombie_count,
         "rss_mib": round(proc.rss_kib_total / 1024, 1),
         "fds": proc.fd_count_total,
-        "gpu_used_mib": sample.gpu.used_memory_mib_total,
+        "gpu_used_mib": None if gpu is None else round(gpu, 1),
         "gpu_attribution": sample.gpu.attribution,
         "progress_age_s": None if progress_age_s is None else round(progress_age_s, 1),
     }

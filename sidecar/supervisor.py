@@ -14,6 +14,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import socket
 import subprocess
@@ -800,7 +801,7 @@ class Supervisor:
                 term_sent=bool(exit_record and exit_record.term_sent),
                 kill_sent=bool(exit_record and exit_record.kill_sent),
             )
-        console = self.run_dir.console_logs()
+        console = self._keep_console_logs()
         return Artifact(
             status=decision.status,
             failure_reason=decision.reason,
@@ -834,9 +835,21 @@ class Supervisor:
                 launcher_exit=_exit_json(self.run_dir),
             ),
             run_summary=_json_safe(summary.data) if summary else None,
-            console_log=str(console[-1]) if console else None,
+            console_log=str(console[-1].resolve()) if console else None,
             provenance=self._provenance(),
         )
+
+    def _keep_console_logs(self) -> list[Path]:
+        """Copies of the console logs beside the artifact: the run dir is reused by the next run."""
+        kept: list[Path] = []
+        for log in self.run_dir.console_logs():
+            copy = self.artifact_dir / log.name
+            with contextlib.suppress(OSError):
+                if not copy.exists():
+                    self.artifact_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(log, copy)
+                kept.append(copy)
+        return kept
 
     def _provenance(self) -> dict[str, Any]:
         devices: list[dict[str, Any]] = []
@@ -879,7 +892,7 @@ class Supervisor:
         if sink is not None:
             upload = UploadInfo()
             files = [
-                p for p in (self.artifact_dir / SAMPLES_FILE, *self.run_dir.console_logs()) if p.is_file()
+                p for p in (self.artifact_dir / SAMPLES_FILE, *self._keep_console_logs()) if p.is_file()
             ]
             try:
                 for obj in sink.upload(files, self._key_prefix()):

@@ -187,6 +187,11 @@ def test_passing_run_and_samples_file(tmp_path: Path) -> None:
     assert artifact["samples"]["samples_sha256"] == hashlib.sha256(samples_path.read_bytes()).hexdigest()
     assert len(artifact["samples"]["downsampled"]) == len(lines)  # below capacity: stride 1
 
+    # the console log is kept beside the artifact: the next run reuses (resets) the run dir
+    console = Path(artifact["console_log"])
+    assert console.parent == result.artifact_path.parent.resolve()  # type: ignore[union-attr]
+    assert "step 6/6" in console.read_text(encoding="utf-8")
+
 
 # ---------------------------------------------------------------------- liveness rules
 

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from sidecar import __version__
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
@@ -151,6 +151,28 @@ def _settings_with(overrides: Mapping[str, Any]) -> Settings:
     return load_settings(**merged)
 
 
+def _explicit(overrides: Mapping[str, Any]) -> set[str]:
+    """Settings the user gave (environment or flags), as ``group.field``."""
+    base = load_settings()
+    from_env = {
+        f"{group}.{name}" for group in Settings.model_fields for name in getattr(base, group).model_fields_set
+    }
+    return from_env | set(overrides)
+
+
+def _local_layout(settings: Settings, explicit: set[str], run_id: str) -> dict[str, Any]:
+    """Local runs keep their run dir and progress dir apart per run id under the output dir, so
+    two runs never share (or reset) each other's files; attempts of one run share them, as a
+    resumed trainer needs its checkpoints. Paths the user set are left alone."""
+    output = settings.artifact.output_dir
+    layout = {
+        "monitor.progress_dir": output / "runs" / run_id / "progress",
+        "launcher.run_dir": output / "runs" / run_id / "run",
+        "deadline.store_dir": output / "deadlines",
+    }
+    return {key: path for key, path in layout.items() if key not in explicit}
+
+
 def demo_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.examples.trainer"]
 
@@ -279,7 +301,7 @@ def _pod_wiring(settings: Settings) -> PodWiring:
 # ---------------------------------------------------------------------- run
 
 
-def _add_run(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_run(sub: argparse._SubParsersAction[UsageParser]) -> None:
     run = sub.add_parser(
         "run",
         help="supervise one soak attempt (local or in a pod)",
@@ -347,6 +369,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         run_id = new_run_id()
     else:
         run_id = parse_run_id(settings.deadline.run_id)
+    if not pod:
+        overrides = {**overrides, **_local_layout(settings, _explicit(overrides), run_id)}
+        settings = _settings_with(overrides)
 
     ports, context, label = build_ports(settings, pod=pod)
     supervisor = Supervisor(
@@ -391,8 +416,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
     spec = args.manifest_validator or settings.summary.manifest_validator
     try:
         raw = args.path.read_bytes() if str(args.path) != "-" else sys.stdin.buffer.read()
-    except FileNotFoundError:
-        raw = None
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc}") from exc
     validator = resolve_manifest_validator(spec)
@@ -499,10 +522,12 @@ def cmd_approve(args: argparse.Namespace) -> int:
     settings = _settings_with(overrides)
     if settings.deadline.run_id is None:
         raise ConfigError("approve needs --run-id (the run UUID the approval binds)")
+    run_id = parse_run_id(settings.deadline.run_id)
+    settings = _settings_with({**overrides, **_local_layout(settings, _explicit(overrides), run_id)})
     store = args.store_location or str(settings.deadline.store_dir.resolve())
     identity = identity_from_settings(
         settings.deadline,
-        run_id=parse_run_id(settings.deadline.run_id),
+        run_id=run_id,
         command=command,
         deadline_store=store,
     )
@@ -510,8 +535,16 @@ def cmd_approve(args: argparse.Namespace) -> int:
     return 0
 
 
+class UsageParser(argparse.ArgumentParser):
+    """argparse, but a usage error exits with the table's USAGE code (64), not 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="soak-sidecar",
         description="Supervise long-running GPU training soaks: a persistent deadline that is never "
         "extended, subreaper cleanup, process/GPU sampling, run_summary validation, a self-contained "
@@ -519,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with: soak-sidecar run --local   (runs the bundled example trainer)",
     )
     parser.add_argument("--version", action="version", version=f"soak-sidecar {__version__}")
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=UsageParser)
     _add_run(sub)
 
     validate = sub.add_parser(
@@ -535,10 +568,21 @@ def build_parser() -> argparse.ArgumentParser:
     schema = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
     schema.add_argument("which", choices=["run-summary", "artifact", "settings"])
 
-    codes = sub.add_parser("exit-codes", help="print the exit-code table")
+    codes = sub.add_parser(
+        "exit-codes",
+        help="print the exit-code table",
+        description="Print every exit code of `run`, whether it is retryable (128+), what it means "
+        "and which verdict classifications map to it (the chart's podFailurePolicy uses the same table).",
+    )
     codes.add_argument("--json", action="store_true")
 
-    install = sub.add_parser("install-launcher", help="copy the stdlib-only launcher (init container)")
+    install = sub.add_parser(
+        "install-launcher",
+        help="copy the stdlib-only launcher (init container)",
+        description="Copy the launcher (one Python file, standard library only, Python 3.9+) into DEST "
+        "as soak-launcher.py, for the trainer container to run: "
+        "python3 DEST/soak-launcher.py --run-dir /soak/run -- CMD ARGS...",
+    )
     install.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
 
     approve = sub.add_parser(
@@ -550,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     approve_flags = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir")
     for dest in approve_flags:
         flag, _setting, kind, text = RUN_FLAGS[dest]
+        if dest == "run_id":
+            text = "run UUID the approval binds (required)"
         approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
     approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
     approve.set_defaults(resume=None, require_approval=None)

@@ -85,10 +85,8 @@ class GpuFaultError(SoakError):
     exit_code = ExitCode.GPU_FAULT
 
 
-class GpuUnavailableError(SoakError):
-    """GPU data was required but NVML is absent or failing."""
-
-    exit_code = ExitCode.USAGE
+class GpuUnavailableError(ConfigError):
+    """GPU data was required (gpu.require) but NVML is absent or failing on this node."""
 
 
 class LauncherError(SoakError):

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sidecar.core.publication import normalize_prefix
 from sidecar.errors import ConfigError
+from sidecar.launcher import signal_number
 
 
 class _Group(BaseModel):
@@ -46,7 +47,7 @@ class MonitorSettings(_Group):
     progress_dir: Path = Field(
         Path("soak-output/progress"),
         description="Directory the trainer writes progress and run_summary.json to. "
-        "Default ./soak-output/progress (local), /soak/progress in the chart.",
+        "Default <output>/runs/<run id>/progress locally, /soak/progress in the chart.",
     )
     progress_signal: Literal["bytes", "any"] = Field(
         "bytes",
@@ -117,7 +118,7 @@ class DeadlineSettings(_Group):
     )
     store_dir: Path = Field(
         Path("soak-output/deadlines"),
-        description="Directory of the file store. Default ./soak-output/deadlines.",
+        description="Directory of the file store. Default <output>/deadlines.",
     )
     run_id: str | None = Field(
         None, description="Run UUID shared by every attempt. Default: a new UUID (local mode only)."
@@ -167,7 +168,8 @@ class LauncherSettings(_Group):
 
     run_dir: Path = Field(
         Path("soak-output/run"),
-        description="Shared run dir. Default ./soak-output/run; /soak/run in the chart.",
+        description="Run dir shared with the launcher. Default <output>/runs/<run id>/run locally, "
+        "/soak/run in the chart.",
     )
     heartbeat_interval_s: float = Field(
         1.0, gt=0, description="Sidecar heartbeat period, seconds. Default 1."
@@ -193,12 +195,21 @@ class LauncherSettings(_Group):
         "SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1."
     )
 
+    @field_validator("soft_stop_signal")
+    @classmethod
+    def _known_signal(cls, value: str) -> str:
+        # The launcher's own parser: a name it cannot use is refused before any record exists.
+        signal_number(value)
+        return value
+
 
 class ArtifactSettings(_Group):
     """Where the local artifact goes."""
 
     output_dir: Path = Field(
-        Path("soak-output"), description="Local artifact directory. Default ./soak-output."
+        Path("soak-output"),
+        description="Local output: artifacts, and locally the run, progress and deadline dirs. "
+        "Default ./soak-output.",
     )
 
 

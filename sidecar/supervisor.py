@@ -253,6 +253,7 @@ class Supervisor:
         self._resume_checkpoint: str | None = None
         self._extra_args: tuple[str, ...] = ()
         self._last_seen: list[ProcessInfo] = []
+        self._remaining_at_start = 0.0
         # Resolved now: a bad validator setting must fail before the trainer runs, not after.
         self._manifest_validator = resolve_manifest_validator(settings.summary.manifest_validator)
         self._trainer: TrainerInfo | None = None
@@ -266,9 +267,12 @@ class Supervisor:
         clock = self.ports.clock
         self._started_wall = clock.wall()
         self._started_mono = clock.monotonic()
-        self.settings.monitor.progress_dir.mkdir(parents=True, exist_ok=True)
+        self._prepare_dirs()
         try:
             with contextlib.ExitStack() as stack:
+                # Before anything touches the run dir: a second sidecar must not reset or abort
+                # the first one's launcher.
+                stack.enter_context(self.run_dir.exclusive())
                 if self._already_going():
                     # A restarted sidecar: the trainer already runs. Keep its launcher fed while
                     # the store's lock is re-acquired (an S3 lease may take lock_lease_s).
@@ -283,6 +287,20 @@ class Supervisor:
             self._restore_signals()
             if self._terminal is not None:
                 self._terminal.close()
+
+    def _prepare_dirs(self) -> None:
+        """Unusable directories are a usage error now, not a lost artifact after the run."""
+        for directory in (
+            self.settings.monitor.progress_dir,
+            self.settings.launcher.run_dir,
+            self.settings.artifact.output_dir,
+        ):
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(f"cannot use directory {directory}: {exc}") from exc
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise ConfigError(f"directory {directory} is not writable")
 
     def _cancelled_before_monitoring(self) -> RunResult:
         decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)
@@ -332,7 +350,13 @@ class Supervisor:
                     # has been stopped; the verdict still gets its artifact.
                     reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
                     return self._finish_unstarted(verdicts.stopped("monitor_failure", reason))
-        except (RefusedError, InsufficientBudgetError, TransientError, ConfigError) as exc:
+        except ConfigError as exc:
+            # A usage error (exit 64): the launcher must not wait for a go that never comes.
+            with contextlib.suppress(LauncherError):
+                self.run_dir.abort(str(exc), int(exc.exit_code))
+            self._reap_local_launcher(timeout_s=self.settings.launcher.kill_grace_s + 5)
+            raise
+        except (RefusedError, InsufficientBudgetError, TransientError) as exc:
             kind: verdicts.PreStartKind = (
                 "insufficient_budget"
                 if isinstance(exc, InsufficientBudgetError)
@@ -365,6 +389,7 @@ class Supervisor:
                 go_timeout_s=lset.go_timeout_s,
                 pass_fds=() if lock_fd is None else (lock_fd,),
                 stdout=subprocess.PIPE if self._terminal is not None else None,
+                stderr=subprocess.STDOUT if self._terminal is not None else None,
             )
             proc = self._launcher_proc
             if self._terminal is not None and proc.stdout is not None:
@@ -426,6 +451,8 @@ class Supervisor:
             # The seed's rule is about starting; a restarted sidecar finds its trainer running.
             check_startable(deadline_clock, clock.wall(), clock.monotonic())
         self._record, self._deadline_clock = record, deadline_clock
+        self._remaining_at_start = deadline_clock.remaining(clock.wall(), clock.monotonic())
+        self._open_gpu()
         return self._run_started(record)
 
     def _already_going(self) -> bool:
@@ -472,15 +499,15 @@ class Supervisor:
                     ),
                     extra_args=self._extra_args,
                 )
-            samples_path = self.artifact_dir / SAMPLES_FILE
-            with gzip.open(samples_path, "wt", encoding="utf-8") as stream:
-
-                def write_line(line: str) -> None:
-                    stream.write(line + "\n")
-
-                self._recorder = SampleRecorder(write_line, self.settings.monitor.series_points)
+            samples = SamplesFile(self.artifact_dir / SAMPLES_FILE)
+            try:
+                self._recorder = SampleRecorder(samples.write_line, self.settings.monitor.series_points)
                 monitor = self._monitor()
+            finally:
                 self._close_gpu()
+                samples.close()
+        if samples.error is not None and monitor.failure is None:
+            monitor.failure = ("monitor_failure", f"soak monitor failed: {samples.error}")
         return self._conclude(monitor)
 
     # ------------------------------------------------------------------ monitoring
@@ -493,11 +520,13 @@ class Supervisor:
         assert self._launcher is not None
         return not _same_process_alive(self._launcher.pid, self._launcher.start_ticks)
 
-    def _open_gpu_lazily(self) -> GpuBackend:
+    def _open_gpu(self) -> GpuBackend:
+        """Opened before the go-ahead, so a broken GPU setup stops the run before the trainer
+        starts. The trainer inherits the launcher's environment (plus go.json's, which names no
+        GPUs), so the launcher's NVIDIA_VISIBLE_DEVICES is the trainer's."""
         if self._gpu is None:
-            trainer = self.run_dir.trainer()
-            if trainer is not None and self._trainer_env is None:
-                self._trainer_env = self.ports.read_environ(trainer.pid)
+            assert self._launcher is not None
+            self._trainer_env = self.ports.read_environ(self._launcher.pid)
             self._gpu = self.ports.open_gpu(self._trainer_env)
         return self._gpu
 
@@ -513,37 +542,47 @@ class Supervisor:
         liveness = LivenessTracker(
             mset.startup_timeout_s, mset.stale_progress_s, self._started_mono, mset.progress_signal
         )
-        next_sample = clock.monotonic()
+        # Liveness is judged more often than full samples when its timeouts are short, so a
+        # stale trainer is caught within a tenth of the timeout, not a whole sample interval late.
+        liveness_interval = min(
+            mset.sample_interval_s, max(0.1, min(mset.stale_progress_s, mset.startup_timeout_s) / 10)
+        )
+        next_sample = next_liveness = clock.monotonic()
         stop_by: float | None = None
         try:
             while not self._launcher_exited():
                 now = clock.monotonic()
+                stale = None
+                if now >= next_liveness and now < next_sample:
+                    stale = liveness.observe(self.ports.progress.sample(), now)
+                    next_liveness = now + liveness_interval
                 if now >= next_sample:
                     sample = self._take_sample(now)
                     result.last_processes = self._last_seen = list(sample.process.processes)
                     if sample.gpu.fault and result.gpu_fault is None:
                         result.gpu_fault = sample.gpu.fault
                     stale = liveness.observe(sample.progress, now)
-                    if stale is not None and result.failure is None:
-                        result.failure = (cast("verdicts.MonitorKind", stale[0]), stale[1])
-                    lost = self.ports.lock_loss.reason
-                    if lost is not None and stop_by is None:
-                        # Another supervisor may take the run over: ours must stop now (fail closed).
-                        result.failure = result.failure or ("monitor_failure", f"deadline lock lost: {lost}")
-                        stop_by = self._request_stop("kill", f"deadline lock lost: {lost}")
-                    if result.gpu_fault is not None and stop_by is None:
-                        stop_by = self._request_stop("terminate", f"GPU fault: {result.gpu_fault}")
-                    if stale is not None and stop_by is None:
-                        stop_by = self._request_stop("terminate", stale[1])
-                    self._report(sample, liveness.last_progress_age(now))
+                    next_liveness = now + liveness_interval
                     next_sample = now + mset.sample_interval_s
+                    self._report(sample, liveness.last_progress_age(now))
+                if stale is not None and result.failure is None:
+                    result.failure = (cast("verdicts.MonitorKind", stale[0]), stale[1])
+                lost = self.ports.lock_loss.reason
+                if lost is not None and stop_by is None:
+                    # Another supervisor may take the run over: ours must stop now (fail closed).
+                    result.failure = result.failure or ("monitor_failure", f"deadline lock lost: {lost}")
+                    stop_by = self._request_stop("kill", f"deadline lock lost: {lost}")
+                if result.gpu_fault is not None and stop_by is None:
+                    stop_by = self._request_stop("terminate", f"GPU fault: {result.gpu_fault}")
+                if stale is not None and stop_by is None:
+                    stop_by = self._request_stop("terminate", stale[1])
                 if stop_by is None and self._deadline_clock.expired(clock.wall(), clock.monotonic()):
                     # The launcher enforces the deadline itself; this is the second line.
                     stop_by = self._request_stop("kill", "total-job deadline expired")
                 if stop_by is not None and clock.monotonic() > stop_by:
                     result.sidecar_killed = self._kill_remembered(result.last_processes)
                     break
-                time.sleep(min(0.1, max(0.005, next_sample - clock.monotonic())))
+                time.sleep(min(0.1, max(0.005, min(next_sample, next_liveness) - clock.monotonic())))
         except (KeyboardInterrupt, Cancelled):
             self._defer_signals()
             result.failure = ("external_cancellation", INTERRUPTED_REASON)
@@ -616,7 +655,7 @@ class Supervisor:
     def _take_sample(self, now_mono: float) -> Sample:
         assert self._launcher is not None and self._recorder is not None
         tree = self.ports.sampler.sample(self._launcher.pid)
-        gpu: GpuSample = self._open_gpu_lazily().sample({p.pid for p in tree.processes}, now_mono)
+        gpu: GpuSample = self._open_gpu().sample({p.pid for p in tree.processes}, now_mono)
         sample = Sample(
             t_wall=self.ports.clock.wall(),
             elapsed_s=round(now_mono - self._started_mono, 6),
@@ -681,6 +720,12 @@ class Supervisor:
         exit_record = monitor.exit_record
         if exit_record is None and monitor.failure is None:
             monitor.failure = ("monitor_failure", "launcher exited without writing exit.json")
+        if exit_record is not None and exit_record.reason == "spawn_failed" and monitor.failure is None:
+            problem = "was not found" if exit_record.exit_code == 127 else "is not executable"
+            monitor.failure = (
+                "trainer_not_started",
+                f"the trainer command {self.command[0]!r} {problem} (launcher exit {exit_record.exit_code})",
+            )
         duration = clock.monotonic() - self._started_mono
         if mset.post_shutdown_grace_s:
             time.sleep(mset.post_shutdown_grace_s)
@@ -745,7 +790,7 @@ class Supervisor:
         artifact = self._artifact(decision, summary, exit_record, reported, duration)
         samples_path = self.artifact_dir / SAMPLES_FILE
         artifact.samples = recorder.series(SAMPLES_FILE, _sha256_file(samples_path))
-        return self._deliver(artifact, decision, summary_evaluated=summary, monitor=monitor)
+        return self._deliver(artifact, decision)
 
     def _evaluate_summary(self) -> SummaryOutcome:
         sset = self.settings.summary
@@ -794,7 +839,7 @@ class Supervisor:
                 deadline_unix=record.deadline_unix,
                 budget_s=record.budget_seconds,
                 checkpoint_margin_s=record.checkpoint_margin_seconds,
-                remaining_at_start_s=record.deadline_unix - self._started_wall,
+                remaining_at_start_s=self._remaining_at_start,
                 resumed=self._resumed,
                 expired=decision.classification == "deadline_exhausted",
                 soft_stop_sent=bool(exit_record and exit_record.soft_stop_sent),
@@ -874,20 +919,21 @@ class Supervisor:
 
     def _finish_unstarted(self, decision: verdicts.Verdict) -> RunResult:
         artifact = self._artifact(decision, None, self.run_dir.read_exit(), [], 0.0)
-        return self._deliver(artifact, decision, summary_evaluated=None, monitor=None)
+        return self._deliver(artifact, decision)
 
-    def _deliver(
-        self,
-        artifact: Artifact,
-        decision: verdicts.Verdict,
-        *,
-        summary_evaluated: SummaryOutcome | None,
-        monitor: _Monitor | None,
-    ) -> RunResult:
+    def _deliver(self, artifact: Artifact, decision: verdicts.Verdict) -> RunResult:
         artifact_path = self.artifact_dir / ARTIFACT_FILE
-        self.artifact_dir.mkdir(parents=True, exist_ok=True)
-        write_atomic(artifact_path, dumps_artifact(artifact).encode())
         final = decision
+        try:
+            self.artifact_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(artifact_path, dumps_artifact(artifact).encode())
+        except OSError as exc:
+            # Disk full, read-only: the verdict must still be told (stderr, publication).
+            final = verdicts.with_upload_error(decision, f"the local artifact was not written: {exc}")
+            _apply_verdict(artifact, final)
+            print(f"soak-sidecar: cannot write {artifact_path}: {exc}", file=sys.stderr)
+            self._publish(final, artifact, None)
+            return RunResult(verdict=final, artifact_path=None, exit_code=int(final.exit_code))
         sink = self.ports.sink
         if sink is not None:
             upload = UploadInfo()
@@ -903,34 +949,36 @@ class Supervisor:
                 for obj in sink.upload([artifact_path], self._key_prefix()):
                     upload.uris[obj.path.name] = obj.uri
                     upload.sha256[obj.path.name] = obj.sha256
-            except UploadError as exc:
+            except (UploadError, ConfigError) as exc:
                 upload.error = str(exc)
                 final = verdicts.with_upload_error(decision, str(exc))
                 artifact.upload = upload
-                artifact.status = final.status
-                artifact.failure_reason = final.reason
-                artifact.failure_classification = final.classification
-                artifact.exit_code = int(final.exit_code)
-            write_atomic(artifact_path, dumps_artifact(artifact).encode())
-        if self.ports.publish is not None:
-            upload_info = artifact.upload
-            problems = self.ports.publish(
-                Publication(
-                    status=final.status,
-                    classification=final.classification,
-                    reason=final.reason or "",
-                    exit_code=int(final.exit_code),
-                    artifact_uri=(upload_info.uris.get(ARTIFACT_FILE) if upload_info else None)
-                    or str(artifact_path),
-                    artifact_sha256=(upload_info.sha256.get(ARTIFACT_FILE) if upload_info else None)
-                    or _sha256_file(artifact_path),
-                    attempt=self.attempt,
-                    deadline_unix=self._record.deadline_unix if self._record else None,
-                )
-            )
-            for problem in problems:
-                print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
+                _apply_verdict(artifact, final)
+            with contextlib.suppress(OSError):  # the first local copy stands if this one fails
+                write_atomic(artifact_path, dumps_artifact(artifact).encode())
+        self._publish(final, artifact, artifact_path)
         return RunResult(verdict=final, artifact_path=artifact_path, exit_code=int(final.exit_code))
+
+    def _publish(self, final: verdicts.Verdict, artifact: Artifact, artifact_path: Path | None) -> None:
+        if self.ports.publish is None:
+            return
+        upload = artifact.upload
+        local = str(artifact_path) if artifact_path is not None else None
+        problems = self.ports.publish(
+            Publication(
+                status=final.status,
+                classification=final.classification,
+                reason=final.reason or "",
+                exit_code=int(final.exit_code),
+                artifact_uri=(upload.uris.get(ARTIFACT_FILE) if upload else None) or local,
+                artifact_sha256=(upload.sha256.get(ARTIFACT_FILE) if upload else None)
+                or (_sha256_file(artifact_path) if artifact_path is not None else None),
+                attempt=self.attempt,
+                deadline_unix=self._record.deadline_unix if self._record else None,
+            )
+        )
+        for problem in problems:
+            print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
 
     def _key_prefix(self) -> str:
         s3 = self.settings.s3
@@ -962,12 +1010,55 @@ def _trainer_returncode(record: ExitRecord | None) -> int | None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Temp file, fsync, rename, fsync of the directory: a reader sees the old or the new file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
     fsync_dir(path.parent)
+
+
+def _apply_verdict(artifact: Artifact, final: verdicts.Verdict) -> None:
+    artifact.status = final.status
+    artifact.failure_reason = final.reason
+    artifact.failure_classification = final.classification
+    artifact.exit_code = int(final.exit_code)
+
+
+class SamplesFile:
+    """The compressed JSONL stream of every sample. A write error (disk full) is kept, not raised:
+    monitoring goes on, and the verdict reports the incomplete evidence as a monitor failure."""
+
+    def __init__(self, path: Path) -> None:
+        self.error: str | None = None
+        try:
+            self._stream: IO[str] | None = gzip.open(path, "wt", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except OSError as exc:
+            self._stream = None
+            self.error = f"cannot write {path}: {exc}"
+
+    def write_line(self, line: str) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(line + "\n")
+        except OSError as exc:
+            self.error = f"writing the samples file failed: {exc}"
+            self.close()
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            stream.close()
+        except OSError as exc:
+            self.error = self.error or f"closing the samples file failed: {exc}"
 
 
 def _exit_json(run_dir: RunDir) -> dict[str, Any] | None:

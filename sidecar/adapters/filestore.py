@@ -25,6 +25,7 @@ from sidecar.errors import (
     AlreadySupervisedError,
     ConfigError,
     RecordExistsError,
+    SoakError,
     StoreUnavailableError,
 )
 from sidecar.settings import DeadlineSettings
@@ -69,7 +70,7 @@ class FileDeadlineStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot create deadline store {self.directory}: {exc}") from exc
+            raise _store_error(f"cannot create deadline store {self.directory}: {exc}", exc) from exc
 
     @contextmanager
     def lock(self, run_id: str) -> Iterator[None]:
@@ -83,7 +84,7 @@ class FileDeadlineStore:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot open lock {path}: {exc}") from exc
+            raise _store_error(f"cannot open lock {path}: {exc}", exc) from exc
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -92,7 +93,7 @@ class FileDeadlineStore:
                     raise AlreadySupervisedError(
                         f"another supervisor holds run {run_id} ({path}; {_holder(fd)})"
                     ) from exc
-                raise StoreUnavailableError(f"cannot lock {path}: {exc}") from exc
+                raise _store_error(f"cannot lock {path}: {exc}", exc) from exc
             _note_holder(fd)
             self._held[run_id] = fd
             try:
@@ -119,7 +120,7 @@ class FileDeadlineStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot read deadline record {path}: {exc}") from exc
+            raise _store_error(f"cannot read deadline record {path}: {exc}", exc) from exc
 
     def create(self, run_id: str, payload: bytes) -> None:
         """Publish the record with link(2): exclusive like O_EXCL, and no reader ever sees a
@@ -140,7 +141,7 @@ class FileDeadlineStore:
                 raise RecordExistsError(f"deadline record {path} already exists") from exc
             fsync_dir(self.directory)
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot create deadline record {path}: {exc}") from exc
+            raise _store_error(f"cannot create deadline record {path}: {exc}", exc) from exc
         finally:
             # A stray temp file is harmless: readers only open <run_id>.json.
             with contextlib.suppress(OSError):
@@ -164,8 +165,19 @@ class FileDeadlineStore:
                 fsync_dir(directory)
                 return attempt
         except OSError as exc:
-            raise StoreUnavailableError(f"cannot claim an attempt number in {directory}: {exc}") from exc
+            raise _store_error(f"cannot claim an attempt number in {directory}: {exc}", exc) from exc
         raise StoreUnavailableError(f"more than {MAX_ATTEMPTS} attempts recorded in {directory}")
+
+
+# A store the configuration points at something unusable will not heal on a retry.
+_PERMANENT_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS})
+
+
+def _store_error(message: str, exc: OSError) -> SoakError:
+    """A misconfigured store is a usage error (exit 64); anything else may pass (retryable)."""
+    if exc.errno in _PERMANENT_ERRNOS:
+        return ConfigError(message)
+    return StoreUnavailableError(message)
 
 
 def _note_holder(fd: int) -> None:

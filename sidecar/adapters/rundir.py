@@ -7,22 +7,25 @@ names the launcher it is for (``launch_id``) so a stale file of an earlier launc
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
 from sidecar import launcher as proto
-from sidecar.errors import ConfigError, LauncherError
+from sidecar.errors import AlreadySupervisedError, ConfigError, LauncherError
 
 Action = Literal["soft_stop", "terminate", "kill"]
+SIDECAR_LOCK = ".sidecar.lock"
 
 
 def launcher_path() -> Path:
@@ -264,6 +267,29 @@ class RunDir:
         if self._launch_id is None:
             raise LauncherError("no launcher seen yet: call wait_for_launcher() first")
         return self._launch_id
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Held by the one sidecar that talks to this run dir; a second gets AlreadySupervisedError.
+
+        The lock file is not a protocol file: the launcher never sees it, and a dead sidecar's
+        lock goes with its process (a restarted sidecar takes it again).
+        """
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path / SIDECAR_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot use run dir {self.path}: {exc}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise AlreadySupervisedError(
+                    f"another soak-sidecar is using run dir {self.path}; give each run its own run dir"
+                ) from exc
+            yield
+        finally:
+            os.close(fd)
 
     def reset(self) -> None:
         """Remove a previous run's files (local mode; a pod's emptyDir starts empty)."""
@@ -529,6 +555,7 @@ def spawn_local_launcher(
     owner_pid: int | None = None,
     go_timeout_s: float | None = None,
     stdout: int | IO[bytes] | None = None,
+    stderr: int | IO[bytes] | None = None,
     pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[bytes]:
     """Local mode: start the launcher as our child, in its own session (a Ctrl-C at the terminal
@@ -549,7 +576,12 @@ def spawn_local_launcher(
     argv += ["--", *command]
     try:
         return subprocess.Popen(
-            argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=stdout, pass_fds=tuple(pass_fds)
+            argv,
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=tuple(pass_fds),
         )
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc

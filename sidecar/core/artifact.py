@@ -90,6 +90,9 @@ class ResourceSummary(_Model):
     )
     gpu_devices: list[DeviceSummary] = Field(default_factory=list)
     gpu_attribution: str | None = None
+    gpu_unavailable_reason: str | None = Field(
+        default=None, description="Why there is no GPU data (no NVML, no GPUs for the trainer, off)."
+    )
     gpu_fault: str | None = None
     nvml_time_ms_max: float | None = None
     residual_process_count: int = 0
@@ -238,6 +241,7 @@ class SampleRecorder:
     def _aggregate_gpu(self, gpu: GpuSample, *, steady: bool) -> None:
         s = self.summary
         if not gpu.available:
+            s.gpu_unavailable_reason = s.gpu_unavailable_reason or gpu.reason
             return
         s.max_gpu_used_memory_mib = _max(s.max_gpu_used_memory_mib, gpu.used_memory_mib_total)
         s.nvml_time_ms_max = _max(s.nvml_time_ms_max, gpu.nvml_time_ms)

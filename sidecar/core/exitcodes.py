@@ -34,7 +34,8 @@ class ExitCode(IntEnum):
 
 EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.PASSED: "soak passed every check",
-    ExitCode.TRAINER_FAILED: "trainer exited non-zero or reported an abnormal shutdown",
+    ExitCode.TRAINER_FAILED: "trainer exited non-zero, reported an abnormal shutdown, or failed a "
+    "rule without a class of its own (e.g. min duration)",
     ExitCode.CONTRACT_VIOLATION: "run_summary.json missing, invalid, or violating its contract",
     ExitCode.STALLED: "no progress before the startup timeout, or progress went stale",
     ExitCode.RESOURCE_LEAK: "processes survived shutdown, or a resource leak check failed",
@@ -44,7 +45,8 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
     ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM)",
     ExitCode.INSUFFICIENT_BUDGET: "less than the checkpoint margin was left: refused to start",
-    ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared in the run dir",
+    ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared, or the trainer command could not be "
+    "started (not found, not executable)",
     ExitCode.USAGE: "usage or configuration error",
     ExitCode.INTERNAL: "internal error of soak-sidecar (monitor failure)",
     ExitCode.GPU_FAULT: "a GPU was lost or needs a reset (retryable on another node)",

@@ -39,6 +39,7 @@ MonitorKind = Literal[
     "external_cancellation",
     "monitor_failure",
     "launcher_missing",
+    "trainer_not_started",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
 
@@ -64,6 +65,7 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "resource_leak": ExitCode.RESOURCE_LEAK,
         "monitor_failure": ExitCode.INTERNAL,
         "launcher_missing": ExitCode.TRAINER_NOT_STARTED,
+        "trainer_not_started": ExitCode.TRAINER_NOT_STARTED,
         # deadline, hardware, evidence
         "deadline_exhausted": ExitCode.DEADLINE_EXHAUSTED,
         "gpu_fault": ExitCode.GPU_FAULT,

@@ -41,11 +41,9 @@ def cli(
     )
 
 
-def trainer_cmd(progress: Path) -> list[str]:
-    return [
-        *(PY, "-m", "sidecar.examples.trainer"),
-        *("--steps", "3", "--step-s", "0.1", "--progress-dir", str(progress)),
-    ]
+def trainer_cmd() -> list[str]:
+    """The example trainer, writing where $SOAK_PROGRESS_DIR (set by the launcher) says."""
+    return [*(PY, "-m", "sidecar.examples.trainer"), *("--steps", "3", "--step-s", "0.1")]
 
 
 def test_run_local_embedded_default_passes(tmp_path: Path) -> None:
@@ -98,8 +96,8 @@ def test_validate_valid_and_invalid(tmp_path: Path) -> None:
     assert report["classification"] == "invalid_run_summary"
 
     missing = cli("validate", str(tmp_path / "absent.json"), cwd=tmp_path)
-    assert missing.returncode == 11
-    assert "missing_run_summary" in missing.stdout
+    assert missing.returncode == 64  # a usage error: there is nothing to validate
+    assert "No such file" in missing.stderr
 
 
 @pytest.mark.parametrize("which", ["run-summary", "artifact", "settings"])
@@ -143,7 +141,7 @@ def test_install_launcher(tmp_path: Path) -> None:
 
 def test_approve_then_run_with_approval(tmp_path: Path) -> None:
     run_id = str(uuid.uuid4())
-    command = trainer_cmd(tmp_path / "soak-output" / "progress")
+    command = trainer_cmd()
     common = ["--run-id", run_id, "--deadline-dir", str(tmp_path / "deadlines"), "--budget", "600"]
     approved = cli("approve", *common, "--", *command, cwd=tmp_path)
     assert approved.returncode == 0, approved.stderr
@@ -158,7 +156,7 @@ def test_approve_then_run_with_approval(tmp_path: Path) -> None:
 
 def test_mismatching_approval_is_refused(tmp_path: Path) -> None:
     run_id = str(uuid.uuid4())
-    command = trainer_cmd(tmp_path / "soak-output" / "progress")
+    command = trainer_cmd()
     common = ["--run-id", run_id, "--deadline-dir", str(tmp_path / "deadlines")]
     approved = cli("approve", *common, "--budget", "600", "--", *command, cwd=tmp_path)
     assert approved.returncode == 0, approved.stderr

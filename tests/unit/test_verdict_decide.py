@@ -321,6 +321,7 @@ EXPECTED_TABLE = {
     "external_cancellation": 17,
     "insufficient_budget": 18,
     "launcher_missing": 19,
+    "trainer_not_started": 19,
     "monitor_failure": 70,
     "gpu_fault": 150,
     "transient_infra": 151,

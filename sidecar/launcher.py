@@ -6,7 +6,8 @@ Python standard library only, Python 3.9+, usable as one copied file::
     python3 launcher.py --run-dir /soak/run -- python train.py --epochs 3
 
 It becomes a child subreaper, announces itself in the run dir, waits for the sidecar's go.json
-(or abort.json), starts the trainer in a new session, tees its output to a bounded console log,
+(or abort.json), starts the trainer in a new session, tees its output to a bounded console log
+and (from a writer thread, dropping what a slow reader cannot take) to its own stdout,
 forwards signals to the trainer's process group, enforces the deadline on its own clock as a
 fail-safe, kills the trainer when the sidecar's heartbeat goes stale, acts on control.json, and
 on exit kills and reaps every descendant (adopted orphans included) and writes exit.json.
@@ -22,14 +23,17 @@ import ctypes
 import json
 import math
 import os
+import select
 import selectors
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -104,6 +108,16 @@ DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024 * 1024
 FALLBACK_POLL_S = 0.5
 # After SIGKILL, how long to wait for the kernel to let processes die before giving up on reaping.
 REAP_LIMIT_S = 10.0
+# Trainer output waiting for a slow stdout reader; beyond this it is dropped from stdout (never
+# from console.log) and counted in exit.json's stdout_dropped_bytes.
+STDOUT_QUEUE_BYTES = 1 << 20
+# The launcher's own messages waiting for a slow stderr reader; beyond this they are dropped.
+STDERR_QUEUE_BYTES = 256 * 1024
+# At most one "N bytes of trainer output not shown" note on stderr per this many seconds.
+DROP_NOTE_INTERVAL_S = 5.0
+# At exit, how long the writer threads get to flush what is queued (exit never waits longer).
+STDOUT_FLUSH_S = 1.0
+STDERR_FLUSH_S = 0.5
 
 PR_SET_CHILD_SUBREAPER = 36
 _IN_CLOSE_WRITE = 0x8
@@ -111,10 +125,114 @@ _IN_MOVED_TO = 0x80
 _INOTIFY_HEADER = struct.Struct("iIII")
 
 
+# The writer threads' largest write: atomic on a pipe (all or nothing), see FdWriter.
+_WRITE_SLICE = select.PIPE_BUF
+
+
+class FdWriter:
+    """Writes chunks to an fd from a daemon thread, so the caller never blocks on a slow reader.
+
+    The launcher's stdout and stderr may be a pipe nobody drains (``| less`` left alone, a stuck
+    reader) or a terminal stopped with Ctrl-S: a write there can block for ever, and the event loop
+    must not. ``put`` only queues (or, past ``limit_bytes``, drops and counts); the thread does the
+    blocking writes. O_NONBLOCK is never set on the fd: its file description may be a terminal
+    shared with other processes. After a write error (EPIPE: the reader is gone) it stays off.
+
+    The thread writes at most PIPE_BUF bytes at a time: such a write to a pipe is atomic, so a
+    write blocked at exit has put nothing into the pipe and ``dropped_bytes`` is exact.
+    """
+
+    def __init__(self, fd: int, limit_bytes: int) -> None:
+        self.fd = fd
+        self.limit_bytes = limit_bytes
+        self.dropped_bytes = 0  # put() while over the limit, or still queued at close()
+        self.error: OSError | None = None
+        self._cond = threading.Condition()
+        self._chunks: deque[bytes] = deque()
+        self._queued = 0  # bytes in _chunks plus the unwritten rest of the chunk being written
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def put(self, data: bytes) -> None:
+        if not data:
+            return
+        with self._cond:
+            if self._closed or self.error is not None:
+                return
+            if self._queued + len(data) > self.limit_bytes:
+                self.dropped_bytes += len(data)
+                return
+            if self._thread is None:
+                thread = threading.Thread(target=self._run, name=f"fd{self.fd}-writer", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # cannot start a thread: give up on this fd
+                    self.error = OSError(f"cannot start the writer thread: {exc}")
+                    return
+                self._thread = thread
+            self._chunks.append(data)
+            self._queued += len(data)
+            self._cond.notify_all()
+
+    def queued(self) -> int:
+        with self._cond:
+            return self._queued
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to timeout_s for the queue to be written; True when it was (or the fd failed)."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            while self._queued and self.error is None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def close(self, timeout_s: float) -> None:
+        """Flush for at most timeout_s, then count whatever is still queued as dropped."""
+        self.flush(timeout_s)
+        with self._cond:
+            if not self._closed and self.error is None:
+                self.dropped_bytes += self._queued
+            self._closed = True
+            self._chunks.clear()
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        # Signals go to the main thread, whose event loop handles them (set_wakeup_fd).
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        while True:
+            with self._cond:
+                while not self._chunks and not self._closed:
+                    self._cond.wait()
+                if not self._chunks:
+                    return
+                view = memoryview(self._chunks.popleft())
+            try:
+                while view:
+                    written = os.write(self.fd, view[:_WRITE_SLICE])
+                    view = view[written:]
+                    with self._cond:
+                        self._queued -= written
+                        if not view:
+                            self._cond.notify_all()
+            except OSError as exc:
+                with self._cond:
+                    self.error = exc
+                    self._chunks.clear()
+                    self._queued = 0
+                    self._cond.notify_all()
+                return
+
+
+# The launcher's messages: never a blocking write from the event loop (stderr may be stalled too).
+_STDERR = FdWriter(2, STDERR_QUEUE_BYTES)
+
+
 def log(message: str) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"[soak-launcher] {message}\n")
-        sys.stderr.flush()
+    _STDERR.put(f"[soak-launcher] {message}\n".encode(errors="replace"))
 
 
 # ----------------------------------------------------------------------------- files
@@ -455,7 +573,11 @@ class Launcher:
         self.trainer_started_unix: float | None = None
         self.console: ConsoleLog | None = None
         self.pipe_fd: int | None = None
-        self.stdout_ok = True
+        # Trainer output to our stdout, never blocking the event loop (see FdWriter).
+        self.tee = FdWriter(1, STDOUT_QUEUE_BYTES)
+        self._dropped_noted = 0
+        self._drop_noted_at = -math.inf
+        self._tee_error_noted = False
 
         self.reason: str | None = None
         self.abort_exit_code: int | None = None
@@ -544,17 +666,31 @@ class Launcher:
             except OSError as exc:
                 log(f"console log write failed, log disabled: {exc}")
                 self.console = None
-        if self.stdout_ok:
-            try:
-                _write_all(1, data)
-            except OSError:
-                self.stdout_ok = False
+        self.tee.put(data)
+
+    def note_tee(self, *, final: bool = False) -> None:
+        """Say on stderr (at most every DROP_NOTE_INTERVAL_S) how much output stdout missed."""
+        if self.tee.error is not None and not self._tee_error_noted:
+            self._tee_error_noted = True
+            log(f"stdout write failed ({self.tee.error}); trainer output goes to {CONSOLE_LOG} only")
+        new = self.tee.dropped_bytes - self._dropped_noted
+        now = time.monotonic()
+        if new > 0 and (final or now - self._drop_noted_at >= DROP_NOTE_INTERVAL_S):
+            self._dropped_noted += new
+            self._drop_noted_at = now
+            log(f"{new} bytes of trainer output not shown (stdout reader too slow)")
+
+    def close_tee(self) -> None:
+        """Give the stdout writer a bounded time to flush; what it could not write is dropped."""
+        self.tee.close(STDOUT_FLUSH_S)
+        self.note_tee(final=True)
 
     def wait(self, timeout: float | None) -> list[int]:
         """One event-loop turn: wait for fds or the timeout, reap children, return signals seen."""
         for key, _mask in self.sel.select(None if timeout is None else max(0.0, timeout)):
             key.data()
         self.reap()
+        self.note_tee()
         pending, self._pending = self._pending, []
         return [s for s in pending if s != signal.SIGCHLD]
 
@@ -929,6 +1065,7 @@ class Launcher:
             "killed_with_trainer": _process_list(self.killed_with_trainer),
             "survivors_killed": _process_list(self.survivors_killed),
             "unreaped": self.unreaped,
+            "stdout_dropped_bytes": self.tee.dropped_bytes,
             "started_unix": self.trainer_started_unix,
             "ended_unix": time.time(),
         }
@@ -957,6 +1094,8 @@ class Launcher:
                 self.kill_everything(self.killed_with_trainer)
                 self.cleanup()
             code = EXIT_LAUNCHER_ERROR
+        with contextlib.suppress(Exception):
+            self.close_tee()
         self.write_exit(code)
         return code
 
@@ -998,6 +1137,14 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    finally:
+        # Our messages get a bounded time to reach stderr; a stalled stderr never holds up exit.
+        _STDERR.flush(STDERR_FLUSH_S)
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = _parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
@@ -461,3 +463,142 @@ def test_runs_under_python_3_9(launch: Callable[..., Run], tmp_path: Path) -> No
     assert info is not None and info.python_version.startswith("3.9.")
     assert record.reason == "deadline" and record.exit_code == 128 + signal.SIGKILL
     assert received(log) == ["SIGUSR1"] and record.killed_with_trainer
+
+
+# A trainer that floods its output (numbered lines, far more than a pipe holds), announces that it
+# is done writing, then lingers ignoring the soft-stop signal and TERM: only a KILL ends it.
+FLOOD_TRAINER = """
+import os, signal, sys, time
+ready, lines = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+out = sys.stdout.buffer
+for i in range(lines):
+    out.write(b"flood %07d " % i + b"y" * 48 + b"\\n")
+out.flush()
+with open(ready, "w") as fh:
+    fh.write(str(os.getpid()))
+time.sleep(600)
+"""
+
+FLOOD_LINES = 80_000  # 64 bytes a line: 5 MB, far over the pipe buffer and the tee's queue
+
+# The owner for the stalled-stdout test: starts the launcher with --owner-pid = itself and its own
+# stdout (the test's unread pipe), then just waits to be killed.
+OWNER_DRIVER = """
+import os, subprocess, sys, time
+launcher, run_dir, trainer = sys.argv[1], sys.argv[2], sys.argv[3:]
+subprocess.Popen([sys.executable, launcher, "--run-dir", run_dir, "--owner-pid", str(os.getpid()),
+                  "--", *trainer], start_new_session=True)
+time.sleep(600)
+"""
+
+DROP_NOTE = re.compile(
+    rb"\[soak-launcher\] (\d+) bytes of trainer output not shown \(stdout reader too slow\)"
+)
+
+
+def _flood_output() -> bytes:
+    return b"".join(b"flood %07d " % i + b"y" * 48 + b"\n" for i in range(FLOOD_LINES))
+
+
+@pytest.mark.parametrize(
+    ("trigger", "stderr_too"),
+    [("deadline", False), ("owner", False), ("control", False), ("owner", True)],
+    ids=["deadline", "owner", "control", "owner-stderr-too"],
+)
+def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
+    trigger: str, stderr_too: bool, tmp_path: Path
+) -> None:
+    """The launcher's stdout is a pipe nobody reads (a `| less` left alone, a stuck reader): the
+    tee to it must not block the loop, so deadline KILL, owner loss and control still act in time;
+    console.log keeps everything, stdout gets what fits and the rest is counted as dropped.
+    stderr_too: `2>&1 | less`, the launcher's own messages go to the same stalled pipe."""
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD_TRAINER)
+    ready = tmp_path / "flood.ready"
+    command = [sys.executable, str(script), str(ready), str(FLOOD_LINES)]
+    rd = RunDir(tmp_path / "run")
+    rd.reset()
+    stderr_path = tmp_path / "launcher.stderr"
+    read_end, write_end = os.pipe()  # the read end stays open and is never read until the end
+    procs: list[subprocess.Popen[bytes]] = []
+    launcher_pid: int | None = None
+    try:
+        with stderr_path.open("wb") as err:
+            if trigger == "owner":
+                driver_py = tmp_path / "owner.py"
+                driver_py.write_text(OWNER_DRIVER)
+                argv = [sys.executable, str(driver_py), str(launcher_path()), str(rd.path), *command]
+            else:
+                argv = [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", *command]
+            stderr: int | IO[bytes] = write_end if stderr_too else err
+            procs.append(subprocess.Popen(argv, stdout=write_end, stderr=stderr, start_new_session=True))
+        info = rd.wait_for_launcher(30, alive=lambda: procs[0].poll() is None)
+        launcher_pid = info.pid
+        deadline_in = 4.0 if trigger == "deadline" else 300.0
+        deadline = time.time() + deadline_in
+        rd.give_go(
+            deadline_unix=deadline,
+            checkpoint_margin_s=2.0,
+            term_grace_s=1.0,
+            heartbeat_timeout_s=300.0,
+            kill_grace_s=1.0,
+            console_log_bytes=64 << 20,  # no rotation: console.log must hold every byte
+        )
+        # The trainer writes everything only if the launcher keeps reading its pipe.
+        with contextlib.suppress(AssertionError):
+            wait_for(ready.exists, 15)
+        trainer = rd.trainer()
+        assert trainer is not None
+        acted_at = time.time()
+        if trigger == "owner":
+            procs[0].kill()
+            procs[0].wait(timeout=10)
+        elif trigger == "control":
+            rd.request("kill", "stalled stdout test")
+        else:
+            acted_at = deadline
+        record = rd.wait_exit(max(0.0, acted_at - time.time()) + 5.0)
+        assert record is not None, f"{trigger}: the launcher did not act with its stdout stalled"
+        assert record.ended_unix is not None and record.ended_unix - acted_at < 4.0
+        expected_reason = {"deadline": "deadline", "owner": "owner_lost", "control": "control"}
+        assert record.reason == expected_reason[trigger] and record.kill_sent
+        wait_for(lambda: gone(trainer.pid), 5)
+        if trigger != "owner":
+            assert procs[0].wait(timeout=5) == record.exit_code
+        # It exits too: flushing to the stalled pipe is bounded, and so is interpreter shutdown
+        # with a writer thread still blocked in write().
+        wait_for(lambda: gone(info.pid), 5)
+
+        output = _flood_output()
+        assert ready.exists(), "the trainer got to write all its output"
+        assert [p.name for p in rd.console_logs()] == ["console.log"]
+        assert rd.file(proto.CONSOLE_LOG).read_bytes() == output, "console.log keeps everything"
+        raw = json.loads(rd.file(proto.EXIT_FILE).read_text())
+        dropped = raw["stdout_dropped_bytes"]
+        assert os.get_blocking(write_end), "the launcher must not set O_NONBLOCK on its stdout"
+        if stderr_too:
+            assert 0 < dropped < len(output)
+            return
+        os.set_blocking(read_end, False)
+        shown = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(read_end, 1 << 16):
+                shown += chunk
+        assert shown and output.startswith(shown), "stdout got an in-order prefix, then nothing"
+        assert len(shown) + dropped == len(output), "every byte is shown or counted as dropped"
+        notes = [int(n) for n in DROP_NOTE.findall(stderr_path.read_bytes())]
+        assert notes and sum(notes) == dropped, "the drop notes on stderr add up to the count"
+    finally:
+        for proc in procs:
+            reap_tree(proc)
+        if launcher_pid is not None:
+            family = [launcher_pid]
+            with contextlib.suppress(psutil.NoSuchProcess):
+                family += [c.pid for c in psutil.Process(launcher_pid).children(True)]
+            for pid in family:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        os.close(read_end)
+        os.close(write_end)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar import launcher as proto
-from sidecar.launcher import ConsoleLog, DeadlineClock, GoRequest
+from sidecar.launcher import ConsoleLog, DeadlineClock, FdWriter, GoRequest
 
 
 class FakeClock:
@@ -182,3 +184,98 @@ def test_launcher_is_standard_library_only() -> None:
             modules.add(node.module.split(".")[0])
     assert modules - {"__future__"} <= set(sys.stdlib_module_names)
     assert not any(isinstance(node, ast.Match) for node in ast.walk(tree))
+
+
+def _drain(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    got = b""
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            got += chunk
+    except BlockingIOError:
+        pass
+    return got
+
+
+def test_fd_writer_never_blocks_on_an_unread_pipe_and_counts_what_it_drops() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        writer = FdWriter(write_end, 256 * 1024)
+        chunks = [bytes([65 + i % 26]) * 65536 for i in range(64)]  # 4 MiB, pipe holds 64 KiB
+        started = time.monotonic()
+        for chunk in chunks:
+            writer.put(chunk)
+        assert time.monotonic() - started < 1.0, "put() must only queue"
+        assert writer.dropped_bytes > 0 and writer.queued() <= 256 * 1024
+        started = time.monotonic()
+        writer.close(0.3)
+        assert time.monotonic() - started < 1.0, "close() is bounded"
+        writer.put(b"after close")
+        shown = _drain(read_end)
+        total = sum(len(c) for c in chunks)
+        assert len(shown) + writer.dropped_bytes == total, "exact: PIPE_BUF-sized atomic writes"
+        assert b"".join(chunks).startswith(shown)
+        assert os.get_blocking(write_end), "O_NONBLOCK is never set on the target fd"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_fd_writer_delivers_everything_in_order_to_a_reader() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        writer = FdWriter(write_end, 1 << 20)
+        sent = b""
+        got = b""
+        for i in range(2000):
+            line = f"line {i:05d}\n".encode()
+            writer.put(line)
+            sent += line
+            if i % 100 == 0:
+                assert writer.flush(5.0)
+                got += _drain(read_end)
+        writer.close(5.0)
+        got += _drain(read_end)
+        assert got == sent and writer.dropped_bytes == 0 and writer.error is None
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_fd_writer_stops_quietly_when_the_reader_is_gone() -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        writer = FdWriter(write_end, 1 << 20)
+        writer.put(b"x" * 100)
+        assert writer.flush(5.0)
+        assert isinstance(writer.error, BrokenPipeError)
+        writer.put(b"y" * 100)
+        writer.close(0.1)
+        assert writer.dropped_bytes == 0, "a closed stdout is not a slow reader"
+    finally:
+        os.close(write_end)
+
+
+def test_drop_notes_are_rate_limited_and_the_last_one_comes_at_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    notes: list[str] = []
+    monkeypatch.setattr(proto, "log", notes.append)
+    launcher = proto.Launcher(str(tmp_path), ["true"])
+    launcher.tee.dropped_bytes = 1000
+    launcher.note_tee()
+    launcher.tee.dropped_bytes = 1500
+    launcher.note_tee()  # within DROP_NOTE_INTERVAL_S of the first note: silent
+    assert notes == ["1000 bytes of trainer output not shown (stdout reader too slow)"]
+    launcher._drop_noted_at -= proto.DROP_NOTE_INTERVAL_S
+    launcher.note_tee()
+    launcher.tee.dropped_bytes = 1600
+    launcher.close_tee()  # the final note, whatever the interval
+    launcher.note_tee()
+    launcher.watch.close()
+    launcher.sel.close()
+    assert notes[1:] == [
+        "500 bytes of trainer output not shown (stdout reader too slow)",
+        "100 bytes of trainer output not shown (stdout reader too slow)",
+    ]

@@ -139,7 +139,8 @@ class FdWriter:
     shared with other processes. After a write error (EPIPE: the reader is gone) it stays off.
 
     The thread writes at most PIPE_BUF bytes at a time: such a write to a pipe is atomic, so a
-    write blocked at exit has put nothing into the pipe and ``dropped_bytes`` is exact.
+    write still blocked at close() has put nothing into the pipe and ``dropped_bytes`` is exact
+    (should the reader resume before the process exits, that one slice may still land).
     """
 
     def __init__(self, fd: int, limit_bytes: int) -> None:
@@ -212,6 +213,9 @@ class FdWriter:
                 view = memoryview(self._chunks.popleft())
             try:
                 while view:
+                    with self._cond:
+                        if self._closed:  # the rest was counted as dropped
+                            return
                     written = os.write(self.fd, view[:_WRITE_SLICE])
                     view = view[written:]
                     with self._cond:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import select
@@ -130,23 +131,32 @@ def test_run_id_cannot_escape_the_directory(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_os_errors_become_store_unavailable(tmp_path: Path) -> None:
+def test_a_misconfigured_store_is_a_usage_error(tmp_path: Path) -> None:
+    """Paths that cannot work (a file where the directory should be) will not heal on a retry."""
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     store = FileDeadlineStore(blocker / "deadlines")
-    with pytest.raises(StoreUnavailableError, match=str(blocker)):
+    with pytest.raises(ConfigError, match=str(blocker)):
         store.create(RUN_ID, b"x")
-    with (
-        pytest.raises(StoreUnavailableError, match="cannot create deadline store"),
-        store.lock(RUN_ID),
-    ):
+    with pytest.raises(ConfigError, match="cannot create deadline store"), store.lock(RUN_ID):
         pass
-    with pytest.raises(StoreUnavailableError, match="cannot read deadline record"):
+    with pytest.raises(ConfigError, match="cannot read deadline record"):
         store.load(RUN_ID)
     ok = FileDeadlineStore(tmp_path / "ok")
     ok.record_path(RUN_ID).mkdir(parents=True)
-    with pytest.raises(StoreUnavailableError, match="cannot read deadline record"):
+    with pytest.raises(ConfigError, match="cannot read deadline record"):
         ok.load(RUN_ID)
+
+
+def test_other_os_errors_are_transient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileDeadlineStore(tmp_path / "store")
+
+    def broken_disk(*_args: object, **_kwargs: object) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "open", broken_disk)
+    with pytest.raises(StoreUnavailableError, match="Input/output error"):
+        store.create(RUN_ID, b"x")
 
 
 RACER = textwrap.dedent(

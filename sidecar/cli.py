@@ -33,8 +33,20 @@ SOAK_MONITOR__SAMPLE_INTERVAL_S=2 (see README, "Configuration"). The exit code i
 (`soak-sidecar exit-codes`).
 """
 
+BUNDLED_SCENARIOS = Path(__file__).resolve().parent / "nvml_mock"
+
+
+def scenario_path(text: str) -> Path:
+    """A scenario file as given, else a bundled scenario by name (works from any directory)."""
+    given = Path(text)
+    if given.exists():
+        return given
+    bundled = BUNDLED_SCENARIOS / (text if text.endswith(".json") else f"{text}.json")
+    return bundled if bundled.is_file() else given
+
+
 # Flags of `run` and the setting each one overrides.
-RUN_FLAGS: dict[str, tuple[str, str, type, str]] = {
+RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
     "run_id": (
         "--run-id",
         "deadline.run_id",
@@ -118,7 +130,13 @@ RUN_FLAGS: dict[str, tuple[str, str, type, str]] = {
     ),
     "status": ("--status", "monitor.status_line", str, "live status: auto, tty, json, off"),
     "gpu_backend": ("--gpu-backend", "gpu.backend", str, "auto, nvml, mock, none"),
-    "gpu_scenario": ("--gpu-scenario", "gpu.mock_scenario", Path, "mock NVML scenario JSON"),
+    "gpu_scenario": (
+        "--gpu-scenario",
+        "gpu.mock_scenario",
+        scenario_path,
+        "mock NVML scenario: a JSON file, or a bundled one by name (two_gpus_growing, "
+        "old_driver_host_pids)",
+    ),
     "s3_bucket": ("--s3-bucket", "s3.bucket", str, "upload the artifact to this bucket"),
     "s3_endpoint": ("--s3-endpoint", "s3.endpoint_url", str, "S3-compatible endpoint URL"),
 }

@@ -110,3 +110,10 @@ def test_a_full_disk_under_the_samples_file_is_recorded_not_raised() -> None:
         samples.write_line('{"sample": "' + "x" * 200 + '"}')
     samples.close()
     assert samples.error is not None and "No space left on device" in samples.error
+
+
+def test_a_bundled_gpu_scenario_by_name_from_any_directory(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--gpu-backend", "mock", "--gpu-scenario", "two_gpus_growing")
+    assert done.returncode == 0, done.stderr
+    (artifact,) = artifacts(tmp_path)
+    assert len(artifact["resource_summary"]["gpu_devices"]) == 2

@@ -162,6 +162,7 @@ class ExitRecord:
     killed_with_trainer: tuple[KilledProcess, ...] = ()
     survivors_killed: tuple[KilledProcess, ...] = ()
     unreaped: tuple[int, ...] = ()
+    stdout_dropped_bytes: int = 0
     started_unix: float | None = None
     ended_unix: float | None = None
 
@@ -211,6 +212,7 @@ class ExitRecord:
             killed_with_trainer=processes("killed_with_trainer"),
             survivors_killed=processes("survivors_killed"),
             unreaped=tuple(int(pid) for pid in _get(raw, "unreaped", list, optional=True) or []),
+            stdout_dropped_bytes=_get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
             started_unix=_number(raw, "started_unix", optional=True),
             ended_unix=_number(raw, "ended_unix", optional=True),
         )

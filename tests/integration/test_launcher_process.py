@@ -577,6 +577,7 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
         assert rd.file(proto.CONSOLE_LOG).read_bytes() == output, "console.log keeps everything"
         raw = json.loads(rd.file(proto.EXIT_FILE).read_text())
         dropped = raw["stdout_dropped_bytes"]
+        assert ExitRecord.parse(raw).stdout_dropped_bytes == dropped
         assert os.get_blocking(write_end), "the launcher must not set O_NONBLOCK on its stdout"
         if stderr_too:
             assert 0 < dropped < len(output)

@@ -150,7 +150,6 @@ class _Monitor:
     exit_record: ExitRecord | None = None
     last_processes: list[ProcessInfo] = field(default_factory=list)
     gpu_fault: str | None = None
-    sidecar_killed: list[int] = field(default_factory=list)
 
 
 class TerminalStatus:
@@ -259,7 +258,6 @@ class Supervisor:
         self._trainer: TrainerInfo | None = None
         self._saved_handlers: dict[int, Any] | None = None
         self._terminal = self._terminal_status()
-        self.late_signals: list[str] = []
 
     # ------------------------------------------------------------------ entry point
 
@@ -580,7 +578,7 @@ class Supervisor:
                     # The launcher enforces the deadline itself; this is the second line.
                     stop_by = self._request_stop("kill", "total-job deadline expired")
                 if stop_by is not None and clock.monotonic() > stop_by:
-                    result.sidecar_killed = self._kill_remembered(result.last_processes)
+                    self._kill_remembered(result.last_processes)
                     break
                 time.sleep(min(0.1, max(0.005, min(next_sample, next_liveness) - clock.monotonic())))
         except (KeyboardInterrupt, Cancelled):
@@ -606,7 +604,7 @@ class Supervisor:
         end = time.monotonic() + timeout_s
         while not self._launcher_exited():
             if time.monotonic() > end:
-                result.sidecar_killed = self._kill_remembered(result.last_processes)
+                self._kill_remembered(result.last_processes)
                 return
             time.sleep(0.05)
 
@@ -617,7 +615,6 @@ class Supervisor:
 
         def note(signum: int, _frame: object) -> None:
             name = signal.Signals(signum).name
-            self.late_signals.append(name)
             print(f"soak-sidecar: {name} while concluding: writing the artifact first", file=sys.stderr)
 
         self._saved_handlers = {
@@ -635,22 +632,18 @@ class Supervisor:
             self.run_dir.request(action, reason)
         return self.ports.clock.monotonic() + self.settings.launcher.kill_grace_s + FALLBACK_SLACK_S
 
-    def _kill_remembered(self, processes: Sequence[ProcessInfo]) -> list[int]:
+    def _kill_remembered(self, processes: Sequence[ProcessInfo]) -> None:
         """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe,
         and the trainer's process group (it may have started after the last sample)."""
-        killed: list[int] = []
         trainer = self.run_dir.trainer()
         if trainer is not None and _same_process_alive(trainer.pid, trainer.start_ticks):
             with contextlib.suppress(OSError):
                 os.killpg(trainer.pgid, signal.SIGKILL)
-                killed.append(trainer.pid)
         for info in self.ports.sampler.still_alive(processes):
             with contextlib.suppress(psutil.Error, OSError):
                 psutil.Process(info.pid).kill()
-                killed.append(info.pid)
         if self._launcher_proc is not None and self._launcher_proc.poll() is None:
             self._launcher_proc.kill()
-        return killed
 
     def _take_sample(self, now_mono: float) -> Sample:
         assert self._launcher is not None and self._recorder is not None
@@ -746,7 +739,7 @@ class Supervisor:
         seen = {p.pid: p for p in monitor.last_processes}
         reported = residuals + [seen[pid] for pid in sorted(residual_pids - alive_pids) if pid in seen]
         # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
-        monitor.sidecar_killed.extend(self._kill_remembered(residuals))
+        self._kill_remembered(residuals)
         summary = self._evaluate_summary()
         recorder = self._recorder
         assert recorder is not None
@@ -1069,13 +1062,18 @@ def _exit_json(run_dir: RunDir) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
-def _same_process_alive(pid: int, start_ticks: int | None) -> bool:
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first); None when gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
+            return handle.read().rsplit(")", 1)[-1].split()
     except OSError:
-        return False
-    if fields and fields[0] == "Z":
+        return None
+
+
+def _same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    fields = _stat_fields(pid)
+    if not fields or fields[0] == "Z":
         return False
     return start_ticks is None or (len(fields) > 19 and int(fields[19]) == start_ticks)
 
@@ -1085,12 +1083,8 @@ _PF_EXITING = 0x4  # task flag: the process is inside exit()
 
 def _exiting(pid: int, start_ticks: int | None) -> bool:
     """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return True
-    if len(fields) <= 19 or fields[0] in ("Z", "X", "x"):
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) <= 19 or fields[0] in ("Z", "X", "x"):
         return True
     if start_ticks is not None and int(fields[19]) != start_ticks:
         return True

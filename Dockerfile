@@ -1,26 +1,36 @@
-# syntax=docker/dockerfile:1
 # soak-sidecar image: the sidecar CLI in a venv, the stdlib-only launcher (installed into the pod
 # by `soak-sidecar install-launcher`) and the mock NVML library for clusters without GPUs.
 #
 # The base is pinned by tag and digest (the digest of python:3.12-slim-bookworm as used in public
 # Dockerfiles; refresh both together, e.g. `docker buildx imagetools inspect python:3.12-slim-bookworm`).
-# Build and runtime share it, so the venv's interpreter path and glibc match.
+# Build and runtime share the interpreter, so the venv's interpreter path and glibc match.
+# Offline builds (the real-node e2e, tests/cluster/images.py): BUILD_IMAGE may be a base that already
+# has gcc, and wheels in docker/wheels/ are installed with --no-index, so no step needs a network.
+# No `# syntax=` line: BuildKit would fetch its frontend image for it.
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254
+ARG BUILD_IMAGE=${PYTHON_IMAGE}
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BUILD_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 # gcc only lives in this throwaway stage; the version comes with the pinned Debian release.
 # hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
+RUN if ! command -v gcc >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends gcc libc6-dev \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
-RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir . \
+COPY docker/wheels ./wheels
+RUN python3 -m venv /opt/venv \
+    && if ls wheels/*.whl >/dev/null 2>&1; then \
+        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links wheels soak-sidecar; \
+    else \
+        /opt/venv/bin/pip install --no-cache-dir .; \
+    fi \
     && /opt/venv/bin/python -m sidecar.nvml_mock.build /opt/soak/nvml-mock \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 

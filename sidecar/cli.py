@@ -15,7 +15,14 @@ from typing import Any, NoReturn
 from sidecar import __version__
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 from sidecar.core.publication import Publication
-from sidecar.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
+from sidecar.errors import (
+    AlreadySupervisedError,
+    ConfigError,
+    ForbiddenError,
+    RefusedError,
+    SoakError,
+    TransientError,
+)
 from sidecar.ports import ArtifactSink, DeadlineStore
 from sidecar.settings import Settings, load_settings
 from sidecar.supervisor import LockLoss, Ports
@@ -367,6 +374,35 @@ def _run_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if not args.pod:
+        return _run(args)
+    try:
+        return _run(args)
+    except AlreadySupervisedError:
+        raise  # the run dir's own sidecar is alive: its launcher is not ours to stop
+    except BaseException as exc:
+        # Whatever ends the sidecar before the go-ahead (bad settings, unusable dirs, the store down,
+        # a bug) must end the trainer container too, or the pod lingers until activeDeadlineSeconds.
+        _release_pod_launcher(exc)
+        raise
+
+
+def _release_pod_launcher(exc: BaseException) -> None:
+    from sidecar.adapters.rundir import release_waiting_launcher
+
+    if isinstance(exc, SoakError):
+        code = int(exc.exit_code)
+    elif isinstance(exc, KeyboardInterrupt):
+        code = int(ExitCode.CANCELLED)
+    else:
+        code = int(ExitCode.INTERNAL)
+    # The run dir as configured, read raw: the settings themselves may be what failed.
+    raw = os.environ.get("SOAK_LAUNCHER__RUN_DIR")
+    done = release_waiting_launcher(Path(raw) if raw else None, f"soak-sidecar exited early: {exc}", code)
+    print(f"soak-sidecar: {done}", file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
     from sidecar.core.identity import new_run_id, parse_run_id
     from sidecar.supervisor import Supervisor, cancellation_on_sigterm
 

@@ -287,18 +287,24 @@ class Supervisor:
                 self._terminal.close()
 
     def _prepare_dirs(self) -> None:
-        """Unusable directories are a usage error now, not a lost artifact after the run."""
-        for directory in (
-            self.settings.monitor.progress_dir,
-            self.settings.launcher.run_dir,
-            self.settings.artifact.output_dir,
-        ):
+        """Unusable directories are a usage error now, not a lost artifact after the run.
+
+        The sidecar writes the run dir and its output; the progress dir it only reads (in a pod it
+        is the trainer's volume, mounted read-only into the sidecar), and creates it only locally.
+        """
+        writable = [self.settings.launcher.run_dir, self.settings.artifact.output_dir]
+        progress = self.settings.monitor.progress_dir
+        if self.mode == "local":
+            writable.insert(0, progress)
+        for directory in writable:
             try:
                 directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise ConfigError(f"cannot use directory {directory}: {exc}") from exc
             if not os.access(directory, os.W_OK | os.X_OK):
                 raise ConfigError(f"directory {directory} is not writable")
+        if self.mode == "pod" and not (progress.is_dir() and os.access(progress, os.R_OK | os.X_OK)):
+            raise ConfigError(f"progress directory {progress} is missing or not readable")
 
     def _cancelled_before_monitoring(self) -> RunResult:
         decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)

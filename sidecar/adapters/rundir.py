@@ -11,6 +11,7 @@ import contextlib
 import fcntl
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -587,3 +588,46 @@ def spawn_local_launcher(
         )
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------- early exit (pod)
+
+
+def launcher_pids(run_dir: Path | None, proc_root: Path = Path("/proc")) -> list[int]:
+    """PIDs of launchers in this PID namespace (the pod's, with shareProcessNamespace): processes
+    whose command line runs the launcher file, with ``--run-dir run_dir`` when a run dir is given."""
+    name = launcher_path().name.encode()
+    found = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(arg.endswith(name) for arg in argv[:3]) or b"--run-dir" not in argv:
+            continue
+        given = argv[argv.index(b"--run-dir") + 1] if argv.index(b"--run-dir") + 1 < len(argv) else b""
+        if run_dir is None or os.path.realpath(given) == os.path.realpath(os.fsencode(run_dir)):
+            found.append(int(entry.name))
+    return found
+
+
+def release_waiting_launcher(run_dir: Path | None, reason: str, exit_code: int) -> str:
+    """A pod's sidecar is ending before the go-ahead: the launcher must not wait for a go that never
+    comes (the pod would linger with the trainer container up). abort.json when the run dir takes it,
+    SIGTERM to the launcher otherwise; nothing once go.json exists (heartbeat loss stops the trainer
+    then). Returns what was done, for the log."""
+    if run_dir is not None and (run_dir / proto.GO_FILE).exists():
+        return "the trainer was started: the launcher stops it when the heartbeat ends"
+    if run_dir is not None:
+        try:
+            RunDir(run_dir).abort(reason, min(max(exit_code, 1), 255))
+            return f"abort.json written to {run_dir}"
+        except (LauncherError, ConfigError):
+            pass  # an unusable run dir: signal the launcher instead
+    pids = launcher_pids(run_dir)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    return f"SIGTERM to launcher pid(s) {pids}" if pids else "no launcher found to stop"

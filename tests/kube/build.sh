@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Build (or reuse) kube-apiserver and etcd for the kube integration tests.
+# Build (or reuse) the Kubernetes binaries the tests run: etcd and kube-apiserver (the apiserver
+# integration tests), plus kube-controller-manager, kube-scheduler and kubelet (the real node of the e2e).
 #
-# envtest convention: the result is a directory holding `kube-apiserver` and `etcd`.
-#   - KUBEBUILDER_ASSETS set and holding both binaries: used as is, nothing is built.
-#   - otherwise ${SOAK_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/soak-sidecar}/kube-<version>/,
-#     reused when both binaries and the stamp of this go.mod/go.sum are there, built otherwise.
+# envtest convention for the control plane: KUBEBUILDER_ASSETS, when set, must hold kube-apiserver and
+# etcd and is used as is by the apiserver tests; `--node` always needs the cache (all five binaries).
+# Cache: ${SOAK_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/soak-sidecar}/kube-<version>/, reused when
+# every binary and the stamp of go.mod/go.sum/etcd are there, built otherwise.
+# Every binary is version-stamped (a build without -X ...version.* reports v0.0.0-master, and helm then
+# refuses a chart with a kubeVersion constraint).
 # The last line on stdout is the directory; progress goes to stderr. Exit 3: no Go toolchain.
+# Usage: build.sh [--node] [--print-dir]
 # Knobs: GO (toolchain binary), KUBE_BUILD_JOBS (parallelism, default 2: CI machines are small).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kube_version="1.35.4"
+control_plane=(etcd kube-apiserver)
+node=(kube-controller-manager kube-scheduler kubelet)
 
-if [[ "${1:-}" == "--print-dir" ]]; then
-    print_only=1
-else
-    print_only=0
-fi
+print_only=0
+want=("${control_plane[@]}")
+for arg in "$@"; do
+    case "$arg" in
+        --print-dir) print_only=1 ;;
+        --node) want=("${control_plane[@]}" "${node[@]}") ;;
+        *) echo "usage: build.sh [--node] [--print-dir]" >&2; exit 2 ;;
+    esac
+done
 
-if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+if [[ -n "${KUBEBUILDER_ASSETS:-}" && ${#want[@]} -eq 2 ]]; then
     if [[ -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
         echo "using KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS" >&2
         echo "$KUBEBUILDER_ASSETS"
@@ -31,9 +41,15 @@ fi
 cache_root="${SOAK_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/soak-sidecar}"
 dest="$cache_root/kube-$kube_version"
 # The stamp ties cached binaries to the exact pins, so editing go.mod forces a rebuild.
-stamp="$(cat "$here/go.mod" "$here/etcd/main.go" | sha256sum | cut -c1-16)"
+stamp="$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 
-if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" && "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+complete() {
+    [[ "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]] || return 1
+    local bin
+    for bin in "${want[@]}"; do [[ -x "$dest/$bin" ]] || return 1; done
+}
+
+if complete; then
     echo "reusing $dest" >&2
     echo "$dest"
     exit 0
@@ -53,25 +69,43 @@ if [[ -z "$go_bin" ]]; then
 fi
 
 jobs="${KUBE_BUILD_JOBS:-2}"
-export GOFLAGS="-mod=mod" GOTOOLCHAIN=local CGO_ENABLED=0 GOMAXPROCS="$jobs"
+export GOFLAGS="-mod=readonly" GOTOOLCHAIN=local CGO_ENABLED=0 GOMAXPROCS="$jobs"
 mkdir -p "$cache_root"
 # One build at a time per cache (parallel test sessions); whoever waited reuses the result.
 exec 9>"$cache_root/.build.lock"
 flock 9
-if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" && "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+if complete; then
     echo "reusing $dest (built meanwhile)" >&2
     echo "$dest"
     exit 0
 fi
 staging="$(mktemp -d "$cache_root/.build-XXXXXX")"
 trap 'rm -rf "$staging"' EXIT
+# Binaries of the same stamp already built (the control plane, before a --node build) are kept.
+if [[ "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]]; then
+    cp -a "$dest/." "$staging/"
+fi
+
+minor="${kube_version#*.}"
+minor="${minor%%.*}"
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=v$kube_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
 
 start=$(date +%s)
-echo "building kube-apiserver v$kube_version and etcd with $("$go_bin" version) (-p $jobs)" >&2
 cd "$here"
-"$go_bin" build -p "$jobs" -trimpath -ldflags="-s -w" -o "$staging/etcd" ./etcd
-"$go_bin" build -p "$jobs" -trimpath -ldflags="-s -w" -o "$staging/kube-apiserver" \
-    k8s.io/kubernetes/cmd/kube-apiserver
+for bin in "${want[@]}"; do
+    [[ -x "$staging/$bin" ]] && continue
+    t0=$(date +%s)
+    if [[ "$bin" == etcd ]]; then
+        "$go_bin" build -p "$jobs" -trimpath -ldflags="-s -w" -o "$staging/etcd" ./etcd
+    else
+        "$go_bin" build -p "$jobs" -trimpath -ldflags="$ldflags" -o "$staging/$bin" "k8s.io/kubernetes/cmd/$bin"
+    fi
+    echo "built $bin v$kube_version in $(($(date +%s) - t0)) s" >&2
+done
 echo "$stamp" >"$staging/.stamp"
 chmod 755 "$staging"  # mktemp made it private; the binaries are for every user
 

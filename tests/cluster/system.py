@@ -1,0 +1,135 @@
+"""Small host helpers shared by the cluster providers: logging, commands, cgroups, caches."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+KUBE_VERSION = "1.35.4"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def log(message: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("SOAK_KUBE_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soak-sidecar"
+    )
+    return Path(base)
+
+
+def run_logged(
+    argv: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 600,
+    stdin: Path | None = None,
+    check: bool = True,
+) -> str:
+    """Run ``argv``; its stdout, or a RuntimeError carrying the tail of both streams."""
+    with (stdin.open("rb") if stdin else open(os.devnull, "rb")) as source:
+        proc = subprocess.run(
+            list(argv),
+            stdin=source,
+            capture_output=True,
+            timeout=timeout,
+            env={**os.environ, **(env or {})},
+            check=False,
+        )
+    out = proc.stdout.decode(errors="replace")
+    if check and proc.returncode != 0:
+        err = proc.stderr.decode(errors="replace")
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}:\n{out[-2000:]}\n{err[-4000:]}")
+    return out
+
+
+def kube_binaries(*, node: bool) -> Path:
+    """tests/kube/build.sh: the cached (or freshly built) Kubernetes binaries."""
+    argv = ["bash", str(REPO_ROOT / "tests" / "kube" / "build.sh")] + (["--node"] if node else [])
+    env = {k: v for k, v in os.environ.items() if not (node and k == "KUBEBUILDER_ASSETS")}
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, env=env, timeout=5400, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tests/kube/build.sh {'--node' if node else ''} failed ({proc.returncode})")
+    return Path(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def kube_module_dir() -> Path:
+    """The Go module cache copy of k8s.io/kubernetes at the pinned version (for pause.c)."""
+    gomodcache = subprocess.run(
+        [os.environ.get("GO") or "go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    path = Path(gomodcache) / f"k8s.io/kubernetes@v{KUBE_VERSION}"
+    if not path.is_dir():
+        run_logged(
+            ["go", "mod", "download", f"k8s.io/kubernetes@v{KUBE_VERSION}"],
+            env={"GOFLAGS": "-mod=mod"},
+            timeout=900,
+        )
+    return path
+
+
+def cgroup_dirs(name: str) -> list[Path]:
+    """Every ``<controller>/<name>`` directory under /sys/fs/cgroup (v1 and the unified tree)."""
+    found = []
+    for controller in CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else []:
+        for candidate in (controller / name, controller / "unified" / name):
+            if candidate.is_dir():
+                found.append(candidate)
+    unified = CGROUP_ROOT / name
+    if unified.is_dir() and unified not in found:
+        found.append(unified)
+    return found
+
+
+def remove_cgroups(name: str) -> None:
+    """rmdir a cgroup subtree in every hierarchy, deepest first (only empty cgroups go)."""
+    for top in cgroup_dirs(name):
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda e: -e[0].count("/")):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass
+
+
+def wait_until(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> None:
+    """Poll ``probe`` until true; a TimeoutError naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(interval_s)
+
+
+def unmount_under(path: Path) -> None:
+    """Lazily unmount every mount at or below ``path``, deepest first."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return
+    prefix = str(path).rstrip("/")
+    targets = [line.split()[1].encode().decode("unicode_escape") for line in mounts if line.split()]
+    for target in sorted((t for t in targets if t == prefix or t.startswith(prefix + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+
+class HostFootprint:
+    """Paths outside the workspace that a component creates at fixed places: whatever of them did not
+    exist before is unmounted and removed on :meth:`clean`, so a teardown leaves nothing behind."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self._created = [path for path in paths if not path.exists()]
+
+    def clean(self) -> None:
+        for path in self._created:
+            unmount_under(path)
+            if path.is_symlink() or path.is_file():
+                path.unlink(missing_ok=True)
+            elif path.exists():
+                subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)

@@ -561,12 +561,14 @@ class Launcher:
         go_timeout_s: float = DEFAULT_GO_TIMEOUT_S,
         owner_pid: int | None = None,
         subreaper: bool = True,
+        termination_log: str | None = None,
     ) -> None:
         self.run_dir = os.path.abspath(run_dir)
         self.command = command
         self.go_timeout_s = go_timeout_s
         self.owner_pid = owner_pid
         self.subreaper = subreaper
+        self.termination_log = termination_log
         self.launch_id = uuid.uuid4().hex
         self.pid = os.getpid()
 
@@ -1077,6 +1079,8 @@ class Launcher:
             atomic_write_json(self.path(EXIT_FILE), record)
         except OSError as exc:
             log(f"cannot write {EXIT_FILE}: {exc}")
+        if self.termination_log is not None:
+            write_termination_log(self.termination_log, record)
 
     def run(self) -> int:
         code = EXIT_LAUNCHER_ERROR
@@ -1108,6 +1112,21 @@ def _process_list(found: Mapping[int, str]) -> list[dict[str, Any]]:
     return [{"pid": pid, "command": command} for pid, command in sorted(found.items())]
 
 
+TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's cap on a termination message
+
+
+def write_termination_log(path: str, record: dict[str, Any]) -> None:
+    """The exit record, condensed, as the trainer container's termination message: why the trainer
+    ended is then in the pod status even when the sidecar died first (heartbeat loss)."""
+    summary = {key: record.get(key) for key in ("reason", "exit_code", "returncode", "signal_name")}
+    text = "soak-launcher: " + json.dumps(summary, sort_keys=True)
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text[:TERMINATION_MESSAGE_BYTES])
+    except OSError as exc:
+        log(f"cannot write the termination log {path}: {exc}")
+
+
 def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="launcher.py",
@@ -1126,6 +1145,11 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=None,
         help="Local mode: kill the trainer as soon as the launcher's parent is no longer this PID.",
+    )
+    parser.add_argument(
+        "--termination-log",
+        default=None,
+        help="Write the exit reason there too (a pod's terminationMessagePath, /dev/termination-log).",
     )
     # Test-only: proves the orphan test can fail. Never use it in a real run.
     parser.add_argument("--no-subreaper", action="store_true", help=argparse.SUPPRESS)
@@ -1181,6 +1205,7 @@ def _main(argv: list[str] | None) -> int:
         go_timeout_s=args.go_timeout,
         owner_pid=args.owner_pid,
         subreaper=not args.no_subreaper,
+        termination_log=args.termination_log,
     )
     return launcher.run()
 

@@ -183,7 +183,19 @@ def _verdict_of(pod: Any, prefix: str, sidecar_container: str) -> tuple[Publicat
         pub = parse_termination_message(terminated.message)
         if pub is not None:
             return pub, "termination-message", ""
-    return None, None, _why_no_verdict(pod, sidecar, terminated)
+    why = _why_no_verdict(pod, sidecar, terminated)
+    launcher = _launcher_message(status)
+    return None, None, f"{why}; {launcher}" if launcher else why
+
+
+def _launcher_message(status: Any) -> str | None:
+    """The launcher's own termination message (why it stopped the trainer: heartbeat lost, ...)."""
+    for container in (status.container_statuses if status is not None else None) or []:
+        terminated = _terminated(container)
+        message = (terminated.message or "").strip() if terminated is not None else ""
+        if message.startswith("soak-launcher: "):
+            return message
+    return None
 
 
 def _terminated(container_status: Any) -> Any:

@@ -465,6 +465,9 @@ state = "{root / 'state'}"
         unmount_under(self.workdir)
         remove_cgroups("kubepods")
         self._network_down()
+        # Logs and the kubeconfig stay for a post-mortem; state (images, etcd) is gigabytes.
+        for state in ("containerd", "etcd", "kubelet", "pod-logs"):
+            shutil.rmtree(self.workdir / state, ignore_errors=True)
         if hasattr(self, "_footprint"):
             self._footprint.clean()
         for table, chains in KUBELET_CHAINS.items():

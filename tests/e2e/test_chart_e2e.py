@@ -1,0 +1,306 @@
+"""The chart on a real cluster, installed with ``helm install`` as a user would, one soak per test.
+
+Each scenario is checked through the API (Job conditions, pod and container status, annotations,
+Events, termination messages), through ``soak-sidecar verdict`` and through the S3 bucket the
+sidecar uploads to. The cluster comes from tests/e2e/conftest.py (``SOAK_E2E=node|kind``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from sidecar.core.exitcodes import ExitCode
+from tests.cluster.providers import NAMESPACE, E2ECluster, container, terminated
+from tests.cluster.system import wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.helm]
+
+PREFIX = "soak.sidecar.io/"
+SOAK_TIMEOUT_S = 240
+# Every early exit must end the pod this fast, never linger (issue: the pod hung until
+# activeDeadlineSeconds when the sidecar exited 64).
+EARLY_EXIT_BOUND_S = 60
+LONG_TRAINER = ["--steps", "400", "--step-s", "0.5"]
+
+
+@pytest.fixture
+def soak(e2e: E2ECluster) -> Iterator[Any]:
+    """install(release, values) -> (job, run_id); every release is uninstalled afterwards."""
+    releases: list[str] = []
+
+    def install(release: str, values: dict[str, Any]) -> tuple[str, str]:
+        run_id = str(uuid.uuid4())
+        merged = _merge(e2e.s3_values, {"runId": run_id, **values})
+        e2e.helm_install(release, merged)
+        releases.append(release)
+        return f"{release}-soak-sidecar", run_id
+
+    yield install
+    for release in releases:
+        e2e.helm_uninstall(release)
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def verdict(e2e: E2ECluster, job: str) -> tuple[int, dict[str, Any]]:
+    """``soak-sidecar verdict JOB -n NS -o json`` with KUBECONFIG set, as a user would run it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "verdict", job, "-n", NAMESPACE, "-o", "json"],
+        capture_output=True, text=True, timeout=120, check=False, env={**e2e.env},
+    )
+    assert result.stdout.strip(), result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return result.returncode, report
+
+
+def ours(pod: dict[str, Any]) -> dict[str, str]:
+    return {k.removeprefix(PREFIX): v for k, v in (pod["metadata"].get("annotations") or {}).items()
+            if k.startswith(PREFIX)}
+
+
+def sidecar_exit(pod: dict[str, Any]) -> int:
+    return int(terminated(pod, "soak-sidecar")["exitCode"])
+
+
+def failed_reason(job: dict[str, Any]) -> str:
+    (failed,) = [c for c in job["status"]["conditions"] if c["type"] == "Failed"]
+    return str(failed["reason"])
+
+
+def artifacts_of(e2e: E2ECluster, run_id: str) -> dict[str, dict[str, Any]]:
+    return {key: obj for key, obj in e2e.list_objects().items() if f"/{run_id}/" in key}
+
+
+def wait_running(e2e: E2ECluster, job: str) -> dict[str, Any]:
+    """The soak's pod once the trainer has started (the sidecar has logged a sample)."""
+    found: dict[str, Any] = {}
+
+    def sampling() -> bool:
+        pods = e2e.pods(job)
+        if not pods or pods[-1]["status"].get("phase") != "Running":
+            return False
+        found["pod"] = pods[-1]
+        return '"event": "sample"' in e2e.logs(pods[-1]["metadata"]["name"], "soak-sidecar")
+
+    wait_until(f"Job {job} sampling", sampling, SOAK_TIMEOUT_S, interval_s=1.0)
+    return found["pod"]
+
+
+def _stamp(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def pod_lifetime_s(pod: dict[str, Any]) -> float:
+    """From the pod's start to the last container's finish."""
+    finished = [_stamp(terminated(pod, name)["finishedAt"]) for name in ("trainer", "soak-sidecar")]
+    return max(finished) - _stamp(pod["status"]["startTime"])
+
+
+# ---------------------------------------------------------------- scenarios
+
+
+def test_passing_soak(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak("pass", {})
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    (pod,) = e2e.pods(job_name)
+    assert condition == "Complete", (condition, e2e.logs(pod["metadata"]["name"], "soak-sidecar")[-3000:])
+    assert job["status"]["succeeded"] == 1
+    assert sidecar_exit(pod) == ExitCode.PASSED
+    message = terminated(pod, "soak-sidecar").get("message", "")
+    assert '"passed"' in message or "passed" in message, message
+    published = ours(pod)
+    assert published["verdict"] == "passed" and published["exit-code"] == "0"
+    assert published["attempt"] == "1" and run_id in published["artifact"]
+    events = e2e.events(pod["metadata"]["name"])
+    assert any("passed" in (e.get("message") or "").lower() for e in events), events
+    # The artifact and its evidence are in S3, each with a SHA-256 checksum the store verified.
+    objects = artifacts_of(e2e, run_id)
+    (artifact_key,) = [k for k in objects if k.endswith("/artifact.json")]
+    assert published["artifact"].endswith(artifact_key)
+    artifact = objects[artifact_key]
+    assert artifact["sha256"] == published["artifact-sha256"]
+    assert artifact["json"]["status"] == "passed"
+    for key, obj in objects.items():
+        assert obj["checksum_sha256"], f"{key} has no stored checksum"
+        assert base64.b64decode(obj["checksum_sha256"]).hex() == obj["sha256"] or "-" in obj["checksum_sha256"]
+    assert any(k.endswith("samples.jsonl.gz") for k in objects), objects
+    code, report = verdict(e2e, job_name)
+    assert code == 0 and report["passed"] is True
+    assert [a["verdict"] for a in report["attempts"]] == ["passed"]
+
+
+def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak("crash", {"trainer": {"args": ["--steps", "20", "--step-s", "0.3", "--crash"]},
+                                      "job": {"backoffLimit": 2}})
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed"
+    assert failed_reason(job) == "PodFailurePolicy", job["status"]
+    (pod,) = e2e.pods(job_name)  # backoffLimit 2, yet no retry: the verdict is permanent
+    assert sidecar_exit(pod) == ExitCode.TRAINER_FAILED
+    assert ours(pod)["classification"]
+    code, report = verdict(e2e, job_name)
+    assert code != 0 and [a["exit_code"] for a in report["attempts"]] == [ExitCode.TRAINER_FAILED]
+    assert any(k.endswith("/artifact.json") for k in artifacts_of(e2e, run_id))
+
+
+def test_stall(e2e: E2ECluster, soak: Any) -> None:
+    job_name, _ = soak("stall", {"trainer": {"args": ["--steps", "50", "--step-s", "0.3", "--hang"]},
+                                 "monitor": {"staleProgressSeconds": 6}})
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy"
+    (pod,) = e2e.pods(job_name)
+    assert sidecar_exit(pod) == ExitCode.STALLED
+    assert ours(pod)["classification"] == "timeout/stale_tick"
+
+
+def test_deadline(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak(
+        "deadline",
+        {
+            "trainer": {"args": ["--steps", "400", "--step-s", "0.5", "--ignore-term"]},
+            "deadline": {"budgetSeconds": 30, "checkpointMarginSeconds": 10, "termGraceSeconds": 4},
+        },
+    )
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy"
+    (pod,) = e2e.pods(job_name)
+    assert sidecar_exit(pod) == ExitCode.DEADLINE_EXHAUSTED
+    assert ours(pod)["classification"] == "deadline_exhausted"
+    (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    # The trainer's whole tree is gone: nothing survived the kill at the deadline.
+    assert artifact["post_shutdown"]["residual_processes"] == [], artifact["post_shutdown"]
+    assert terminated(pod, "trainer")["exitCode"] != 0
+
+
+GPU_LOST_AT_S = 4
+
+
+def test_gpu_fault_retries_on_the_same_deadline(e2e: E2ECluster, soak: Any) -> None:
+    scenario = {
+        "driver_version": "550.54.15",
+        "time_unit": "seconds",
+        "devices": [
+            {
+                "uuid": "GPU-00000000-0000-4000-8000-0000000000e2",
+                "memory_used_mib": 2048,
+                "lost_at": GPU_LOST_AT_S,
+                "processes": [{"pid": "~sidecar.examples.trainer", "used_memory_mib": 1000}],
+            }
+        ],
+    }
+    job_name, run_id = soak(
+        "gpufault",
+        {"trainer": {"args": LONG_TRAINER}, "job": {"backoffLimit": 1}, "gpu": {"mock": {"scenario": scenario}}},
+    )
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed" and failed_reason(job) == "BackoffLimitExceeded", job["status"]
+    first, second = e2e.pods(job_name)
+    assert sidecar_exit(first) == sidecar_exit(second) == ExitCode.GPU_FAULT
+    assert ours(first)["classification"] == ours(second)["classification"] == "gpu_fault"
+    # The second pod resumed the same deadline record: attempt 2, the same deadline, never a fresh budget.
+    assert (ours(first)["attempt"], ours(second)["attempt"]) == ("1", "2")
+    assert ours(first)["deadline"] == ours(second)["deadline"]
+    artifacts = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert len(artifacts) == 2
+    assert len({json.dumps(a["deadline"]["deadline_unix"]) for a in artifacts}) == 1
+    code, report = verdict(e2e, job_name)
+    assert code != 0 and [a["attempt"] for a in report["attempts"]] == [1, 2]
+
+
+def test_sidecar_killed_stops_the_trainer(e2e: E2ECluster, soak: Any) -> None:
+    job_name, _ = soak(
+        "sidecarkill",
+        {
+            "trainer": {"args": LONG_TRAINER},
+            "job": {"backoffLimit": 0},
+            "sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S", "value": "5"}]},
+        },
+    )
+    pod = wait_running(e2e, job_name)
+    name = pod["metadata"]["name"]
+    e2e.kubectl(
+        "exec", name, "-n", NAMESPACE, "-c", "soak-sidecar", "--", "python3", "-c",
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    if open(f'/proc/{pid}/cmdline', 'rb').read().endswith(b'soak-sidecar\\0run\\0--pod\\0'):\n"
+        "        os.kill(int(pid), signal.SIGKILL)\n",
+    )
+    killed_at = time.time()
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed"
+    (pod,) = e2e.pods(job_name)
+    assert sidecar_exit(pod) == 128 + 9
+    trainer = terminated(pod, "trainer")
+    assert "heartbeat_lost" in trainer.get("message", ""), trainer
+    assert _stamp(trainer["finishedAt"]) - killed_at < 30, "the launcher stops the trainer on heartbeat loss"
+    _, report = verdict(e2e, job_name)
+    (attempt,) = report["attempts"]
+    assert attempt["verdict"] is None and "heartbeat_lost" in attempt["reason"], attempt
+
+
+def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: Any) -> None:
+    grace_s = 30
+    job_name, run_id = soak(
+        "deleted",
+        {"trainer": {"args": LONG_TRAINER}, "job": {"backoffLimit": 0},
+         "pod": {"terminationGracePeriodSeconds": grace_s}},
+    )
+    pod = wait_running(e2e, job_name)
+    name = pod["metadata"]["name"]
+    started = time.monotonic()
+    e2e.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=true", "--timeout=120s", timeout=180)
+    assert time.monotonic() - started < grace_s, "the sidecar finished within the grace period"
+    (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert artifact["failure_classification"] == "external_cancellation", artifact["failure_reason"]
+    assert artifact["exit_code"] == ExitCode.CANCELLED
+    # The trainer was told to stop before the pod went: SIGTERM reached its group through the launcher.
+    launcher_exit = artifact["post_shutdown"]["launcher_exit"] or {}
+    assert launcher_exit.get("soft_stop_sent") or launcher_exit.get("signals_forwarded"), launcher_exit
+    events = e2e.events(name)
+    assert any("cancel" in (e.get("message") or "").lower() for e in events), events
+
+
+EARLY_EXITS = {
+    # Bad settings: refused before anything runs (64).
+    "badsettings": ({"sidecar": {"extraEnv": [{"name": "SOAK_MONITOR__SAMPLE_INTERVAL_S", "value": "-1"}]}},
+                    ExitCode.USAGE),
+    # An unwritable run dir: the sidecar cannot even write abort.json, so it signals the launcher.
+    "unwritable": ({"sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__RUN_DIR", "value": "/soak/unwritable"}]}},
+                   ExitCode.USAGE),
+}
+
+
+@pytest.mark.parametrize("release", [*EARLY_EXITS, "storedown"])
+def test_early_sidecar_exit_ends_the_pod(e2e: E2ECluster, soak: Any, release: str) -> None:
+    if release == "storedown":
+        values, expected = {"s3": {"endpointUrl": e2e.closed_port_endpoint}}, ExitCode.TRANSIENT_INFRA
+    else:
+        values, expected = EARLY_EXITS[release]
+    job_name, _ = soak(release, {"trainer": {"args": LONG_TRAINER}, "job": {"backoffLimit": 0}, **values})
+    condition, _job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed"
+    (pod,) = e2e.pods(job_name)
+    assert pod["status"]["phase"] == "Failed"
+    assert sidecar_exit(pod) == expected, e2e.logs(pod["metadata"]["name"], "soak-sidecar")
+    trainer_log = e2e.logs(pod["metadata"]["name"], "trainer")
+    assert "step" not in trainer_log.lower() or "not starting" in trainer_log, trainer_log
+    assert terminated(pod, "trainer")["exitCode"] in (int(expected), 128 + 15), container(pod, "trainer")
+    assert pod_lifetime_s(pod) < EARLY_EXIT_BOUND_S, pod_lifetime_s(pod)

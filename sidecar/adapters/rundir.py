@@ -593,22 +593,20 @@ def spawn_local_launcher(
 # ----------------------------------------------------------------------------- early exit (pod)
 
 
-def launcher_pids(run_dir: Path | None, proc_root: Path = Path("/proc")) -> list[int]:
-    """PIDs of launchers in this PID namespace (the pod's, with shareProcessNamespace): processes
-    whose command line runs the launcher file, with ``--run-dir run_dir`` when a run dir is given."""
+def launcher_pids() -> list[int]:
+    """PIDs of launchers in this PID namespace: processes running the launcher file with
+    ``--run-dir``. In a pod (shareProcessNamespace) that is the pod's own launcher, whatever run dir
+    it was given."""
     name = launcher_path().name.encode()
     found = []
-    for entry in proc_root.iterdir():
+    for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not any(arg.endswith(name) for arg in argv[:3]) or b"--run-dir" not in argv:
-            continue
-        given = argv[argv.index(b"--run-dir") + 1] if argv.index(b"--run-dir") + 1 < len(argv) else b""
-        if run_dir is None or os.path.realpath(given) == os.path.realpath(os.fsencode(run_dir)):
+        if any(arg.endswith(name) for arg in argv[:3]) and b"--run-dir" in argv:
             found.append(int(entry.name))
     return found
 
@@ -626,7 +624,7 @@ def release_waiting_launcher(run_dir: Path | None, reason: str, exit_code: int) 
             return f"abort.json written to {run_dir}"
         except (LauncherError, ConfigError):
             pass  # an unusable run dir: signal the launcher instead
-    pids = launcher_pids(run_dir)
+    pids = launcher_pids()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)

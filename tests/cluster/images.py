@@ -60,7 +60,9 @@ def _atomic_output(final: Path) -> Path:
 # ---------------------------------------------------------------- single-layer image tarballs
 
 
-def single_layer_image(dest: Path, tag: str, files: dict[str, tuple[bytes, int]], entrypoint: list[str]) -> None:
+def single_layer_image(
+    dest: Path, tag: str, files: dict[str, tuple[bytes, int]], entrypoint: list[str]
+) -> None:
     """A ``docker save`` tarball of one layer holding ``files`` (path -> (content, mode))."""
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -182,18 +184,42 @@ def wheelhouse(dest: Path, source: Path) -> None:
         requirements = tmp / "requirements.txt"
         tmp.mkdir()
         deps = subprocess.run(
-            [sys.executable, "-c", "import tomllib,sys;print('\\n'.join(tomllib.load(open(sys.argv[1],'rb'))"
-             "['project']['dependencies']))", str(REPO_ROOT / "pyproject.toml")],
-            capture_output=True, text=True, check=True,
+            [
+                sys.executable,
+                "-c",
+                "import tomllib,sys;print('\\n'.join(tomllib.load(open(sys.argv[1],'rb'))"
+                "['project']['dependencies']))",
+                str(REPO_ROOT / "pyproject.toml"),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         requirements.write_text(deps, encoding="utf-8")
         run_logged(
             [
-                sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
-                "--python-version", BASE_PYTHON, "--implementation", "cp",
-                "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-                "--platform", "manylinux2014_x86_64", "--platform", "linux_x86_64",
-                "--dest", str(tmp), "-r", str(requirements),
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--only-binary=:all:",
+                "--python-version",
+                BASE_PYTHON,
+                "--implementation",
+                "cp",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "--platform",
+                "manylinux_2_17_x86_64",
+                "--platform",
+                "manylinux2014_x86_64",
+                "--platform",
+                "linux_x86_64",
+                "--dest",
+                str(tmp),
+                "-r",
+                str(requirements),
             ],
             timeout=900,
         )
@@ -280,7 +306,10 @@ def project_image() -> Path:
     with tempfile.TemporaryDirectory(prefix="soak-image-") as tmp:
         context = Path(tmp) / "context"
         key = build_context(context)
-        dest = images_dir() / f"soak-sidecar-{_digest(key.encode(), runtime.name.encode(), build.name.encode())}.tar"
+        dest = (
+            images_dir()
+            / f"soak-sidecar-{_digest(key.encode(), runtime.name.encode(), build.name.encode())}.tar"
+        )
         if dest.is_file():
             return dest
         wheelhouse(context / "docker" / "wheels", context)
@@ -291,8 +320,17 @@ def project_image() -> Path:
                 docker(env, "import", str(rootfs), tag, timeout=600)
             runtime_tag, build_tag = bases
             docker(
-                env, "build", "--network", "none", "--pull=false", "--tag", PROJECT_IMAGE,
-                "--build-arg", f"PYTHON_IMAGE={runtime_tag}", "--build-arg", f"BUILD_IMAGE={build_tag}",
+                env,
+                "build",
+                "--network",
+                "none",
+                "--pull=false",
+                "--tag",
+                PROJECT_IMAGE,
+                "--build-arg",
+                f"PYTHON_IMAGE={runtime_tag}",
+                "--build-arg",
+                f"BUILD_IMAGE={build_tag}",
                 str(context),
             )
             tmp_dest = _atomic_output(dest)

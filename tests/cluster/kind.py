@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tests.cluster.providers import NAMESPACE, S3_BUCKET, S3_SECRET, run
 from tests.cluster.system import REPO_ROOT, wait_until
+from tests.docs_commands import CHART_IMAGE
 
 if TYPE_CHECKING:
     from tests.cluster.providers import E2ECluster
@@ -31,20 +32,35 @@ S3_SECRET_KEY = "soak-e2e-secret-key-0123456789"
 def create_cluster(name: str, workdir: Path) -> Path:
     kubeconfig = workdir / "kubeconfig"
     run(
-        ["kind", "create", "cluster", "--name", name, "--config", str(KIND_CONFIG),
-         "--kubeconfig", str(kubeconfig), "--wait", "300s"],
+        [
+            "kind",
+            "create",
+            "cluster",
+            "--name",
+            name,
+            "--config",
+            str(KIND_CONFIG),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--wait",
+            "300s",
+        ],
         timeout=900,
     )
     return kubeconfig
 
 
 def delete_cluster(name: str, kubeconfig: Path) -> None:
-    run(["kind", "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)], timeout=600, check=False)
+    run(
+        ["kind", "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)],
+        timeout=600,
+        check=False,
+    )
 
 
 def build_and_load_image(name: str) -> None:
-    run(["docker", "build", "--tag", IMAGE, str(REPO_ROOT)], timeout=1800)
-    run(["kind", "load", "docker-image", IMAGE, "--name", name], timeout=900)
+    run(["docker", "build", "--tag", IMAGE, "--tag", CHART_IMAGE, str(REPO_ROOT)], timeout=1800)
+    run(["kind", "load", "docker-image", IMAGE, CHART_IMAGE, "--name", name], timeout=900)
 
 
 def seaweedfs_objects() -> list[dict[str, Any]]:
@@ -138,6 +154,7 @@ else:
     raise SystemExit("bucket not created")
 print("bucket ready")
 """
+
 
 def run_python_pod(cluster: E2ECluster, name: str, script: str, timeout_s: int = 300) -> str:
     """Run script with the soak-sidecar image (boto3 inside) and S3 credentials; its logs."""

@@ -89,24 +89,70 @@ def _openssl(*args: str) -> None:
 
 def _make_pki(pki: Path) -> None:
     pki.mkdir(parents=True)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-keyout", str(pki / "ca.key"),
-             "-out", str(pki / "ca.crt"), "-subj", "/CN=soak-e2e-ca")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-keyout",
+        str(pki / "ca.key"),
+        "-out",
+        str(pki / "ca.crt"),
+        "-subj",
+        "/CN=soak-e2e-ca",
+    )
     certs = {
-        "apiserver": ("/CN=kube-apiserver", f"subjectAltName=IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},"
-                      "IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-                      "DNS:localhost\nextendedKeyUsage=serverAuth\n"),
-        "kubelet": (f"/CN={NODE_NAME}", f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\n"
-                    "extendedKeyUsage=serverAuth\n"),
-        "apiserver-kubelet-client": ("/CN=kube-apiserver-kubelet-client/O=system:masters",
-                                     "extendedKeyUsage=clientAuth\n"),
+        "apiserver": (
+            "/CN=kube-apiserver",
+            f"subjectAltName=IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},"
+            "IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+            "DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        ),
+        "kubelet": (
+            f"/CN={NODE_NAME}",
+            f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth\n",
+        ),
+        "apiserver-kubelet-client": (
+            "/CN=kube-apiserver-kubelet-client/O=system:masters",
+            "extendedKeyUsage=clientAuth\n",
+        ),
     }
     for name, (subject, ext) in certs.items():
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(pki / f"{name}.key"),
-                 "-out", str(pki / f"{name}.csr"), "-subj", subject)
-        (pki / f"{name}.ext").write_text(ext + "keyUsage=digitalSignature,keyEncipherment\n", encoding="utf-8")
-        _openssl("x509", "-req", "-in", str(pki / f"{name}.csr"), "-CA", str(pki / "ca.crt"),
-                 "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "2",
-                 "-extfile", str(pki / f"{name}.ext"), "-out", str(pki / f"{name}.crt"))
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(pki / f"{name}.key"),
+            "-out",
+            str(pki / f"{name}.csr"),
+            "-subj",
+            subject,
+        )
+        (pki / f"{name}.ext").write_text(
+            ext + "keyUsage=digitalSignature,keyEncipherment\n", encoding="utf-8"
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            str(pki / f"{name}.csr"),
+            "-CA",
+            str(pki / "ca.crt"),
+            "-CAkey",
+            str(pki / "ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            str(pki / f"{name}.ext"),
+            "-out",
+            str(pki / f"{name}.crt"),
+        )
     _openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
@@ -119,7 +165,9 @@ def kubeconfig_doc(server: str, ca_file: Path, token: str, namespace: str | None
         {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "soak-e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+            "clusters": [
+                {"name": "soak-e2e", "cluster": {"server": server, "certificate-authority": str(ca_file)}}
+            ],
             "users": [{"name": "soak-e2e", "user": {"token": token}}],
             "contexts": [{"name": "soak-e2e", "context": context}],
             "current-context": "soak-e2e",
@@ -165,7 +213,9 @@ class RealNode:
         started = time.monotonic()
         self._footprint = HostFootprint(HOST_PATHS)
         self._chains_before = {
-            (table, chain) for table, chains in KUBELET_CHAINS.items() for chain in chains
+            (table, chain)
+            for table, chains in KUBELET_CHAINS.items()
+            for chain in chains
             if _chain_exists(table, chain)
         }
         bins = kube_binaries(node=True)
@@ -187,8 +237,12 @@ class RealNode:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with (self.logs() / f"{name}.log").open("ab") as out:
             self.procs[name] = subprocess.Popen(
-                argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, **(env or {})}, cwd=self.workdir,
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **(env or {})},
+                cwd=self.workdir,
             )
 
     def _check_alive(self) -> None:
@@ -212,8 +266,22 @@ class RealNode:
         # kube-proxy's one job here: the kubernetes Service to the apiserver on the node.
         _iptables("-t", "nat", "-N", NAT_CHAIN, check=False)
         _iptables("-t", "nat", "-F", NAT_CHAIN)
-        _iptables("-t", "nat", "-A", NAT_CHAIN, "-d", KUBERNETES_SERVICE_IP, "-p", "tcp", "--dport", "443",
-                  "-j", "DNAT", "--to-destination", f"{NODE_IP}:{API_PORT}")
+        _iptables(
+            "-t",
+            "nat",
+            "-A",
+            NAT_CHAIN,
+            "-d",
+            KUBERNETES_SERVICE_IP,
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"{NODE_IP}:{API_PORT}",
+        )
         for hook in ("PREROUTING", "OUTPUT"):
             if not _iptables("-t", "nat", "-C", hook, "-j", NAT_CHAIN, check=False):
                 _iptables("-t", "nat", "-I", hook, "-j", NAT_CHAIN)
@@ -256,14 +324,14 @@ class RealNode:
         config = root / "config.toml"
         config.write_text(
             f"""version = 2
-root = "{root / 'root'}"
-state = "{root / 'state'}"
+root = "{root / "root"}"
+state = "{root / "state"}"
 [grpc]
   address = "{self.containerd_socket}"
 [ttrpc]
-  address = "{root / 'containerd.sock.ttrpc'}"
+  address = "{root / "containerd.sock.ttrpc"}"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{root / 'opt'}"
+  path = "{root / "opt"}"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{images.PAUSE_IMAGE}"
   # The VM lacks CAP_SYS_RESOURCE: no negative oom_score_adj for sandboxes.
@@ -275,10 +343,10 @@ state = "{root / 'state'}"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        Root = "{root / 'runc'}"
+        Root = "{root / "runc"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
-    conf_dir = "{self.workdir / 'cni' / 'net.d'}"
+    conf_dir = "{self.workdir / "cni" / "net.d"}"
 """,
             encoding="utf-8",
         )
@@ -302,24 +370,36 @@ state = "{root / 'state'}"
             f'{self.kubelet_token},system:node:{NODE_NAME},kubelet,"system:masters"\n',
             encoding="utf-8",
         )
-        self.kubeconfig.write_text(kubeconfig_doc(self.api_url, pki / "ca.crt", self.admin_token), encoding="utf-8")
+        self.kubeconfig.write_text(
+            kubeconfig_doc(self.api_url, pki / "ca.crt", self.admin_token), encoding="utf-8"
+        )
         self._spawn(
             "etcd",
             [
-                str(bins / "etcd"), f"--data-dir={self.workdir / 'etcd'}",
-                "--listen-client-urls=http://127.0.0.1:12379", "--advertise-client-urls=http://127.0.0.1:12379",
-                "--listen-peer-urls=http://127.0.0.1:12380", "--initial-advertise-peer-urls=http://127.0.0.1:12380",
-                "--initial-cluster=default=http://127.0.0.1:12380", "--unsafe-no-fsync", "--log-level=warn",
+                str(bins / "etcd"),
+                f"--data-dir={self.workdir / 'etcd'}",
+                "--listen-client-urls=http://127.0.0.1:12379",
+                "--advertise-client-urls=http://127.0.0.1:12379",
+                "--listen-peer-urls=http://127.0.0.1:12380",
+                "--initial-advertise-peer-urls=http://127.0.0.1:12380",
+                "--initial-cluster=default=http://127.0.0.1:12380",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
             ],
         )
         self._spawn(
             "kube-apiserver",
             [
-                str(bins / "kube-apiserver"), "--etcd-servers=http://127.0.0.1:12379",
-                f"--bind-address={NODE_IP}", f"--advertise-address={NODE_IP}", f"--secure-port={API_PORT}",
+                str(bins / "kube-apiserver"),
+                "--etcd-servers=http://127.0.0.1:12379",
+                f"--bind-address={NODE_IP}",
+                f"--advertise-address={NODE_IP}",
+                f"--secure-port={API_PORT}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
-                f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-                f"--client-ca-file={pki / 'ca.crt'}", f"--token-auth-file={tokens}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={tokens}",
                 f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
                 f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
                 f"--kubelet-certificate-authority={pki / 'ca.crt'}",
@@ -329,7 +409,8 @@ state = "{root / 'state'}"
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
-                "--profiling=false", "--v=0",
+                "--profiling=false",
+                "--v=0",
             ],
         )
         ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
@@ -348,19 +429,31 @@ state = "{root / 'state'}"
         self._spawn(
             "kube-controller-manager",
             [
-                str(bins / "kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-                f"--root-ca-file={pki / 'ca.crt'}", f"--service-account-private-key-file={pki / 'sa.key'}",
-                "--use-service-account-credentials=false", "--leader-elect=false",
-                "--bind-address=127.0.0.1", "--secure-port=0", "--controllers=*,-csrsigning", "--v=0",
+                str(bins / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                "--use-service-account-credentials=false",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--controllers=*,-csrsigning",
+                "--v=0",
             ],
         )
         self._spawn(
             "kube-scheduler",
             [
-                str(bins / "kube-scheduler"), f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=0",
+                str(bins / "kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                "--secure-port=0",
+                "--v=0",
             ],
         )
 
@@ -368,7 +461,9 @@ state = "{root / 'state'}"
         kubelet_dir = self.workdir / "kubelet"
         kubelet_dir.mkdir(parents=True, exist_ok=True)
         kubeconfig = kubelet_dir / "kubeconfig"
-        kubeconfig.write_text(kubeconfig_doc(self.api_url, pki / "ca.crt", self.kubelet_token), encoding="utf-8")
+        kubeconfig.write_text(
+            kubeconfig_doc(self.api_url, pki / "ca.crt", self.kubelet_token), encoding="utf-8"
+        )
         resolv = kubelet_dir / "resolv.conf"
         resolv.write_text("nameserver 127.0.0.1\n", encoding="utf-8")
         config = kubelet_dir / "config.json"
@@ -400,8 +495,12 @@ state = "{root / 'state'}"
                     "resolvConf": str(resolv),
                     "podLogsDir": str(self.workdir / "pod-logs"),
                     "makeIPTablesUtilChains": False,
-                    "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                                     "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+                    "evictionHard": {
+                        "memory.available": "100Mi",
+                        "nodefs.available": "1%",
+                        "imagefs.available": "1%",
+                        "nodefs.inodesFree": "1%",
+                    },
                     "imageGCHighThresholdPercent": 100,
                     "imageGCLowThresholdPercent": 99,
                     "serializeImagePulls": False,
@@ -417,9 +516,14 @@ state = "{root / 'state'}"
         self._spawn(
             "kubelet",
             [
-                str(bins / "kubelet"), f"--config={config}", f"--kubeconfig={kubeconfig}",
-                f"--root-dir={kubelet_dir / 'root'}", f"--cert-dir={kubelet_dir / 'pki'}",
-                f"--hostname-override={NODE_NAME}", f"--node-ip={NODE_IP}", "--v=1",
+                str(bins / "kubelet"),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={kubelet_dir / 'root'}",
+                f"--cert-dir={kubelet_dir / 'pki'}",
+                f"--hostname-override={NODE_NAME}",
+                f"--node-ip={NODE_IP}",
+                "--v=1",
             ],
         )
         self._wait("node Ready and untainted", self._node_ready)
@@ -433,14 +537,21 @@ state = "{root / 'state'}"
         if proc.returncode != 0:
             return False
         node = json.loads(proc.stdout)
-        ready = any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", []))
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])
+        )
         return ready and not node["spec"].get("taints")
 
-    def kubectl(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
         kubectl = self.kubectl_bin
         proc = subprocess.run(
             [str(kubectl), "--kubeconfig", str(self.kubeconfig), *args],
-            capture_output=True, text=True, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
         if check and proc.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
@@ -452,8 +563,17 @@ state = "{root / 'state'}"
         """Stop and remove everything (best effort on every step, so one failure hides nothing)."""
         with contextlib.suppress(Exception):
             if "kubelet" in self.procs and self.procs["kubelet"].poll() is None:
-                self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
-                             "--wait=false", check=False, timeout=60)
+                self.kubectl(
+                    "delete",
+                    "pods",
+                    "--all",
+                    "--all-namespaces",
+                    "--grace-period=0",
+                    "--force",
+                    "--wait=false",
+                    check=False,
+                    timeout=60,
+                )
         self._stop("kubelet")
         self._remove_containers()
         for name in ("kube-scheduler", "kube-controller-manager"):
@@ -472,7 +592,9 @@ state = "{root / 'state'}"
             self._footprint.clean()
         for table, chains in KUBELET_CHAINS.items():
             for chain in chains:
-                if (table, chain) not in getattr(self, "_chains_before", set()) and _chain_exists(table, chain):
+                if (table, chain) not in getattr(self, "_chains_before", set()) and _chain_exists(
+                    table, chain
+                ):
                     _iptables("-t", table, "-F", chain, check=False)
                     _iptables("-t", table, "-X", chain, check=False)
 
@@ -495,7 +617,9 @@ state = "{root / 'state'}"
         for task in (self.ctr("tasks", "list", "--quiet", check=False) or "").split():
             self.ctr("tasks", "kill", "--signal", "SIGKILL", task, check=False)
         deadline = time.monotonic() + 20
-        while (self.ctr("tasks", "list", "--quiet", check=False) or "").split() and time.monotonic() < deadline:
+        while (
+            self.ctr("tasks", "list", "--quiet", check=False) or ""
+        ).split() and time.monotonic() < deadline:
             time.sleep(0.5)
         for task in (self.ctr("tasks", "list", "--quiet", check=False) or "").split():
             self.ctr("tasks", "delete", "--force", task, check=False)

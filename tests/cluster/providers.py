@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
+from tests.cluster.images import PROJECT_IMAGE
 from tests.cluster.system import REPO_ROOT, log, wait_until
+from tests.docs_commands import CHART_IMAGE
 
 NAMESPACE = "soak-e2e"
 S3_SECRET = "soak-s3"  # helm/soak-sidecar/ci/kind-values.yaml: s3.credentials.existingSecret
@@ -60,15 +62,26 @@ def selected_provider() -> str | None:
 
 
 def run(
-    argv: list[str], *, timeout: float = 600, stdin: str | None = None, check: bool = True,
+    argv: list[str],
+    *,
+    timeout: float = 600,
+    stdin: str | None = None,
+    check: bool = True,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False,
+        argv,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
         env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -91,10 +104,15 @@ class E2ECluster:
             "PATH": f"{self.tools}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         }
 
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return run([str(self.tools / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-                   stdin=stdin, check=check, timeout=timeout)
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        return run(
+            [str(self.tools / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            stdin=stdin,
+            check=check,
+            timeout=timeout,
+        )
 
     def get_json(self, *args: str) -> dict[str, Any]:
         found: dict[str, Any] = json.loads(self.kubectl("get", *args, "-o", "json").stdout)
@@ -106,22 +124,52 @@ class E2ECluster:
     def helm_install(self, release: str, values: dict[str, Any]) -> None:
         overrides = self.workdir / f"{release}-{uuid.uuid4().hex[:6]}.json"
         overrides.write_text(json.dumps(values), encoding="utf-8")
-        run([str(self.tools / "helm"), "install", release, str(CHART_DIR), "--kubeconfig", str(self.kubeconfig),
-             "--namespace", NAMESPACE, "--values", str(VALUES_FILE), "--values", str(overrides)])
+        run(
+            [
+                str(self.tools / "helm"),
+                "install",
+                release,
+                str(CHART_DIR),
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--namespace",
+                NAMESPACE,
+                "--values",
+                str(VALUES_FILE),
+                "--values",
+                str(overrides),
+            ]
+        )
 
-    def helm_uninstall(self, release: str) -> None:
-        run([str(self.tools / "helm"), "uninstall", release, "--kubeconfig", str(self.kubeconfig),
-             "--namespace", NAMESPACE, "--wait", "--timeout", "120s"], check=False, timeout=180)
+    def helm_uninstall(self, release: str, namespace: str = NAMESPACE) -> None:
+        run(
+            [
+                str(self.tools / "helm"),
+                "uninstall",
+                release,
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--namespace",
+                namespace,
+                "--wait",
+                "--timeout",
+                "120s",
+            ],
+            check=False,
+            timeout=180,
+        )
 
-    def job(self, name: str) -> dict[str, Any]:
-        return self.get_json("job", name, "-n", NAMESPACE)
+    def job(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        return self.get_json("job", name, "-n", namespace)
 
-    def wait_job_finished(self, name: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
+    def wait_job_finished(
+        self, name: str, timeout_s: float, namespace: str = NAMESPACE
+    ) -> tuple[str, dict[str, Any]]:
         """Wait for Complete or Failed, whichever comes: a broken soak fails fast, not at a timeout."""
         outcome: dict[str, Any] = {}
 
         def finished() -> bool:
-            job = self.job(name)
+            job = self.job(name, namespace)
             for condition in job.get("status", {}).get("conditions") or []:
                 if condition["type"] in ("Complete", "Failed") and condition["status"] == "True":
                     outcome.update(condition=condition["type"], job=job)
@@ -168,16 +216,31 @@ def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
     node = RealNode(workdir=workdir / "node", kubectl_bin=tools / "kubectl")
     try:
         node.up()
+        # The chart's default image reference (its appVersion) names the same image.
+        node.ctr(
+            "images",
+            "tag",
+            "--force",
+            f"docker.io/library/{PROJECT_IMAGE}",
+            f"docker.io/library/{CHART_IMAGE}",
+        )
         with run_seaweedfs(workdir / "s3", bucket=S3_BUCKET, ip=NODE_IP) as server:
-            env = {"S3_ENDPOINT": server.endpoint, "S3_BUCKET": S3_BUCKET,
-                   "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+            env = {
+                "S3_ENDPOINT": server.endpoint,
+                "S3_BUCKET": S3_BUCKET,
+                "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            }
 
             def list_objects() -> dict[str, dict[str, Any]]:
                 out = run([sys.executable, "-c", LIST_OBJECTS], env=env, timeout=120).stdout
                 return _objects_line(out)
 
             cluster = E2ECluster(
-                provider="node", kubeconfig=node.kubeconfig, tools=tools, workdir=workdir,
+                provider="node",
+                kubeconfig=node.kubeconfig,
+                tools=tools,
+                workdir=workdir,
                 s3_endpoint=server.endpoint,
                 s3_values={"s3": {"endpointUrl": server.endpoint, "region": REGION}},
                 list_objects=list_objects,
@@ -235,13 +298,20 @@ def kind_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
     kubeconfig = kind.create_cluster(name, workdir)
     try:
         cluster = E2ECluster(
-            provider="kind", kubeconfig=kubeconfig, tools=tools, workdir=workdir,
-            s3_endpoint=kind.S3_ENDPOINT, s3_values={}, list_objects=lambda: {},
+            provider="kind",
+            kubeconfig=kubeconfig,
+            tools=tools,
+            workdir=workdir,
+            s3_endpoint=kind.S3_ENDPOINT,
+            s3_values={},
+            list_objects=lambda: {},
             closed_port_endpoint=f"http://{kind.S3_SERVICE}:1",
         )
         kind.build_and_load_image(name)
         kind.install_seaweedfs(cluster)
-        cluster.list_objects = lambda: _objects_line(kind.run_python_pod(cluster, "list-objects", LIST_OBJECTS))
+        cluster.list_objects = lambda: _objects_line(
+            kind.run_python_pod(cluster, "list-objects", LIST_OBJECTS)
+        )
         yield cluster
     finally:
         if os.environ.get("SOAK_E2E_KEEP") != "1":

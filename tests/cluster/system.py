@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -34,7 +35,7 @@ def run_logged(
     check: bool = True,
 ) -> str:
     """Run ``argv``; its stdout, or a RuntimeError carrying the tail of both streams."""
-    with (stdin.open("rb") if stdin else open(os.devnull, "rb")) as source:
+    with stdin.open("rb") if stdin else open(os.devnull, "rb") as source:
         proc = subprocess.run(
             list(argv),
             stdin=source,
@@ -92,10 +93,8 @@ def remove_cgroups(name: str) -> None:
     """rmdir a cgroup subtree in every hierarchy, deepest first (only empty cgroups go)."""
     for top in cgroup_dirs(name):
         for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda e: -e[0].count("/")):
-            try:
+            with contextlib.suppress(OSError):  # not empty: a process still holds it
                 os.rmdir(dirpath)
-            except OSError:
-                pass
 
 
 def wait_until(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> None:
@@ -115,7 +114,9 @@ def unmount_under(path: Path) -> None:
         return
     prefix = str(path).rstrip("/")
     targets = [line.split()[1].encode().decode("unicode_escape") for line in mounts if line.split()]
-    for target in sorted((t for t in targets if t == prefix or t.startswith(prefix + "/")), key=len, reverse=True):
+    for target in sorted(
+        (t for t in targets if t == prefix or t.startswith(prefix + "/")), key=len, reverse=True
+    ):
         subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 

@@ -1,6 +1,6 @@
 """The e2e cluster: ``SOAK_E2E=node`` (a real single node built here; what CI runs, as root) or
 ``SOAK_E2E=kind`` (Docker and kind). Unset, the e2e tests skip; set, a cluster that cannot start is
-an error, never a skip."""
+an error, never a skip. One cluster serves the e2e package and is gone before the other tests run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.cluster.providers import E2ECluster, e2e_cluster, selected_provider
 from tests.fixtures.helm import layer_tools_dir
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
     provider = selected_provider()
     if provider is None:

@@ -64,7 +64,11 @@ def verdict(e2e: E2ECluster, job: str) -> tuple[int, dict[str, Any]]:
     """``soak-sidecar verdict JOB -n NS -o json`` with KUBECONFIG set, as a user would run it."""
     result = subprocess.run(
         [sys.executable, "-m", "sidecar.cli", "verdict", job, "-n", NAMESPACE, "-o", "json"],
-        capture_output=True, text=True, timeout=120, check=False, env={**e2e.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**e2e.env},
     )
     assert result.stdout.strip(), result.stderr
     report: dict[str, Any] = json.loads(result.stdout)
@@ -72,8 +76,11 @@ def verdict(e2e: E2ECluster, job: str) -> tuple[int, dict[str, Any]]:
 
 
 def ours(pod: dict[str, Any]) -> dict[str, str]:
-    return {k.removeprefix(PREFIX): v for k, v in (pod["metadata"].get("annotations") or {}).items()
-            if k.startswith(PREFIX)}
+    return {
+        k.removeprefix(PREFIX): v
+        for k, v in (pod["metadata"].get("annotations") or {}).items()
+        if k.startswith(PREFIX)
+    }
 
 
 def sidecar_exit(pod: dict[str, Any]) -> int:
@@ -101,7 +108,8 @@ def wait_running(e2e: E2ECluster, job: str) -> dict[str, Any]:
         return '"event": "sample"' in e2e.logs(pods[-1]["metadata"]["name"], "soak-sidecar")
 
     wait_until(f"Job {job} sampling", sampling, SOAK_TIMEOUT_S, interval_s=1.0)
-    return found["pod"]
+    pod: dict[str, Any] = found["pod"]
+    return pod
 
 
 def _stamp(value: str) -> float:
@@ -140,7 +148,9 @@ def test_passing_soak(e2e: E2ECluster, soak: Any) -> None:
     assert artifact["json"]["status"] == "passed"
     for key, obj in objects.items():
         assert obj["checksum_sha256"], f"{key} has no stored checksum"
-        assert base64.b64decode(obj["checksum_sha256"]).hex() == obj["sha256"] or "-" in obj["checksum_sha256"]
+        assert (
+            base64.b64decode(obj["checksum_sha256"]).hex() == obj["sha256"] or "-" in obj["checksum_sha256"]
+        )
     assert any(k.endswith("samples.jsonl.gz") for k in objects), objects
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True
@@ -148,8 +158,10 @@ def test_passing_soak(e2e: E2ECluster, soak: Any) -> None:
 
 
 def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
-    job_name, run_id = soak("crash", {"trainer": {"args": ["--steps", "20", "--step-s", "0.3", "--crash"]},
-                                      "job": {"backoffLimit": 2}})
+    job_name, run_id = soak(
+        "crash",
+        {"trainer": {"args": ["--steps", "20", "--step-s", "0.3", "--crash"]}, "job": {"backoffLimit": 2}},
+    )
     condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Failed"
     assert failed_reason(job) == "PodFailurePolicy", job["status"]
@@ -162,8 +174,13 @@ def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
 
 
 def test_stall(e2e: E2ECluster, soak: Any) -> None:
-    job_name, _ = soak("stall", {"trainer": {"args": ["--steps", "50", "--step-s", "0.3", "--hang"]},
-                                 "monitor": {"staleProgressSeconds": 6}})
+    job_name, _ = soak(
+        "stall",
+        {
+            "trainer": {"args": ["--steps", "50", "--step-s", "0.3", "--hang"]},
+            "monitor": {"staleProgressSeconds": 6},
+        },
+    )
     condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy"
     (pod,) = e2e.pods(job_name)
@@ -172,11 +189,13 @@ def test_stall(e2e: E2ECluster, soak: Any) -> None:
 
 
 def test_deadline(e2e: E2ECluster, soak: Any) -> None:
+    # A trainer that ignores the soft stop and SIGTERM: only the KILL at the deadline ends it.
     job_name, run_id = soak(
         "deadline",
         {
-            "trainer": {"args": ["--steps", "400", "--step-s", "0.5", "--ignore-term"]},
+            "trainer": {"args": ["--steps", "2", "--step-s", "0.2", "--hang", "--ignore-term"]},
             "deadline": {"budgetSeconds": 30, "checkpointMarginSeconds": 10, "termGraceSeconds": 4},
+            "monitor": {"staleProgressSeconds": 600},
         },
     )
     condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
@@ -184,10 +203,12 @@ def test_deadline(e2e: E2ECluster, soak: Any) -> None:
     (pod,) = e2e.pods(job_name)
     assert sidecar_exit(pod) == ExitCode.DEADLINE_EXHAUSTED
     assert ours(pod)["classification"] == "deadline_exhausted"
+    assert terminated(pod, "trainer")["exitCode"] == 128 + 9
     (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    launcher_exit = artifact["post_shutdown"]["launcher_exit"]
+    assert launcher_exit["soft_stop_sent"] and launcher_exit["term_sent"] and launcher_exit["kill_sent"]
     # The trainer's whole tree is gone: nothing survived the kill at the deadline.
     assert artifact["post_shutdown"]["residual_processes"] == [], artifact["post_shutdown"]
-    assert terminated(pod, "trainer")["exitCode"] != 0
 
 
 GPU_LOST_AT_S = 4
@@ -208,7 +229,11 @@ def test_gpu_fault_retries_on_the_same_deadline(e2e: E2ECluster, soak: Any) -> N
     }
     job_name, run_id = soak(
         "gpufault",
-        {"trainer": {"args": LONG_TRAINER}, "job": {"backoffLimit": 1}, "gpu": {"mock": {"scenario": scenario}}},
+        {
+            "trainer": {"args": LONG_TRAINER},
+            "job": {"backoffLimit": 1},
+            "gpu": {"mock": {"scenario": scenario}},
+        },
     )
     condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Failed" and failed_reason(job) == "BackoffLimitExceeded", job["status"]
@@ -237,14 +262,22 @@ def test_sidecar_killed_stops_the_trainer(e2e: E2ECluster, soak: Any) -> None:
     pod = wait_running(e2e, job_name)
     name = pod["metadata"]["name"]
     e2e.kubectl(
-        "exec", name, "-n", NAMESPACE, "-c", "soak-sidecar", "--", "python3", "-c",
+        "exec",
+        name,
+        "-n",
+        NAMESPACE,
+        "-c",
+        "soak-sidecar",
+        "--",
+        "python3",
+        "-c",
         "import os, signal\n"
         "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
         "    if open(f'/proc/{pid}/cmdline', 'rb').read().endswith(b'soak-sidecar\\0run\\0--pod\\0'):\n"
         "        os.kill(int(pid), signal.SIGKILL)\n",
     )
     killed_at = time.time()
-    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    condition, _job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Failed"
     (pod,) = e2e.pods(job_name)
     assert sidecar_exit(pod) == 128 + 9
@@ -260,8 +293,11 @@ def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: A
     grace_s = 30
     job_name, run_id = soak(
         "deleted",
-        {"trainer": {"args": LONG_TRAINER}, "job": {"backoffLimit": 0},
-         "pod": {"terminationGracePeriodSeconds": grace_s}},
+        {
+            "trainer": {"args": LONG_TRAINER},
+            "job": {"backoffLimit": 0},
+            "pod": {"terminationGracePeriodSeconds": grace_s},
+        },
     )
     pod = wait_running(e2e, job_name)
     name = pod["metadata"]["name"]
@@ -278,18 +314,23 @@ def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: A
     assert any("cancel" in (e.get("message") or "").lower() for e in events), events
 
 
-EARLY_EXITS = {
+EARLY_EXITS: dict[str, tuple[dict[str, Any], ExitCode]] = {
     # Bad settings: refused before anything runs (64).
-    "badsettings": ({"sidecar": {"extraEnv": [{"name": "SOAK_MONITOR__SAMPLE_INTERVAL_S", "value": "-1"}]}},
-                    ExitCode.USAGE),
+    "badsettings": (
+        {"sidecar": {"extraEnv": [{"name": "SOAK_MONITOR__SAMPLE_INTERVAL_S", "value": "-1"}]}},
+        ExitCode.USAGE,
+    ),
     # An unwritable run dir: the sidecar cannot even write abort.json, so it signals the launcher.
-    "unwritable": ({"sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__RUN_DIR", "value": "/soak/unwritable"}]}},
-                   ExitCode.USAGE),
+    "unwritable": (
+        {"sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__RUN_DIR", "value": "/soak/unwritable"}]}},
+        ExitCode.USAGE,
+    ),
 }
 
 
 @pytest.mark.parametrize("release", [*EARLY_EXITS, "storedown"])
 def test_early_sidecar_exit_ends_the_pod(e2e: E2ECluster, soak: Any, release: str) -> None:
+    values: dict[str, Any]
     if release == "storedown":
         values, expected = {"s3": {"endpointUrl": e2e.closed_port_endpoint}}, ExitCode.TRANSIENT_INFRA
     else:

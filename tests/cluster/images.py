@@ -38,6 +38,9 @@ BASE_PYTHON = "3.11"
 RUNTIME_PACKAGES = ("python3",)
 BUILD_PACKAGES = ("python3", "python3-venv", "gcc", "libc6-dev")
 DOCKER_CGROUP_PARENT = "soak-e2e-docker"
+DOCKER_EXEC_ROOT = Path("/run/soak-e2e-docker")
+# dockerd and its managed containerd also write these fixed places.
+DOCKER_PATHS = (DOCKER_EXEC_ROOT, Path("/run/docker"), Path("/run/containerd"))
 
 
 def images_dir() -> Path:
@@ -252,10 +255,9 @@ def build_context(dest: Path) -> str:
 def private_dockerd(workdir: Path) -> Iterator[dict[str, str]]:
     """dockerd with its own data root (under ``workdir``), exec root, socket, no bridge and no iptables."""
     data_root = workdir / "docker"
-    exec_root = Path("/run/soak-e2e-docker")
+    exec_root = DOCKER_EXEC_ROOT
     sock = exec_root / "docker.sock"
-    # dockerd and its managed containerd also write these fixed places.
-    footprint = HostFootprint([exec_root, Path("/run/docker"), Path("/run/containerd")])
+    footprint = HostFootprint(DOCKER_PATHS)
     exec_root.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "dockerd.log"
     argv = [

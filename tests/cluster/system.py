@@ -89,12 +89,18 @@ def cgroup_dirs(name: str) -> list[Path]:
     return found
 
 
-def remove_cgroups(name: str) -> None:
-    """rmdir a cgroup subtree in every hierarchy, deepest first (only empty cgroups go)."""
-    for top in cgroup_dirs(name):
-        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda e: -e[0].count("/")):
-            with contextlib.suppress(OSError):  # not empty: a process still holds it
-                os.rmdir(dirpath)
+def remove_cgroups(name: str, timeout_s: float = 15.0) -> None:
+    """rmdir a cgroup subtree in every hierarchy, deepest first. A cgroup is busy for a moment after
+    its last task exits, so this retries until all are gone or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for top in cgroup_dirs(name):
+            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda e: -e[0].count("/")):
+                with contextlib.suppress(OSError):  # still busy: the next round
+                    os.rmdir(dirpath)
+        if not cgroup_dirs(name) or time.monotonic() > deadline:
+            return
+        time.sleep(0.2)
 
 
 def wait_until(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> None:
@@ -134,3 +140,34 @@ class HostFootprint:
                 path.unlink(missing_ok=True)
             elif path.exists():
                 subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
+
+
+def host_state(paths: Sequence[Path]) -> set[str]:
+    """What a cluster could leave behind on the host, as comparable strings: links, iptables chains,
+    mounts, cgroups of pods and builds, the fixed paths, and processes of the cluster's programs."""
+    state: set[str] = set()
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
+    state |= {"link " + line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}
+    for table in ("filter", "nat", "mangle"):
+        saved = subprocess.run(
+            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
+        ).stdout
+        state |= {f"iptables {table} {line}" for line in saved.splitlines() if line.startswith(("-A", ":"))
+                  and "[" not in line.split()[-1]} | {
+            f"iptables {table} {line.split()[0]}" for line in saved.splitlines() if line.startswith(":")
+        }
+    state |= {"mount " + line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
+    for name in ("kubepods", "soak-e2e-docker", "docker"):
+        state |= {f"cgroup {path}" for path in cgroup_dirs(name)}
+    state |= {f"path {path}" for path in paths if path.exists()}
+    programs = (b"containerd", b"kubelet", b"kube-apiserver", b"kube-scheduler", b"kube-controller", b"etcd",
+                b"dockerd", b"weed", b"pause")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if os.path.basename(argv0).startswith(programs):
+                state.add(f"process {argv0.decode(errors='replace')}")
+    return state

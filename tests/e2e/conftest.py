@@ -1,6 +1,7 @@
 """The e2e cluster: ``SOAK_E2E=node`` (a real single node built here; what CI runs, as root) or
 ``SOAK_E2E=kind`` (Docker and kind). Unset, the e2e tests skip; set, a cluster that cannot start is
-an error, never a skip. One cluster serves the e2e package and is gone before the other tests run."""
+an error, never a skip. One cluster serves the e2e package and is gone before the other tests run;
+the real node's teardown must leave the host as it found it (checked here)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.cluster.images import DOCKER_PATHS
+from tests.cluster.node import HOST_PATHS
 from tests.cluster.providers import E2ECluster, e2e_cluster, selected_provider
+from tests.cluster.system import host_state
 from tests.fixtures.helm import layer_tools_dir
 
 
@@ -17,5 +21,10 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
     provider = selected_provider()
     if provider is None:
         pytest.skip("opt-in: SOAK_E2E=node (a real single node, as root) or SOAK_E2E=kind (Docker and kind)")
+    watched = [*HOST_PATHS, *DOCKER_PATHS]
+    before = host_state(watched)
     with e2e_cluster(provider, tmp_path_factory.mktemp("e2e"), layer_tools_dir()) as cluster:
         yield cluster
+    if provider == "node":
+        left = sorted(host_state(watched) - before)
+        assert not left, f"the node's teardown left these behind: {left}"

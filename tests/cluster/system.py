@@ -147,21 +147,30 @@ def host_state(paths: Sequence[Path]) -> set[str]:
     mounts, cgroups of pods and builds, the fixed paths, and processes of the cluster's programs."""
     state: set[str] = set()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
-    state |= {"link " + line.split(":")[1].strip().split("@")[0] for line in links.splitlines() if ":" in line}
+    state |= {"link " + line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
     for table in ("filter", "nat", "mangle"):
-        saved = subprocess.run(
-            ["iptables-save", "-t", table], capture_output=True, text=True, check=False
-        ).stdout
-        state |= {f"iptables {table} {line}" for line in saved.splitlines() if line.startswith(("-A", ":"))
-                  and "[" not in line.split()[-1]} | {
-            f"iptables {table} {line.split()[0]}" for line in saved.splitlines() if line.startswith(":")
+        saved = subprocess.run(["iptables-save", "-t", table], capture_output=True, text=True, check=False)
+        # ":CHAIN POLICY [counters]" names a chain; "-A ..." is a rule.
+        state |= {
+            f"iptables {table} {line.split()[0] if line.startswith(':') else line}"
+            for line in saved.stdout.splitlines()
+            if line.startswith((":", "-A"))
         }
     state |= {"mount " + line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
     for name in ("kubepods", "soak-e2e-docker", "docker"):
         state |= {f"cgroup {path}" for path in cgroup_dirs(name)}
     state |= {f"path {path}" for path in paths if path.exists()}
-    programs = (b"containerd", b"kubelet", b"kube-apiserver", b"kube-scheduler", b"kube-controller", b"etcd",
-                b"dockerd", b"weed", b"pause")
+    programs = (
+        b"containerd",
+        b"kubelet",
+        b"kube-apiserver",
+        b"kube-scheduler",
+        b"kube-controller",
+        b"etcd",
+        b"dockerd",
+        b"weed",
+        b"pause",
+    )
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:

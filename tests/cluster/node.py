@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster import images
+from tests.cluster.pki import make_pki
 from tests.cluster.system import (
     HostFootprint,
     kube_binaries,
@@ -83,78 +84,25 @@ def _chain_exists(table: str, chain: str) -> bool:
     return _iptables("-t", table, "-nL", chain, check=False)
 
 
-def _openssl(*args: str) -> None:
-    run_logged(["openssl", *args])
-
-
 def _make_pki(pki: Path) -> None:
-    pki.mkdir(parents=True)
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-keyout",
-        str(pki / "ca.key"),
-        "-out",
-        str(pki / "ca.crt"),
-        "-subj",
-        "/CN=soak-e2e-ca",
+    make_pki(
+        pki,
+        {
+            "apiserver": (
+                "/CN=kube-apiserver",
+                f"subjectAltName=IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},IP:127.0.0.1,DNS:kubernetes,"
+                "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+            ),
+            "kubelet": (
+                f"/CN={NODE_NAME}",
+                f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth\n",
+            ),
+            "apiserver-kubelet-client": (
+                "/CN=kube-apiserver-kubelet-client/O=system:masters",
+                "extendedKeyUsage=clientAuth\n",
+            ),
+        },
     )
-    certs = {
-        "apiserver": (
-            "/CN=kube-apiserver",
-            f"subjectAltName=IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},"
-            "IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-            "DNS:localhost\nextendedKeyUsage=serverAuth\n",
-        ),
-        "kubelet": (
-            f"/CN={NODE_NAME}",
-            f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth\n",
-        ),
-        "apiserver-kubelet-client": (
-            "/CN=kube-apiserver-kubelet-client/O=system:masters",
-            "extendedKeyUsage=clientAuth\n",
-        ),
-    }
-    for name, (subject, ext) in certs.items():
-        _openssl(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            str(pki / f"{name}.key"),
-            "-out",
-            str(pki / f"{name}.csr"),
-            "-subj",
-            subject,
-        )
-        (pki / f"{name}.ext").write_text(
-            ext + "keyUsage=digitalSignature,keyEncipherment\n", encoding="utf-8"
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(pki / f"{name}.csr"),
-            "-CA",
-            str(pki / "ca.crt"),
-            "-CAkey",
-            str(pki / "ca.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            str(pki / f"{name}.ext"),
-            "-out",
-            str(pki / f"{name}.crt"),
-        )
-    _openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
-    _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
 def kubeconfig_doc(server: str, ca_file: Path, token: str, namespace: str | None = None) -> str:

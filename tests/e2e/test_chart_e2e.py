@@ -122,6 +122,16 @@ def pod_lifetime_s(pod: dict[str, Any]) -> float:
     return max(finished) - _stamp(pod["status"]["startTime"])
 
 
+def failed_by_policy(e2e: E2ECluster, job_name: str, code: ExitCode, classification: str) -> dict[str, Any]:
+    """A permanent verdict: the Job failed through its podFailurePolicy after one pod, no retry."""
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy", job["status"]
+    (pod,) = e2e.pods(job_name)
+    assert sidecar_exit(pod) == code, e2e.logs(pod["metadata"]["name"], "soak-sidecar")[-3000:]
+    assert ours(pod)["classification"] == classification
+    return pod
+
+
 # ---------------------------------------------------------------- scenarios
 
 
@@ -162,12 +172,8 @@ def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
         "crash",
         {"trainer": {"args": ["--steps", "20", "--step-s", "0.3", "--crash"]}, "job": {"backoffLimit": 2}},
     )
-    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
-    assert condition == "Failed"
-    assert failed_reason(job) == "PodFailurePolicy", job["status"]
-    (pod,) = e2e.pods(job_name)  # backoffLimit 2, yet no retry: the verdict is permanent
-    assert sidecar_exit(pod) == ExitCode.TRAINER_FAILED
-    assert ours(pod)["classification"]
+    # backoffLimit 2, yet no retry: the verdict is permanent.
+    failed_by_policy(e2e, job_name, ExitCode.TRAINER_FAILED, "learner_failure")
     code, report = verdict(e2e, job_name)
     assert code != 0 and [a["exit_code"] for a in report["attempts"]] == [ExitCode.TRAINER_FAILED]
     assert any(k.endswith("/artifact.json") for k in artifacts_of(e2e, run_id))
@@ -181,11 +187,7 @@ def test_stall(e2e: E2ECluster, soak: Any) -> None:
             "monitor": {"staleProgressSeconds": 6},
         },
     )
-    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
-    assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy"
-    (pod,) = e2e.pods(job_name)
-    assert sidecar_exit(pod) == ExitCode.STALLED
-    assert ours(pod)["classification"] == "timeout/stale_tick"
+    failed_by_policy(e2e, job_name, ExitCode.STALLED, "timeout/stale_tick")
 
 
 def test_deadline(e2e: E2ECluster, soak: Any) -> None:
@@ -198,11 +200,7 @@ def test_deadline(e2e: E2ECluster, soak: Any) -> None:
             "monitor": {"staleProgressSeconds": 600},
         },
     )
-    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
-    assert condition == "Failed" and failed_reason(job) == "PodFailurePolicy"
-    (pod,) = e2e.pods(job_name)
-    assert sidecar_exit(pod) == ExitCode.DEADLINE_EXHAUSTED
-    assert ours(pod)["classification"] == "deadline_exhausted"
+    pod = failed_by_policy(e2e, job_name, ExitCode.DEADLINE_EXHAUSTED, "deadline_exhausted")
     assert terminated(pod, "trainer")["exitCode"] == 128 + 9
     (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
     launcher_exit = artifact["post_shutdown"]["launcher_exit"]

@@ -309,6 +309,9 @@ def test_pod_layout(helm_engine: HelmEngine, value_set: tuple[str, dict[str, Any
         "/soak/bin/soak-launcher.py",
         "--run-dir",
         "/soak/run",
+        # Why the launcher stopped the trainer lands in the pod status even when the sidecar died.
+        "--termination-log",
+        "/dev/termination-log",
         "--",
         *trainer_values["command"],
     ]

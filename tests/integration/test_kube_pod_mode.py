@@ -45,6 +45,7 @@ def run_pod(
     set_status(env.core, env.namespace, name, running_status())
     tmp_path.mkdir(parents=True)
     run_dir, progress, out = tmp_path / "run", tmp_path / "progress", tmp_path / "out"
+    progress.mkdir()  # the pod's progress volume, there before any container starts
     termination_log = tmp_path / "termination-log"
     trainer = [
         PY, str(launcher_path()), "--run-dir", str(run_dir), "--",

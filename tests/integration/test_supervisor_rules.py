@@ -54,7 +54,11 @@ def trainer(progress: Path, *flags: str, steps: int = 4, step_s: float = 0.1) ->
 
 
 def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
-    """Fast settings with every directory inside ``tmp``; ``groups`` override per group."""
+    """Fast settings with every directory inside ``tmp``; ``groups`` override per group.
+
+    The progress dir exists already, as a pod's progress volume does before any container starts
+    (a pod-mode sidecar only reads it)."""
+    (tmp / "progress").mkdir(parents=True, exist_ok=True)
     base: dict[str, dict[str, Any]] = {
         "monitor": {
             "sample_interval_s": 0.2,

@@ -1,5 +1,13 @@
 """Shared fixtures live in tests/fixtures/, one module per real component."""
 
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+
+import pytest
+
 pytest_plugins = [
     "tests.fixtures.processes",
     "tests.fixtures.pidns",
@@ -8,3 +16,25 @@ pytest_plugins = [
     "tests.fixtures.nvml",
     "tests.fixtures.helm",
 ]
+
+# SOAK_* variables that steer the test harness, not the product's settings.
+HARNESS_VARIABLES = frozenset(
+    {"SOAK_E2E", "SOAK_E2E_KEEP", "SOAK_KUBE_CACHE", "SOAK_HELM_BIN", "SOAK_KUBECTL_BIN"}
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_from_the_caller(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts from the product's defaults and the default signal dispositions, whatever the
+    caller's shell holds: its SOAK_* settings are removed (a stray SOAK_MONITOR__SAMPLE_INTERVAL_S
+    must not fail a test), and SIGINT/SIGTERM are not ignored (a background CI job ignores SIGINT, and
+    children would inherit that across exec)."""
+    for key in list(os.environ):
+        if key.startswith("SOAK_") and key not in HARNESS_VARIABLES:
+            monkeypatch.delenv(key)
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.cluster.providers import NAMESPACE, S3_BUCKET, S3_SECRET, run
-from tests.cluster.system import REPO_ROOT, wait_until
+from tests.cluster.system import REPO_ROOT
 from tests.docs_commands import CHART_IMAGE
+from tests.waiting import wait_until
 
 if TYPE_CHECKING:
     from tests.cluster.providers import E2ECluster

@@ -38,8 +38,8 @@ from tests.cluster.system import (
     remove_cgroups,
     run_logged,
     unmount_under,
-    wait_until,
 )
+from tests.waiting import wait_until
 
 BRIDGE = "soak-e2e0"
 NODE_IP = "10.87.0.1"
@@ -204,7 +204,7 @@ class RealNode:
             self._check_alive()
             return bool(probe())
 
-        wait_until(what, alive_and_ready, START_TIMEOUT_S)
+        wait_until(what, alive_and_ready, START_TIMEOUT_S, interval_s=0.5)
 
     def _network_up(self) -> None:
         if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:

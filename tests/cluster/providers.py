@@ -23,8 +23,9 @@ from typing import Any
 import yaml
 
 from tests.cluster.images import PROJECT_IMAGE
-from tests.cluster.system import REPO_ROOT, log, wait_until
+from tests.cluster.system import REPO_ROOT, log
 from tests.docs_commands import CHART_IMAGE
+from tests.waiting import wait_until
 
 NAMESPACE = "soak-e2e"
 S3_SECRET = "soak-s3"  # helm/soak-sidecar/ci/kind-values.yaml: s3.credentials.existingSecret

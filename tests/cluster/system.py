@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -101,15 +101,6 @@ def remove_cgroups(name: str, timeout_s: float = 15.0) -> None:
         if not cgroup_dirs(name) or time.monotonic() > deadline:
             return
         time.sleep(0.2)
-
-
-def wait_until(what: str, probe: Callable[[], bool], timeout_s: float, interval_s: float = 0.5) -> None:
-    """Poll ``probe`` until true; a TimeoutError naming ``what`` otherwise."""
-    deadline = time.monotonic() + timeout_s
-    while not probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
-        time.sleep(interval_s)
 
 
 def unmount_under(path: Path) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 from sidecar.core.exitcodes import ExitCode
 from tests.cluster.providers import NAMESPACE, E2ECluster, container, terminated
-from tests.cluster.system import wait_until
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.helm]
 

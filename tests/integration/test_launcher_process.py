@@ -22,6 +22,7 @@ import pytest
 from sidecar import launcher as proto
 from sidecar.adapters.rundir import ExitRecord, Heartbeat, RunDir, launcher_path
 from tests.fixtures.processes import reap_tree
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,14 +66,6 @@ with Heartbeat(rd, 0.2):
                heartbeat_timeout_s=hb_timeout, kill_grace_s=1, console_log_bytes=1 << 20)
     time.sleep(600)
 """
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    end = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:
@@ -161,7 +154,7 @@ def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
     run = launch(command)
     deadline = run.go(deadline_in=4.0, margin=2.0, term_grace=1.0)
     ready = Path(str(log) + ".ready")
-    wait_for(ready.exists)
+    wait_until("trainer ready", ready.exists)
     trainer_pid = int(ready.read_text())
     child_pid = int(Path(str(log) + ".child").read_text())
     record = run.finish()
@@ -188,10 +181,11 @@ def test_signals_are_forwarded_and_signalled_exit_is_128_plus_signal(
     command, log = signal_trainer(tmp_path)
     run = launch(command)
     run.go()
-    wait_for(Path(str(log) + ".ready").exists)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
     for signum in (signal.SIGUSR2, signal.SIGHUP, signal.SIGINT, signal.SIGUSR1):
         run.proc.send_signal(signum)
-        wait_for(lambda s=signum: signal.Signals(s).name in received(log))  # type: ignore[misc]
+        name = signal.Signals(signum).name
+        wait_until(f"{name} received", lambda name=name: name in received(log))  # type: ignore[misc]
     run.proc.send_signal(signal.SIGTERM)
     record = run.finish()
     assert received(log) == ["SIGUSR2", "SIGHUP", "SIGINT", "SIGUSR1"]
@@ -227,9 +221,9 @@ def test_control_soft_stop_then_terminate_escalates_to_kill(
     command, log = signal_trainer(tmp_path, "ignore-term")
     run = launch(command)
     run.go(kill_grace=0.5, soft_stop_signal="SIGUSR2")
-    wait_for(Path(str(log) + ".ready").exists)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
     run.rd.request("soft_stop", "operator asked")
-    wait_for(lambda: "SIGUSR2" in received(log))
+    wait_until("SIGUSR2 received", lambda: "SIGUSR2" in received(log))
     soft = run.rd.soft_stop_record()
     assert soft is not None and soft.reason == "control: operator asked"
     run.rd.request("terminate", "stale progress")
@@ -245,7 +239,7 @@ def test_control_kill_and_stale_requests_ignored(launch: Callable[..., Run], tmp
     command, log = signal_trainer(tmp_path)
     run = launch(command)
     run.go()
-    wait_for(Path(str(log) + ".ready").exists)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
     # A request for another launcher (stale file of an earlier run) must not act.
     proto.atomic_write_json(
         str(run.rd.file(proto.CONTROL_FILE)),
@@ -391,7 +385,7 @@ def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None
     launcher_pid: int | None = None
     try:
         ready = Path(str(log) + ".ready")
-        wait_for(ready.exists)
+        wait_until("trainer ready", ready.exists)
         trainer_pid = int(ready.read_text())
         child_pid = int(Path(str(log) + ".child").read_text())
         info = rd.wait_for_launcher(5)
@@ -412,7 +406,7 @@ def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None
             assert record.reason == "owner_lost" and record.owner_lost
             assert record.ended_unix is not None and record.ended_unix - killed_at < 2.0
         assert record.exit_code == proto.EXIT_SUPERVISOR_LOST and record.kill_sent
-        wait_for(lambda: gone(trainer_pid) and gone(child_pid), 10)
+        wait_until("trainer and child gone", lambda: gone(trainer_pid) and gone(child_pid), 10)
     finally:
         reap_tree(driver)
         if launcher_proc is not None:
@@ -432,7 +426,7 @@ def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path:
     run.rd.wait_for_launcher(30)
     with Heartbeat(run.rd, 0.2) as beat:
         run.go(hb_timeout=1.0)
-        wait_for(Path(str(log) + ".ready").exists)
+        wait_until("trainer ready", Path(str(log) + ".ready").exists)
         time.sleep(2.5)
         assert run.proc.poll() is None, "beating sidecar: trainer must survive 2.5x the timeout"
         assert beat.beats >= 5 and beat.last_error is None
@@ -548,7 +542,7 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
         )
         # The trainer writes everything only if the launcher keeps reading its pipe.
         with contextlib.suppress(AssertionError):
-            wait_for(ready.exists, 15)
+            wait_until("trainer ready", ready.exists, timeout_s=15)
         trainer = rd.trainer()
         assert trainer is not None
         acted_at = time.time()
@@ -564,12 +558,12 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
         assert record.ended_unix is not None and record.ended_unix - acted_at < 4.0
         expected_reason = {"deadline": "deadline", "owner": "owner_lost", "control": "control"}
         assert record.reason == expected_reason[trigger] and record.kill_sent
-        wait_for(lambda: gone(trainer.pid), 5)
+        wait_until("trainer gone", lambda: gone(trainer.pid), timeout_s=5)
         if trigger != "owner":
             assert procs[0].wait(timeout=5) == record.exit_code
         # It exits too: flushing to the stalled pipe is bounded, and so is interpreter shutdown
         # with a writer thread still blocked in write().
-        wait_for(lambda: gone(info.pid), 5)
+        wait_until("launcher gone", lambda: gone(info.pid), timeout_s=5)
 
         output = _flood_output()
         assert ready.exists(), "the trainer got to write all its output"

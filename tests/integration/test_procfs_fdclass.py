@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 
 from sidecar.adapters.procfs import PsutilProcessSampler, classify_fds, fd_class
 from tests.fixtures.processes import PYTHON, Spawner
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -138,12 +138,10 @@ while True:
 """
 
 
-def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"helper exited with {proc.returncode}"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.02)
+def written(path: Path, proc: subprocess.Popen[bytes]) -> bool:
+    """The helper's ready file is there; a helper that died fails at once."""
+    assert proc.poll() is None, f"helper exited with {proc.returncode}"
+    return path.exists()
 
 
 def test_real_process_with_one_fd_of_each_class(spawn: Spawner, tmp_path: Path) -> None:
@@ -152,7 +150,7 @@ def test_real_process_with_one_fd_of_each_class(spawn: Spawner, tmp_path: Path) 
     ready = tmp_path / "ready"
     shm = f"/dev/shm/soak-test-{os.getpid()}"
     proc = spawn([PYTHON, "-c", ONE_OF_EACH, str(ready), shm, str(regular)])
-    wait_for(ready, proc)
+    wait_until(f"{ready} written", lambda: written(ready, proc))
 
     sample = PsutilProcessSampler().sample(proc.pid)
 

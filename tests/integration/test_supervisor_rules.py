@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from sidecar.core.identity import new_run_id
 from sidecar.ports import GpuBackend
 from sidecar.settings import Settings, load_settings
 from sidecar.supervisor import SAMPLES_FILE, Ports, RunResult, Supervisor
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -145,13 +146,6 @@ def gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < end, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -328,7 +322,7 @@ def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
     residual_pids = [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]]
     assert seen["trainer"] in residual_pids
     assert artifact["resource_summary"]["residual_process_count"] == len(residual_pids)
-    wait_for(lambda: gone(seen["trainer"]), timeout=10)
+    wait_until("trainer gone", lambda: gone(seen["trainer"]), timeout_s=10)
 
 
 # ---------------------------------------------------------------------- leaks
@@ -471,7 +465,7 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     trainer_pid: int | None = None
     try:
-        wait_for((tmp_path / "progress" / "progress.jsonl").exists, timeout=60)
+        wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
         started = read_json(tmp_path / "run" / "trainer.json")
         assert started is not None
         trainer_pid = int(started["pid"])
@@ -495,7 +489,7 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
     )
     assert "FAILED [external_cancellation]" in stderr
     assert trainer_pid is not None
-    wait_for(lambda: gone(trainer_pid), timeout=10)
+    wait_until("trainer gone", lambda: gone(trainer_pid), timeout_s=10)
 
 
 # ---------------------------------------------------------------------- untrusted run_summary

@@ -397,14 +397,14 @@ class Settings(BaseSettings):
         validate_assignment=True,
     )
 
-    monitor: MonitorSettings = Field(default_factory=MonitorSettings)  # type: ignore[arg-type]
-    summary: SummarySettings = Field(default_factory=SummarySettings)  # type: ignore[arg-type]
-    deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)  # type: ignore[arg-type]
-    launcher: LauncherSettings = Field(default_factory=LauncherSettings)  # type: ignore[arg-type]
-    artifact: ArtifactSettings = Field(default_factory=ArtifactSettings)  # type: ignore[arg-type]
-    s3: S3Settings = Field(default_factory=S3Settings)  # type: ignore[arg-type]
-    kube: KubeSettings = Field(default_factory=KubeSettings)  # type: ignore[arg-type]
-    gpu: GpuSettings = Field(default_factory=GpuSettings)  # type: ignore[arg-type]
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
+    summary: SummarySettings = Field(default_factory=SummarySettings)
+    deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)
+    launcher: LauncherSettings = Field(default_factory=LauncherSettings)
+    artifact: ArtifactSettings = Field(default_factory=ArtifactSettings)
+    s3: S3Settings = Field(default_factory=S3Settings)
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    gpu: GpuSettings = Field(default_factory=GpuSettings)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -99,8 +99,13 @@ class E2ECluster:
 
     @property
     def env(self) -> dict[str, str]:
-        """What a user's shell would have: KUBECONFIG set, helm and kubectl first on PATH."""
+        """What a user's shell would have: KUBECONFIG set, helm and kubectl first on PATH, and a HOME
+        of its own, so their caches land in the workdir (never in the checkout or the caller's home)."""
+        home = self.workdir / "home"
+        home.mkdir(exist_ok=True)
         return {
+            **os.environ,
+            "HOME": str(home),
             "KUBECONFIG": str(self.kubeconfig),
             "PATH": f"{self.tools}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
         }

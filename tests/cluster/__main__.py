@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import tempfile
@@ -10,9 +11,13 @@ import time
 from pathlib import Path
 
 from tests.cluster import images
-from tests.cluster.node import RealNode
+from tests.cluster.node import NODE_IP, RealNode
 from tests.cluster.system import kube_binaries, log
 from tests.fixtures.helm import layer_tools_dir
+from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, run_seaweedfs
+
+BUCKET = "soaks"  # the README's bucket
+SECRET = "soak-s3"  # the README's Secret
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         prog="python3 -m tests.cluster",
         description="The real single-node cluster of the e2e tests (root, Linux). 'prepare' builds or "
         "reuses the Kubernetes binaries and the images (what .ci/run does before the tests); 'up' also "
-        "starts the node, prints its kubeconfig path and keeps it up until Ctrl-C, then tears it down.",
+        f"starts the node with an S3 store (bucket {BUCKET!r}, Secret {SECRET!r} in namespace default), "
+        "prints how to reach both and keeps them up until Ctrl-C, then tears everything down.",
     )
     parser.add_argument("action", choices=("prepare", "up"))
-    parser.add_argument("--workdir", type=Path, help="Where the node keeps its state (default: a temp dir).")
+    parser.add_argument(
+        "--workdir", type=Path, help="Where the node keeps its state and logs (default: a temp dir, removed)."
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     kube_binaries(node=True)
@@ -34,14 +42,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "prepare":
         return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-node-"))
-    node = RealNode(workdir=workdir, kubectl_bin=tools / "kubectl")
+    node = RealNode(workdir=workdir / "node", kubectl_bin=tools / "kubectl")
     try:
         node.up()
-        print(f"export KUBECONFIG={node.kubeconfig}   # helm and kubectl: {tools}", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        with run_seaweedfs(workdir / "s3", bucket=BUCKET, ip=NODE_IP) as s3:
+            node.kubectl(
+                "create",
+                "secret",
+                "generic",
+                SECRET,
+                "-n",
+                "default",
+                f"--from-literal=AWS_ACCESS_KEY_ID={ACCESS_KEY}",
+                f"--from-literal=AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+            )
+            print(
+                f"export KUBECONFIG={node.kubeconfig} PATH={tools}:$PATH   # helm and kubectl\n"
+                f"S3: bucket {BUCKET} at {s3.endpoint}, Secret {SECRET} in default: add "
+                f"--set s3.endpointUrl={s3.endpoint} to the README's helm install\n"
+                "Ctrl-C tears the node down.",
+                flush=True,
+            )
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        stopping = time.monotonic()
         node.down()
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+            log(f"node down in {time.monotonic() - stopping:.0f} s; {workdir} removed")
+        else:
+            log(f"node down in {time.monotonic() - stopping:.0f} s; logs kept in {workdir / 'node' / 'logs'}")
     return 0
 
 

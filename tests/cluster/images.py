@@ -30,7 +30,7 @@ from pathlib import Path
 from tests.cluster.system import HostFootprint, cache_root, kube_module_dir, log, remove_cgroups, run_logged
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PROJECT_IMAGE = "soak-sidecar:e2e"  # helm/soak-sidecar/ci/node-values.yaml and kind-values.yaml
+PROJECT_IMAGE = "soak-sidecar:e2e"  # helm/soak-sidecar/ci/kind-values.yaml
 PAUSE_IMAGE = "soak.local/pause:3.10"
 SUITE = "bookworm"
 # The interpreter of both base images: the wheelhouse is resolved for it.

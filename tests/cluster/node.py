@@ -39,6 +39,7 @@ from tests.cluster.system import (
     run_logged,
     unmount_under,
 )
+from tests.docs_commands import CHART_IMAGE
 from tests.waiting import wait_until
 
 BRIDGE = "soak-e2e0"
@@ -177,6 +178,14 @@ class RealNode:
             t0 = time.monotonic()
             self.ctr("images", "import", "--no-unpack", str(image), timeout=600)
             log(f"imported {image.name} into containerd in {time.monotonic() - t0:.0f} s")
+        # The chart's default image reference (its appVersion) names the same image.
+        self.ctr(
+            "images",
+            "tag",
+            "--force",
+            f"docker.io/library/{images.PROJECT_IMAGE}",
+            f"docker.io/library/{CHART_IMAGE}",
+        )
         self._start_control_plane(bins, pki)
         self._start_kubelet(bins, pki)
         self.startup_s = time.monotonic() - started

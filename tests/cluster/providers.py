@@ -22,9 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.images import PROJECT_IMAGE
 from tests.cluster.system import REPO_ROOT, log
-from tests.docs_commands import CHART_IMAGE
 from tests.waiting import wait_until
 
 NAMESPACE = "soak-e2e"
@@ -222,14 +220,6 @@ def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
     node = RealNode(workdir=workdir / "node", kubectl_bin=tools / "kubectl")
     try:
         node.up()
-        # The chart's default image reference (its appVersion) names the same image.
-        node.ctr(
-            "images",
-            "tag",
-            "--force",
-            f"docker.io/library/{PROJECT_IMAGE}",
-            f"docker.io/library/{CHART_IMAGE}",
-        )
         with run_seaweedfs(workdir / "s3", bucket=S3_BUCKET, ip=NODE_IP) as server:
             env = {
                 "S3_ENDPOINT": server.endpoint,

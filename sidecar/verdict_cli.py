@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -31,6 +33,7 @@ from sidecar.errors import SoakError
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 REASON_COLUMN = 60
 NOT_PASSED = 1
+WAIT_POLL_S = 2.0  # how often --wait reads the Job
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prefix", default=DEFAULT_PREFIX, help=f"annotation prefix (default {DEFAULT_PREFIX})"
     )
     parser.add_argument("--sidecar-container", default="soak-sidecar", help="sidecar container name")
+    parser.add_argument(
+        "--wait",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="first wait up to SECONDS for the Job to end, passed or failed (needs jobs get); default 0",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def _wait_for_job(client: KubeClient, namespace: str, job: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not client.job_finished(namespace, job):
+        if time.monotonic() >= deadline:
+            print(
+                f"soak-sidecar verdict: Job {namespace}/{job} still running after {timeout_s:g} s",
+                file=sys.stderr,
+            )
+            return
+        time.sleep(min(WAIT_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         api = connect(kubeconfig=args.kubeconfig, prefer_in_cluster=False)
         namespace = args.namespace or default_namespace(args.kubeconfig)
         with KubeClient(api, retries=2, backoff_s=0.5) as client:
+            if args.wait:
+                _wait_for_job(client, namespace, args.job, args.wait)
             pods = job_pods(client, namespace, args.job)
     except SoakError as exc:
         print(f"soak-sidecar verdict: {exc}", file=sys.stderr)

@@ -18,7 +18,8 @@ TOOLS = ("helm", "kubectl", "soak-sidecar")
 CHART_IMAGE = "soak-sidecar:0.1.0"  # the chart's default image (appVersion); the e2e image is tagged so
 EXAMPLE_TRAINER_JSON = '["python3","-m","sidecar.examples.trainer"]'
 
-# placeholder as the docs write it -> what the test cluster has; {s3} is the bucket's endpoint URL.
+# placeholder as the docs write it -> what the test cluster has; {s3} is the bucket's endpoint URL,
+# {access_key} and {secret_key} its credentials.
 PLACEHOLDERS = {
     "my/trainer:1.2": CHART_IMAGE,
     "registry.example.com/ml/trainer:2024.06": CHART_IMAGE,
@@ -30,6 +31,8 @@ PLACEHOLDERS = {
     "s3.bucket=soaks": "s3.bucket=soak-e2e --set s3.endpointUrl={s3}",
     "s3.bucket=my-soak-bucket": "s3.bucket=soak-e2e --set s3.endpointUrl={s3}",
     "python3 train.py --epochs 3": "python3 -m sidecar.examples.trainer --steps 3",
+    "AWS_ACCESS_KEY_ID=my-access-key": "AWS_ACCESS_KEY_ID={access_key}",
+    "AWS_SECRET_ACCESS_KEY=my-secret-key": "AWS_SECRET_ACCESS_KEY={secret_key}",
 }
 _EXIT = re.compile(r"\bexit (\d+)\b")
 

@@ -230,6 +230,17 @@ class KubeClient:
             lambda: self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout),
         )
 
+    def job_finished(self, namespace: str, name: str) -> bool:
+        """Whether the Job has ended (a Complete or Failed condition): no retry will follow."""
+        job = self._call(
+            f"get job {namespace}/{name}",
+            lambda: k8s.BatchV1Api(self._api).read_namespaced_job(
+                name, namespace, _request_timeout=self._timeout
+            ),
+        )
+        conditions = (job.status.conditions if job.status is not None else None) or []
+        return any(c.type in ("Complete", "Failed") and c.status == "True" for c in conditions)
+
     def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
         """Raw V1Pods matching ``label_selector``."""
         result = self._call(

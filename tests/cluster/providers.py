@@ -94,6 +94,7 @@ class E2ECluster:
     s3_values: dict[str, Any]  # chart values that point the sidecar at this S3
     list_objects: Callable[[], dict[str, dict[str, Any]]]
     closed_port_endpoint: str  # an S3 URL pods can reach where nothing listens (store down)
+    s3_credentials: tuple[str, str]  # access key id, secret access key
 
     @property
     def env(self) -> dict[str, str]:
@@ -241,8 +242,9 @@ def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
                 s3_values={"s3": {"endpointUrl": server.endpoint, "region": REGION}},
                 list_objects=list_objects,
                 closed_port_endpoint=f"http://{NODE_IP}:{free_ports(1)[0]}",
+                s3_credentials=(ACCESS_KEY, SECRET_KEY),
             )
-            _namespace_with_secret(cluster, ACCESS_KEY, SECRET_KEY)
+            _namespace_with_secret(cluster, *cluster.s3_credentials)
             yield cluster
     finally:
         started = time.monotonic()
@@ -302,6 +304,7 @@ def kind_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
             s3_values={},
             list_objects=lambda: {},
             closed_port_endpoint=f"http://{kind.S3_SERVICE}:1",
+            s3_credentials=(kind.S3_ACCESS_KEY, kind.S3_SECRET_KEY),
         )
         kind.build_and_load_image(name)
         kind.install_seaweedfs(cluster)

@@ -618,7 +618,8 @@ def test_notes_tell_how_to_read_the_verdict() -> None:
     chart = helm_python.Chart.load(CHART_DIR)
     rendered = chart.render({"runId": RUN_ID}, name="nightly", namespace="ml", is_install=True)
     (notes,) = [text for path, text in rendered.items() if path.endswith("NOTES.txt")]
-    assert "soak-sidecar verdict nightly-soak-sidecar -n ml" in notes
+    # It waits as long as the Job may run: the budget plus the backstop's grace (7200 + 1800).
+    assert "soak-sidecar verdict nightly-soak-sidecar -n ml --wait 9000" in notes
     assert RUN_ID in notes
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sidecar import verdict_cli
@@ -409,3 +410,40 @@ def test_wiring_from_settings(env: KubeEnv, tmp_path: Path) -> None:
     assert (tmp_path / "termination-log").stat().st_size > 0
     with pytest.raises(ConfigError, match="downward API"):
         PodPublisher.from_settings(client, load_settings().kube)
+
+
+def test_verdict_cli_waits_for_the_job_to_end(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """--wait returns once the Job has a Complete or Failed condition, and says so when it has not."""
+    job = new_job(env)
+    published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1))
+    code = verdict_cli.main(
+        [job[0], "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), "--wait", "0.5"]
+    )
+    assert code == 0  # the latest attempt passed, though the Job never ended
+    assert f"Job {env.namespace}/{job[0]} still running after 0.5 s" in capsys.readouterr().err
+    batch = k8s.BatchV1Api(env.server.api_client())
+    now = "2025-01-01T00:00:00Z"
+    batch.patch_namespaced_job_status(
+        job[0],
+        env.namespace,
+        {
+            "status": {
+                "startTime": now,
+                "conditions": [
+                    {"type": "FailureTarget", "status": "True", "lastTransitionTime": now},
+                    {"type": "Failed", "status": "True", "lastTransitionTime": now},
+                ],
+            }
+        },
+    )
+    with KubeClient(connect(kubeconfig=env.admin_kubeconfig), retries=0) as client:
+        assert client.job_finished(env.namespace, job[0])
+    code, _ = run_cli(env, job[0], capsys, "--wait", "600")
+    assert code == 0
+
+
+def test_verdict_cli_refuses_a_bad_wait(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        verdict_cli.main(["some-job", "--wait", "nan"])
+    assert exited.value.code == 2
+    assert "expected seconds >= 0" in capsys.readouterr().err

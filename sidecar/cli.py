@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -396,10 +397,21 @@ def _release_pod_launcher(exc: BaseException) -> None:
         code = int(ExitCode.CANCELLED)
     else:
         code = int(ExitCode.INTERNAL)
-    # The run dir as configured, read raw: the settings themselves may be what failed.
+    # The run dir and termination log as configured, read raw: the settings may be what failed.
     raw = os.environ.get("SOAK_LAUNCHER__RUN_DIR")
     done = release_waiting_launcher(Path(raw) if raw else None, f"soak-sidecar exited early: {exc}", code)
     print(f"soak-sidecar: {done}", file=sys.stderr)
+    _early_exit_message(Path(os.environ.get("SOAK_KUBE__TERMINATION_LOG") or "/dev/termination-log"), exc)
+
+
+def _early_exit_message(path: Path, exc: BaseException) -> None:
+    """Why the sidecar ended early, in the pod status (soak-sidecar verdict shows it). Only into a
+    file the kubelet provided: never creates one on a host."""
+    from sidecar.adapters.kube import write_termination_message
+
+    if path.is_file():
+        with contextlib.suppress(SoakError):
+            write_termination_message(path, f"soak-sidecar: error: {exc}")
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -253,15 +253,31 @@ def _why_no_verdict(pod: Any, sidecar: Any, terminated: Any) -> str:
         return "pod deleted before the sidecar published a verdict"
     if terminated is not None:
         detail = f", {terminated.reason}" if terminated.reason else ""
-        return f"sidecar container terminated without a verdict (exit {terminated.exit_code}{detail})"
+        said = (terminated.message or "").strip()
+        said = f": {said}" if said else ""
+        return f"sidecar container terminated without a verdict (exit {terminated.exit_code}{detail}){said}"
     if phase in ("Failed", "Succeeded"):
         detail = f": {pod_reason or ''} {pod_message}".rstrip(": ")
         return f"pod {phase.lower()} without a verdict{detail}"
     if phase == "Pending":
-        return "pending: not running yet"
+        stuck = _waiting(status)
+        return f"pending: {stuck}" if stuck else "pending: not running yet"
     if sidecar is not None and sidecar.state is not None and sidecar.state.waiting is not None:
         return f"sidecar waiting: {sidecar.state.waiting.reason or 'unknown'}"
     return "still running"
+
+
+def _waiting(status: Any) -> str:
+    """Why containers wait (ImagePullBackOff, CreateContainerConfigError, ...), with the kubelet's words."""
+    statuses = [*(status.init_container_statuses or []), *(status.container_statuses or [])]
+    found = []
+    for container in statuses:
+        waiting = container.state.waiting if container.state is not None else None
+        if waiting is not None and waiting.reason not in (None, "PodInitializing", "ContainerCreating"):
+            found.append(
+                f"{container.name} {waiting.reason}" + (f" ({waiting.message})" if waiting.message else "")
+            )
+    return "; ".join(found)
 
 
 def render_table(rows: Sequence[AttemptRow]) -> str:

@@ -326,6 +326,13 @@ EARLY_EXITS: dict[str, tuple[dict[str, Any], ExitCode]] = {
 }
 
 
+EARLY_REASONS = {
+    "badsettings": "soak-sidecar: error: invalid settings",
+    "unwritable": "soak-sidecar: error: cannot use directory /soak/unwritable",
+    "storedown": "cannot take the supervisor lock",  # a verdict of its own (transient_infra)
+}
+
+
 @pytest.mark.parametrize("release", [*EARLY_EXITS, "storedown"])
 def test_early_sidecar_exit_ends_the_pod(e2e: E2ECluster, soak: Any, release: str) -> None:
     values: dict[str, Any]
@@ -343,3 +350,6 @@ def test_early_sidecar_exit_ends_the_pod(e2e: E2ECluster, soak: Any, release: st
     assert "step" not in trainer_log.lower() or "not starting" in trainer_log, trainer_log
     assert terminated(pod, "trainer")["exitCode"] in (int(expected), 128 + 15), container(pod, "trainer")
     assert pod_lifetime_s(pod) < EARLY_EXIT_BOUND_S, pod_lifetime_s(pod)
+    # Why, in the pod status and so in soak-sidecar verdict.
+    _, report = verdict(e2e, job_name)
+    assert EARLY_REASONS[release] in report["attempts"][-1]["reason"], report

@@ -447,3 +447,38 @@ def test_verdict_cli_refuses_a_bad_wait(capsys: pytest.CaptureFixture[str]) -> N
         verdict_cli.main(["some-job", "--wait", "nan"])
     assert exited.value.code == 2
     assert "expected seconds >= 0" in capsys.readouterr().err
+
+
+def test_verdict_cli_says_why_a_pod_is_stuck_or_ended_early(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = new_job(env)
+    stuck = f"{job[0]}-a-stuck"
+    create_pod(env.core, env.namespace, stuck, *job)
+    waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "soak-s3" not found'}}
+    set_status(
+        env.core,
+        env.namespace,
+        stuck,
+        {"phase": "Pending", "containerStatuses": [container_status("soak-sidecar", waiting)]},
+    )
+    early = f"{job[0]}-b-early"
+    create_pod(env.core, env.namespace, early, *job)
+    said = "soak-sidecar: error: invalid settings: monitor.sample_interval_s: must be > 0"
+    set_status(
+        env.core,
+        env.namespace,
+        early,
+        {
+            "phase": "Failed",
+            "containerStatuses": [container_status("soak-sidecar", terminated(64, "Error", said))],
+        },
+    )
+    _code, doc = run_json(env, job[0], capsys)
+    by_pod = {row["pod"]: row for row in doc["attempts"]}
+    assert by_pod[stuck]["reason"] == (
+        'pending: soak-sidecar CreateContainerConfigError (secret "soak-s3" not found)'
+    )
+    assert (
+        by_pod[early]["reason"] == f"sidecar container terminated without a verdict (exit 64, Error): {said}"
+    )

@@ -157,9 +157,15 @@ class DeadlineSettings(_Group):
     @model_validator(mode="after")
     def _margin_below_budget(self) -> DeadlineSettings:
         if self.checkpoint_margin_s >= self.budget_s:
-            raise ValueError("checkpoint_margin_s must be smaller than budget_s")
+            raise ValueError(
+                f"checkpoint_margin_s ({self.checkpoint_margin_s:g} s; --checkpoint-margin) must be smaller "
+                f"than budget_s ({self.budget_s:g} s; --budget)"
+            )
         if self.budget_s > self.max_budget_s:
-            raise ValueError("budget_s exceeds max_budget_s")
+            raise ValueError(
+                f"budget_s ({self.budget_s:g} s) exceeds max_budget_s ({self.max_budget_s:g} s): raise the cap "
+                "explicitly with SOAK_DEADLINE__MAX_BUDGET_S for a longer soak"
+            )
         return self
 
 
@@ -383,7 +389,7 @@ class GpuSettings(_Group):
         if self.require and self.backend == "none":
             raise ValueError("require needs a GPU backend other than none")
         if self.backend == "mock" and self.mock_scenario is None:
-            raise ValueError("backend mock needs mock_scenario")
+            raise ValueError("backend mock needs mock_scenario (--gpu-scenario or SOAK_GPU__MOCK_SCENARIO)")
         return self
 
 

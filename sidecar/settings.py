@@ -163,8 +163,8 @@ class DeadlineSettings(_Group):
             )
         if self.budget_s > self.max_budget_s:
             raise ValueError(
-                f"budget_s ({self.budget_s:g} s) exceeds max_budget_s ({self.max_budget_s:g} s): raise the cap "
-                "explicitly with SOAK_DEADLINE__MAX_BUDGET_S for a longer soak"
+                f"budget_s ({self.budget_s:g} s) exceeds max_budget_s ({self.max_budget_s:g} s): "
+                "raise the cap explicitly with SOAK_DEADLINE__MAX_BUDGET_S for a longer soak"
             )
         return self
 

@@ -602,11 +602,10 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 class UsageParser(argparse.ArgumentParser):
-    """argparse, but a usage error exits with the table's USAGE code (64), not 2."""
+    """argparse, but a usage error is one line and exits with the table's USAGE code (64), not 2."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {message}\n")
+        self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -632,7 +631,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--json", action="store_true", help="machine-readable output")
 
     schema = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
-    schema.add_argument("which", choices=["run-summary", "artifact", "settings"])
+    schema.add_argument(
+        "which", metavar="SCHEMA", choices=["run-summary", "artifact", "settings"],
+        help="run-summary, artifact or settings",
+    )
 
     codes = sub.add_parser(
         "exit-codes",
@@ -665,7 +667,10 @@ def build_parser() -> argparse.ArgumentParser:
         approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
     approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
     approve.set_defaults(resume=None, require_approval=None)
-    approve.add_argument("--code-file", dest="code_files", action="append", type=Path, default=None)
+    approve.add_argument(
+        "--code-file", dest="code_files", action="append", type=Path, default=None,
+        help="file hashed into the identity (repeatable; as given to run)",
+    )
     approve.add_argument("--store-location", help="deadline store location as `run` reports it")
     approve.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 

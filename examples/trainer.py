@@ -1,1 +1,0 @@
-../sidecar/examples/trainer.py

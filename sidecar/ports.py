@@ -60,6 +60,12 @@ class DeadlineStore(Protocol):
         """Number this attempt durably: 1 + the attempts claimed before (exclusive creates)."""
         ...
 
+    def inheritable_lock_fd(self, run_id: str) -> int | None:
+        """The descriptor that holds the run's lock, for a local launcher to inherit (so the run stays
+        locked while the launcher may still kill the trainer after the sidecar died); None where the
+        lock is not a descriptor (an S3 lease)."""
+        ...
+
 
 @dataclass(frozen=True)
 class UploadedObject:

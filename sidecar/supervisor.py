@@ -32,7 +32,6 @@ import psutil
 
 from sidecar import __version__
 from sidecar.adapters.filestore import (
-    FileDeadlineStore,
     canonical_path,
     fsync_dir,
     identity_from_settings,
@@ -382,11 +381,7 @@ class Supervisor:
         lset = self.settings.launcher
         if self.mode == "local":
             self.run_dir.reset()
-            lock_fd = (
-                self.ports.store.held_lock_fd(self.run_id)
-                if isinstance(self.ports.store, FileDeadlineStore)
-                else None
-            )
+            lock_fd = self.ports.store.inheritable_lock_fd(self.run_id)
             self._launcher_proc = spawn_local_launcher(
                 lset.run_dir,
                 self.command,

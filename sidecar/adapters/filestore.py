@@ -77,7 +77,7 @@ class FileDeadlineStore:
         """Exclusive flock on ``<run_id>.lock`` until the block exits.
 
         flock belongs to the open file description: a second open in this process would also be
-        refused, and a child that inherits ``held_lock_fd`` keeps the lock if this process dies.
+        refused, and a child that inherits ``inheritable_lock_fd`` keeps the lock if this process dies.
         """
         path = self.lock_path(run_id)
         self._ensure_dir()
@@ -104,7 +104,7 @@ class FileDeadlineStore:
             # Closing the last descriptor releases the flock.
             os.close(fd)
 
-    def held_lock_fd(self, run_id: str) -> int:
+    def inheritable_lock_fd(self, run_id: str) -> int:
         """The descriptor holding the run's lock (to pass to a child with ``pass_fds``)."""
         try:
             return self._held[run_id]

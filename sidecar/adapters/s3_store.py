@@ -219,6 +219,10 @@ class S3DeadlineStore:
 
     # -- lock ---------------------------------------------------------------------------------
 
+    def inheritable_lock_fd(self, run_id: str) -> None:
+        """A lease object is no descriptor: nothing to inherit (its loss kills the trainer instead)."""
+        return None
+
     @contextlib.contextmanager
     def lock(self, run_id: str) -> Iterator[None]:
         if run_id in self._leases:

@@ -305,12 +305,12 @@ def test_inherited_lock_fd_outlives_the_supervisor(tmp_path: Path, spawn: Spawne
     """The seed passes the lock fd to its guardian: the job stays locked while the child lives."""
     store = FileDeadlineStore(tmp_path)
     with store.lock(RUN_ID):
-        fd = store.held_lock_fd(RUN_ID)
+        fd = store.inheritable_lock_fd(RUN_ID)
         child = spawn(
             [PYTHON, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(fd,)
         )
     with pytest.raises(ConfigError, match="not locked"):
-        store.held_lock_fd(RUN_ID)
+        store.inheritable_lock_fd(RUN_ID)
     with pytest.raises(AlreadySupervisedError), store.lock(RUN_ID):
         pass
     assert child.stdin is not None

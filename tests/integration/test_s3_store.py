@@ -152,6 +152,7 @@ def test_lock_is_held_renewed_and_released(seaweedfs: SeaweedServer, run_id: str
     store = _store(seaweedfs, _settings(seaweedfs))
     client = seaweedfs.client()
     with store.lock(run_id):
+        assert store.inheritable_lock_fd(run_id) is None  # a lease, not a descriptor to pass on
         first, first_etag = _lease(client, seaweedfs, store, run_id)
         deadline = time.monotonic() + WAIT_S
         while True:

@@ -219,7 +219,7 @@ class S3DeadlineStore:
 
     # -- lock ---------------------------------------------------------------------------------
 
-    def inheritable_lock_fd(self, run_id: str) -> None:
+    def inheritable_lock_fd(self, run_id: str) -> int | None:
         """A lease object is no descriptor: nothing to inherit (its loss kills the trainer instead)."""
         return None
 

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar import __version__
-from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
-from sidecar.core.publication import Publication
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     ForbiddenError,
@@ -24,7 +22,9 @@ from sidecar.errors import (
     SoakError,
     TransientError,
 )
-from sidecar.ports import ArtifactSink, DeadlineStore
+from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
+from sidecar.core.ports import ArtifactSink, DeadlineStore
+from sidecar.core.publication import Publication
 from sidecar.settings import Settings, load_settings
 from sidecar.supervisor import LockLoss, Ports
 

@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sidecar.core.errors import ConfigError
 from sidecar.core.publication import normalize_prefix
-from sidecar.errors import ConfigError
 from sidecar.launcher import signal_number
 
 

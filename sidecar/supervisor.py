@@ -58,17 +58,7 @@ from sidecar.core.artifact import (
     run_summary_figures,
 )
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord, check_startable, create_or_resume
-from sidecar.core.keys import render_key_prefix
-from sidecar.core.liveness import LivenessTracker
-from sidecar.core.publication import Publication
-from sidecar.core.run_summary import (
-    SummaryOutcome,
-    evaluate_run_summary,
-    resolve_manifest_validator,
-)
-from sidecar.core.samples import GpuSample, ProcessInfo, Sample
-from sidecar.core.status import status_json, status_line
-from sidecar.errors import (
+from sidecar.core.errors import (
     ConfigError,
     InsufficientBudgetError,
     LauncherError,
@@ -77,8 +67,9 @@ from sidecar.errors import (
     TransientError,
     UploadError,
 )
-from sidecar.launcher import GO_FILE
-from sidecar.ports import (
+from sidecar.core.keys import render_key_prefix
+from sidecar.core.liveness import LivenessTracker
+from sidecar.core.ports import (
     ArtifactSink,
     Clock,
     DeadlineStore,
@@ -86,6 +77,15 @@ from sidecar.ports import (
     ProcessSampler,
     ProgressProbe,
 )
+from sidecar.core.publication import Publication
+from sidecar.core.run_summary import (
+    SummaryOutcome,
+    evaluate_run_summary,
+    resolve_manifest_validator,
+)
+from sidecar.core.samples import GpuSample, ProcessInfo, Sample
+from sidecar.core.status import status_json, status_line
+from sidecar.launcher import GO_FILE
 from sidecar.settings import Settings
 
 Mode = Literal["local", "pod"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.adapters.kube import KubeClient, connect, default_namespace
+from sidecar.core.errors import SoakError
 from sidecar.core.publication import (
     DEFAULT_PREFIX,
     Publication,
@@ -27,7 +28,6 @@ from sidecar.core.publication import (
     parse_termination_message,
     sanitize,
 )
-from sidecar.errors import SoakError
 
 # Kubernetes >= 1.27 labels Job pods with the prefixed key; older clusters only with the bare one.
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
-from sidecar.core.identity import RunIdentity, make_identity, parse_run_id, sha256_hex
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     RecordExistsError,
     SoakError,
     StoreUnavailableError,
 )
+from sidecar.core.identity import RunIdentity, make_identity, parse_run_id, sha256_hex
 from sidecar.settings import DeadlineSettings
 
 

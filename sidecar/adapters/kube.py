@@ -1,7 +1,7 @@
 """Kubernetes API adapter: the sidecar's pod, its annotations and Events, the termination message.
 
-Every kubernetes/urllib3 error is translated into :class:`sidecar.errors.PublishError`
-(:class:`sidecar.errors.ForbiddenError` for 403) at this boundary. The sidecar's service account
+Every kubernetes/urllib3 error is translated into :class:`sidecar.core.errors.PublishError`
+(:class:`sidecar.core.errors.ForbiddenError` for 403) at this boundary. The sidecar's service account
 needs only ``pods get/patch`` and ``events create`` in its own namespace (docs/rbac.md).
 """
 
@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     Publication,
@@ -35,7 +36,6 @@ from sidecar.core.publication import (
     termination_message,
     truncate_utf8,
 )
-from sidecar.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.settings import KubeSettings
 
 T = TypeVar("T")

@@ -19,12 +19,12 @@ from typing import Any, Literal, TypeVar
 
 import pynvml
 
+from sidecar.core.errors import ConfigError, GpuUnavailableError
 from sidecar.core.gpu_select import DeviceSelection, attribute, resolve_selection, select_devices
+from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import GpuDevice, GpuProcess, GpuSample
-from sidecar.errors import ConfigError, GpuUnavailableError
 from sidecar.nvml_mock.build import LIBRARY_NAME, cached_mock_library, default_cache_root
 from sidecar.nvml_mock.scenario import compile_scenario
-from sidecar.ports import GpuBackend
 from sidecar.settings import GpuSettings
 
 _MIB = 1024.0 * 1024.0

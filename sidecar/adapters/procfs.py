@@ -194,7 +194,7 @@ def _command(cmdline: bytes, max_chars: int) -> str:
 
 
 class PsutilProcessSampler:
-    """Samples a process tree; implements ``sidecar.ports.ProcessSampler``.
+    """Samples a process tree; implements ``sidecar.core.ports.ProcessSampler``.
 
     The tree is the root and its descendants (children of every thread, recursively) plus the
     processes of the previous sample that are still alive as the same process even if they left

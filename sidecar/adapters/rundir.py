@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, Any, Literal
 
 from sidecar import launcher as proto
-from sidecar.errors import AlreadySupervisedError, ConfigError, LauncherError
+from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
 
 Action = Literal["soft_stop", "terminate", "kill"]
 SIDECAR_LOCK = ".sidecar.lock"

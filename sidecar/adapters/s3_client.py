@@ -19,7 +19,7 @@ import boto3
 import botocore.exceptions
 from botocore.config import Config
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ from sidecar.adapters.s3_client import (
     make_s3_client,
     retry_conflicts,
 )
+from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.core.keys import object_key
-from sidecar.errors import ConfigError, ObjectConflictError, UploadError
-from sidecar.ports import UploadedObject
+from sidecar.core.ports import UploadedObject
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:

@@ -54,8 +54,7 @@ from sidecar.adapters.s3_client import (
     retry_conflicts,
 )
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
-from sidecar.core.identity import parse_run_id
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     DeadlineRecordError,
@@ -63,7 +62,8 @@ from sidecar.errors import (
     SoakError,
     StoreUnavailableError,
 )
-from sidecar.ports import Clock
+from sidecar.core.identity import parse_run_id
+from sidecar.core.ports import Clock
 from sidecar.settings import S3Settings
 
 if TYPE_CHECKING:

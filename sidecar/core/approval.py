@@ -31,8 +31,8 @@ import json
 import uuid
 from typing import Any
 
+from sidecar.core.errors import RefusedError
 from sidecar.core.identity import RunIdentity, is_canonical_absolute
-from sidecar.errors import RefusedError
 
 APPROVAL_FORMAT = "soak-sidecar-approval-v1"
 # An approval is a few KiB; a bigger file is not one.

@@ -1,6 +1,6 @@
 """The persistent total-job deadline: record format, create-or-resume, and the clock.
 
-Pure: the store is injected (``sidecar.ports.DeadlineStore``) and every time is an argument.
+Pure: the store is injected (``sidecar.core.ports.DeadlineStore``) and every time is an argument.
 Rules kept from the training-deadline seed:
 
 - one record per run identity, created exclusively and durably, resumed thereafter and never
@@ -24,8 +24,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from sidecar.core.identity import RunIdentity, describe_validation_error
-from sidecar.errors import (
+from sidecar.core.errors import (
     ConfigError,
     DeadlineExpiredError,
     DeadlineRecordError,
@@ -33,7 +32,8 @@ from sidecar.errors import (
     RecordExistsError,
     RefusedError,
 )
-from sidecar.ports import DeadlineStore
+from sidecar.core.identity import RunIdentity, describe_validation_error
+from sidecar.core.ports import DeadlineStore
 
 RECORD_FORMAT = "soak-sidecar-deadline-v1"
 # Far above any real record; bounds what a reader loads from a tampered store.

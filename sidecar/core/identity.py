@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Kubernetes imageID forms: "sha256:<hex>", "repo@sha256:<hex>", "docker-pullable://repo@sha256:<hex>".

@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from string import Formatter
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 
 DEFAULT_KEY_TEMPLATE = "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/"
 PLACEHOLDERS = frozenset({"prefix", "namespace", "job", "run_id", "attempt", "pod"})

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 
 DEFAULT_PREFIX = "soak.sidecar.io/"
 

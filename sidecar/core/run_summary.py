@@ -54,7 +54,7 @@ from pydantic import (
     model_validator,
 )
 
-from sidecar.errors import ConfigError, InvalidRunSummaryError
+from sidecar.core.errors import ConfigError, InvalidRunSummaryError
 
 SUPPORTED_METRIC_SCHEMA_VERSION = 1
 SUPPORTED_RUNTIME_MANIFEST_SCHEMA_VERSION = 2

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 from sidecar.nvml_mock.scenario import compile_scenario
 
 SOURCE = Path(__file__).with_name("nvml_mock.c")

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 
 FORMAT = "soak-nvml-mock/1"
 

@@ -18,13 +18,13 @@ import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore, identity_from_settings
 from sidecar.core.deadline import create_or_resume, parse_record
-from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     RecordExistsError,
     StoreUnavailableError,
 )
+from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
 from sidecar.settings import DeadlineSettings
 from tests.fixtures.processes import PYTHON, Spawner
 
@@ -236,7 +236,7 @@ HOLDER = textwrap.dedent(
     import sys
     from pathlib import Path
     from sidecar.adapters.filestore import FileDeadlineStore
-    from sidecar.errors import AlreadySupervisedError
+    from sidecar.core.errors import AlreadySupervisedError
     store = FileDeadlineStore(Path(sys.argv[1]))
     try:
         with store.lock(sys.argv[2]):

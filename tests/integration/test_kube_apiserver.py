@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from sidecar import verdict_cli
 from sidecar.adapters.kube import KubeClient, PodPublisher, connect
+from sidecar.core.errors import ConfigError, ForbiddenError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     REASON_BYTES,
@@ -27,7 +28,6 @@ from sidecar.core.publication import (
     parse_termination_message,
     termination_message,
 )
-from sidecar.errors import ConfigError, ForbiddenError
 from sidecar.settings import load_settings
 from tests.fixtures.kube import (
     DIGEST,

@@ -18,8 +18,8 @@ import pytest
 
 from sidecar import verdict_cli
 from sidecar.adapters.kube import KubeClient, PodPublisher, connect, write_termination_message
+from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.core.publication import Publication, parse_termination_message
-from sidecar.errors import ConfigError, ForbiddenError, PublishError
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.nvml import NullGpuBackend, NvmlGpuBackend
-from sidecar.errors import GpuUnavailableError
+from sidecar.core.errors import GpuUnavailableError
 from tests.fixtures.nvml import UUID0, UUID1, MockBackendOpener
 from tests.fixtures.processes import Spawner
 

@@ -176,7 +176,7 @@ def _clean_env() -> dict[str, str]:
 SAMPLE_AUTO = """
     import json, sys
     from sidecar.adapters.nvml import open_gpu_backend
-    from sidecar.errors import GpuUnavailableError
+    from sidecar.core.errors import GpuUnavailableError
     from sidecar.settings import GpuSettings
     backend = open_gpu_backend(GpuSettings(backend=sys.argv[1] if len(sys.argv) > 1 else "auto"), None)
     print(backend.sample(set(), 0.0).model_dump_json())

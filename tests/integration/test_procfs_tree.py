@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from sidecar.adapters.procfs import PsutilProcessSampler
+from sidecar.core.ports import ProcessSampler
 from sidecar.core.samples import ProcessTreeSample
-from sidecar.ports import ProcessSampler
 from tests.fixtures.processes import PYTHON, Spawner
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import pytest
 
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.core.liveness import KIND_STALE, LivenessTracker
+from sidecar.core.ports import ProgressProbe
 from sidecar.core.samples import ProgressSample
-from sidecar.ports import ProgressProbe
 
 pytestmark = pytest.mark.integration
 

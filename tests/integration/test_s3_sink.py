@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.adapters.s3_sink import S3ArtifactSink
-from sidecar.errors import ObjectConflictError, UploadError
+from sidecar.core.errors import ObjectConflictError, UploadError
 from sidecar.settings import S3Settings
 from tests.fixtures.s3 import REGION, SeaweedServer, free_ports
 

@@ -16,14 +16,14 @@ import pytest
 
 from sidecar.adapters.s3_store import S3DeadlineStore
 from sidecar.core.deadline import create_or_resume
-from sidecar.core.identity import make_identity
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     DeadlineRecordError,
     RecordExistsError,
     StoreUnavailableError,
 )
+from sidecar.core.identity import make_identity
 from sidecar.settings import S3Settings
 from tests.fixtures.processes import PYTHON, Spawner
 from tests.fixtures.s3 import SeaweedServer, free_ports

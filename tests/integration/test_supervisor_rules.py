@@ -29,7 +29,7 @@ from sidecar.adapters.procfs import PsutilProcessSampler
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.core.deadline import create_or_resume
 from sidecar.core.identity import new_run_id
-from sidecar.ports import GpuBackend
+from sidecar.core.ports import GpuBackend
 from sidecar.settings import Settings, load_settings
 from sidecar.supervisor import SAMPLES_FILE, Ports, RunResult, Supervisor
 from tests.waiting import wait_until

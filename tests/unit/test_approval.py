@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sidecar.core.approval import APPROVAL_FORMAT, attempt_command, check_approval, render_approval
+from sidecar.core.errors import RefusedError
 from sidecar.core.identity import RunIdentity, make_identity
-from sidecar.errors import RefusedError
 
 RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
 CKPT = "/ckpt/run/latest.pt"

@@ -20,8 +20,7 @@ from sidecar.core.deadline import (
     new_record,
     parse_record,
 )
-from sidecar.core.identity import RunIdentity, make_identity
-from sidecar.errors import (
+from sidecar.core.errors import (
     ConfigError,
     DeadlineExpiredError,
     DeadlineRecordError,
@@ -29,6 +28,7 @@ from sidecar.errors import (
     RecordExistsError,
     RefusedError,
 )
+from sidecar.core.identity import RunIdentity, make_identity
 
 RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
 T0 = 1_700_000_000.25

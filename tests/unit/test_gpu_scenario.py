@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.errors import ConfigError
+from sidecar.core.errors import ConfigError
 from sidecar.nvml_mock.scenario import Scenario, compile_scenario, load_scenario, render
 
 PACKAGE_SCENARIOS = sorted((Path(__file__).parents[2] / "sidecar" / "nvml_mock").glob("*.json"))

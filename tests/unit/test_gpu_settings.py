@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.adapters.nvml import NullGpuBackend, open_gpu_backend
-from sidecar.errors import ConfigError, GpuUnavailableError
+from sidecar.core.errors import ConfigError, GpuUnavailableError
 from sidecar.settings import GpuSettings, load_settings
 
 

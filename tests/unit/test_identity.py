@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.core.errors import ConfigError
 from sidecar.core.identity import (
     RunIdentity,
     is_canonical_absolute,
@@ -16,7 +17,6 @@ from sidecar.core.identity import (
     parse_run_id,
     sha256_hex,
 )
-from sidecar.errors import ConfigError
 
 RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
 HEX = "a" * 64

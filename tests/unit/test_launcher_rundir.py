@@ -17,7 +17,7 @@ from sidecar.adapters.rundir import (
     RunDir,
     spawn_local_launcher,
 )
-from sidecar.errors import ConfigError, LauncherError
+from sidecar.core.errors import ConfigError, LauncherError
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.core.errors import ConfigError
 from sidecar.core.publication import (
     DEFAULT_PREFIX,
     ELLIPSIS,
@@ -30,7 +31,6 @@ from sidecar.core.publication import (
     termination_message,
     truncate_utf8,
 )
-from sidecar.errors import ConfigError
 
 # Kubernetes' own rules (apimachinery validation): qualified name part and DNS-1123 subdomain.
 K8S_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")

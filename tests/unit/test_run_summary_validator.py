@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
+from sidecar.core.errors import ConfigError
 from sidecar.core.run_summary import (
     ValidatorUnavailable,
     evaluate_parsed,
     resolve_manifest_validator,
 )
-from sidecar.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sidecar.core.errors import ConfigError
 from sidecar.core.keys import (
     DEFAULT_KEY_TEMPLATE,
     MAX_KEY_BYTES,
@@ -16,7 +17,6 @@ from sidecar.core.keys import (
     template_fields,
     validate_key,
 )
-from sidecar.errors import ConfigError
 from sidecar.settings import load_settings
 
 RUN = "6f1c2d3e-0000-4000-8000-000000000001"

@@ -17,7 +17,7 @@ from moto import mock_aws
 from sidecar.adapters.s3_client import describe, make_s3_client
 from sidecar.adapters.s3_sink import S3ArtifactSink
 from sidecar.adapters.s3_store import S3DeadlineStore
-from sidecar.errors import (
+from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     ObjectConflictError,

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from sidecar.adapters.rundir import RunDir, launcher_path
+from sidecar.launcher import GoRequest
 
 TRAINER = """
 import os, signal, subprocess, sys, time
@@ -114,12 +115,15 @@ def run_ours(work: Path, lead_s: float) -> float:
         rd.wait_for_launcher(30)
         deadline = time.time() + lead_s
         rd.give_go(
-            deadline_unix=deadline,
-            checkpoint_margin_s=lead_s / 2,
-            term_grace_s=lead_s / 4,
-            heartbeat_timeout_s=600,
-            kill_grace_s=1,
-            console_log_bytes=1 << 20,
+            GoRequest(
+                launch_id=str(rd.launch_id),
+                deadline_unix=deadline,
+                checkpoint_margin_s=lead_s / 2,
+                term_grace_s=lead_s / 4,
+                heartbeat_timeout_s=600,
+                kill_grace_s=1,
+                console_log_bytes=1 << 20,
+            )
         )
         latency = _gone_after(_wait_pids(pid_file, deadline), deadline)
         proc.wait(timeout=30)

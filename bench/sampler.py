@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from sidecar.adapters.procfs import PsutilProcessSampler
+from sidecar.adapters.procfs import ProcfsProcessTable
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PR_SET_CHILD_SUBREAPER = 36
@@ -191,7 +191,7 @@ def main() -> int:
     fanout = [int(v) for v in args.fanout.split(",") if v]
     root, expected = start_tree(fanout, args.fds, args.gaps)
     try:
-        ours = PsutilProcessSampler()
+        ours = ProcfsProcessTable()
         mine = ours.sample(root.pid)
         theirs = seed.tree_snapshot(root.pid)
         print(

@@ -17,16 +17,10 @@ from sidecar import __version__
 from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
-    ForbiddenError,
-    RefusedError,
     SoakError,
-    TransientError,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
-from sidecar.core.ports import ArtifactSink, DeadlineStore
-from sidecar.core.publication import Publication
 from sidecar.settings import Settings, load_settings
-from sidecar.supervisor import LockLoss, Ports
 
 EPILOG_RUN = """\
 examples:
@@ -203,127 +197,6 @@ def demo_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.examples.trainer"]
 
 
-# ---------------------------------------------------------------------- wiring
-
-
-def _read_environ(pid: int) -> Mapping[str, str] | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).environ()
-    except (psutil.Error, OSError):
-        return None
-
-
-def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any], str | None]:
-    """Adapters for this run, chosen by the settings. Returns ports, context, attempt label."""
-    from sidecar.adapters.filestore import FileDeadlineStore
-    from sidecar.adapters.nvml import open_gpu_backend
-    from sidecar.adapters.procfs import PsutilProcessSampler
-    from sidecar.adapters.progress import DirectoryProgressProbe
-    from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
-
-    run_dir = settings.launcher.run_dir
-    progress = DirectoryProgressProbe(
-        settings.monitor.progress_dir,
-        exclude=[
-            run_dir / CONSOLE_LOG,
-            run_dir / CONSOLE_LOG_ROTATED,
-            settings.monitor.progress_dir / "soak-console.log",
-        ],
-    )
-    store: DeadlineStore
-    lock_loss = LockLoss()
-    if settings.deadline.store == "s3":
-        from sidecar.adapters.s3_store import S3DeadlineStore
-
-        store = S3DeadlineStore(settings.s3, on_lock_lost=lock_loss)
-    else:
-        store = FileDeadlineStore(settings.deadline.store_dir)
-    sink: ArtifactSink | None = None
-    if settings.s3.bucket:
-        from sidecar.adapters.s3_sink import S3ArtifactSink
-
-        sink = S3ArtifactSink(settings.s3)
-    context: dict[str, Any] = {}
-    label = None
-    publish = None
-    progress_note = None
-    image_digest: Callable[[], str | None] = _no_image_digest
-    if pod:
-        publish, progress_note, image_digest, context, label = _pod_wiring(settings)
-    gpu = settings.gpu
-    ports = Ports(
-        sampler=PsutilProcessSampler(),
-        progress=progress,
-        open_gpu=lambda env: open_gpu_backend(gpu, env),
-        store=store,
-        sink=sink,
-        publish=publish,
-        progress_note=progress_note,
-        read_environ=_read_environ,
-        lock_loss=lock_loss,
-        image_digest=image_digest,
-        status_stream=sys.stderr,
-    )
-    return ports, context, label
-
-
-def _no_image_digest() -> None:
-    return None
-
-
-PodWiring = tuple[
-    Callable[[Publication], list[str]],
-    Callable[[str, float, float], object] | None,
-    Callable[[], str | None],
-    dict[str, Any],
-    str,
-]
-
-
-def _pod_wiring(settings: Settings) -> PodWiring:
-    from sidecar.adapters.kube import KubeClient, PodPublisher
-
-    kube = settings.kube
-    client = KubeClient.from_settings(kube)
-    publisher = PodPublisher.from_settings(client, kube)  # ConfigError without the downward API
-    assert kube.namespace and kube.pod_name and kube.pod_uid
-    namespace, pod_name = kube.namespace, kube.pod_name
-    context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": kube.pod_uid}
-    try:
-        identity = client.get_pod(namespace, pod_name, kube.trainer_container)
-        context.update(
-            job=identity.job_name,
-            job_uid=identity.job_uid,
-            node=identity.node_name,
-            trainer_image=identity.trainer_image,
-        )
-    except SoakError as exc:
-        # Context only; the digest below is what the run identity needs, and it fails closed.
-        print(f"soak-sidecar: cannot read pod {namespace}/{pod_name}: {exc}", file=sys.stderr)
-
-    def publish(pub: Publication) -> list[str]:
-        outcome = publisher.publish(pub)
-        return [str(error) for error in outcome.errors]
-
-    def image_digest() -> str | None:
-        # Asked once the launcher has announced itself: the trainer container runs, so the
-        # kubelet reports (or is about to report) its image digest.
-        try:
-            pod = client.wait_for_trainer_digest(namespace, pod_name, kube.trainer_container)
-        except ForbiddenError as exc:
-            # RBAC that forbids reading our own pod will not heal on a retry.
-            raise RefusedError(f"cannot read the trainer image digest: {exc}") from exc
-        if pod.trainer_image_digest is None:
-            # The digest joins the identity: running without it would change the identity later.
-            raise TransientError(f"no image digest reported for container {kube.trainer_container!r}")
-        return pod.trainer_image_digest
-
-    progress_note = publisher.progress if kube.progress_annotations_s > 0 else None
-    return publish, progress_note, image_digest, context, pod_name
-
-
 # ---------------------------------------------------------------------- run
 
 
@@ -415,8 +288,11 @@ def _early_exit_message(path: Path, exc: BaseException) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from sidecar.app.signals import cancellation_on_sigterm
+    from sidecar.app.supervisor import Supervisor
+    from sidecar.app.values import RunRequest
+    from sidecar.app.wiring import build_ports
     from sidecar.core.identity import new_run_id, parse_run_id
-    from sidecar.supervisor import Supervisor, cancellation_on_sigterm
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -439,16 +315,15 @@ def _run(args: argparse.Namespace) -> int:
         overrides = {**overrides, **_local_layout(settings, _explicit(overrides), run_id)}
         settings = _settings_with(overrides)
 
-    ports, context, label = build_ports(settings, pod=pod)
-    supervisor = Supervisor(
-        settings,
-        ports,
+    wiring = build_ports(settings, pod=pod)
+    request = RunRequest(
         mode="pod" if pod else "local",
         run_id=run_id,
-        command=command,
-        context=context,
-        attempt_label=label,
+        command=tuple(command),
+        context=wiring.context,
+        attempt_label=wiring.attempt_label,
     )
+    supervisor = Supervisor(settings, wiring.ports, request)
     shown = " ".join(command) if command else "(the launcher's command)"
     print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
     with cancellation_on_sigterm():
@@ -575,7 +450,7 @@ def cmd_install_launcher(args: argparse.Namespace) -> int:
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
-    from sidecar.adapters.filestore import identity_from_settings
+    from sidecar.adapters.identity_files import identity_from_settings
     from sidecar.core.approval import render_approval
     from sidecar.core.identity import parse_run_id
 

@@ -35,6 +35,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 PROTOCOL = 1
@@ -86,6 +87,7 @@ FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
 # Environment the trainer sees (the launcher sets the path variables from its own --run-dir so a
 # different mount point in the trainer container cannot point them elsewhere).
 ENV_RUN_DIR = "SOAK_RUN_DIR"
+ENV_RUN_ID = "SOAK_RUN_ID"
 ENV_DEADLINE_FILE = "SOAK_DEADLINE_FILE"
 ENV_SOFT_STOP_FILE = "SOAK_SOFT_STOP_FILE"
 
@@ -502,43 +504,111 @@ class DeadlineClock:
         return min(self.deadline_unix - self._wall(), self.monotonic_end - self._monotonic())
 
 
+GO_NUMBERS = ("deadline_unix", "checkpoint_margin_s", "term_grace_s", "heartbeat_timeout_s", "kill_grace_s")
+
+
+def _require_finite(key: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"go.json: {key} must be a finite number")
+
+
+@dataclass(frozen=True)
 class GoRequest:
-    """Validated go.json."""
+    """go.json, the sidecar's go-ahead. The one definition of the record: the sidecar builds one and
+    writes ``to_json()``; the launcher starts the trainer only on what ``from_json()`` accepts."""
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
-        def number(key: str, default: float | None = None) -> float:
-            value = raw.get(key, default)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"go.json: {key} must be a finite number")
-            if not math.isfinite(value):
-                raise ValueError(f"go.json: {key} must be a finite number")
-            return float(value)
+    launch_id: str
+    deadline_unix: float
+    checkpoint_margin_s: float
+    term_grace_s: float
+    heartbeat_timeout_s: float
+    kill_grace_s: float = DEFAULT_KILL_GRACE_S
+    console_log_bytes: int = DEFAULT_CONSOLE_LOG_BYTES
+    soft_stop_signal: str = "SIGUSR1"
+    env: Mapping[str, str] = field(default_factory=dict)
+    # Appended to the trainer's argv: the seed's approved `--resume <checkpoint>`.
+    extra_args: tuple[str, ...] = ()
 
-        self.deadline_unix = number("deadline_unix")
-        self.checkpoint_margin_s = number("checkpoint_margin_s")
-        self.term_grace_s = number("term_grace_s")
-        self.heartbeat_timeout_s = number("heartbeat_timeout_s")
-        self.kill_grace_s = number("kill_grace_s", DEFAULT_KILL_GRACE_S)
+    def __post_init__(self) -> None:
+        for key in GO_NUMBERS:
+            _require_finite(key, getattr(self, key))
         if self.checkpoint_margin_s <= 0 or self.term_grace_s < 0 or self.kill_grace_s < 0:
             raise ValueError("go.json: need margin > 0, term_grace_s >= 0, kill_grace_s >= 0")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError("go.json: heartbeat_timeout_s must be > 0")
-        cap = raw.get("console_log_bytes", DEFAULT_CONSOLE_LOG_BYTES)
+        cap = self.console_log_bytes
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
             raise ValueError("go.json: console_log_bytes must be a positive integer")
-        self.console_log_bytes = cap
-        self.soft_stop_signal = signal_number(str(raw.get("soft_stop_signal", "SIGUSR1")))
-        env = raw.get("env", {})
-        if not isinstance(env, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        signal_number(self.soft_stop_signal)
+        if not isinstance(self.env, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.env.items()
         ):
             raise ValueError("go.json: env must map strings to strings")
-        self.env: dict[str, str] = dict(env)
-        # Appended to the trainer's argv: the seed's approved `--resume <checkpoint>`.
-        extra_args = raw.get("extra_args", [])
-        if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
+        if not all(isinstance(arg, str) for arg in self.extra_args):
             raise ValueError("go.json: extra_args must be a list of strings")
-        self.extra_args: list[str] = list(extra_args)
+
+    @property
+    def soft_stop_signum(self) -> int:
+        return signal_number(self.soft_stop_signal)
+
+    @property
+    def soft_stop_unix(self) -> float:
+        return self.deadline_unix - self.checkpoint_margin_s
+
+    @property
+    def term_unix(self) -> float:
+        return self.deadline_unix - self.term_grace_s
+
+    def trainer_env(self) -> dict[str, str]:
+        """What the trainer's environment gains: its deadline figures, then the sidecar's ``env``."""
+        return {
+            "SOAK_DEADLINE_UNIX": repr(self.deadline_unix),
+            "SOAK_SOFT_STOP_UNIX": repr(self.soft_stop_unix),
+            "SOAK_TERM_UNIX": repr(self.term_unix),
+            "SOAK_CHECKPOINT_MARGIN_S": repr(self.checkpoint_margin_s),
+            "SOAK_SOFT_STOP_SIGNAL": self.soft_stop_signal,
+            **self.env,
+        }
+
+    def deadline_copy(self, record: Mapping[str, Any] | None) -> dict[str, Any]:
+        """deadline.json, the trainer's copy of its deadline, written by the sidecar with go.json."""
+        return {
+            "protocol": PROTOCOL,
+            "deadline_unix": self.deadline_unix,
+            "soft_stop_unix": self.soft_stop_unix,
+            "term_unix": self.term_unix,
+            "checkpoint_margin_s": self.checkpoint_margin_s,
+            "term_grace_s": self.term_grace_s,
+            "soft_stop_signal": self.soft_stop_signal,
+            "run_id": self.env.get(ENV_RUN_ID),
+            "record": None if record is None else dict(record),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "protocol": PROTOCOL,
+            **{name: getattr(self, name) for name in self.__dataclass_fields__},
+            "env": dict(self.env),
+            "extra_args": list(self.extra_args),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> GoRequest:
+        extra_args = raw.get("extra_args", [])
+        if not isinstance(extra_args, list):
+            raise ValueError("go.json: extra_args must be a list of strings")
+        return cls(
+            launch_id=str(raw.get("launch_id")),
+            deadline_unix=raw.get("deadline_unix", math.nan),  # a missing number fails __post_init__
+            checkpoint_margin_s=raw.get("checkpoint_margin_s", math.nan),
+            term_grace_s=raw.get("term_grace_s", math.nan),
+            heartbeat_timeout_s=raw.get("heartbeat_timeout_s", math.nan),
+            kill_grace_s=raw.get("kill_grace_s", DEFAULT_KILL_GRACE_S),
+            console_log_bytes=raw.get("console_log_bytes", DEFAULT_CONSOLE_LOG_BYTES),
+            soft_stop_signal=str(raw.get("soft_stop_signal", "SIGUSR1")),
+            env=raw.get("env", {}),
+            extra_args=tuple(extra_args),
+        )
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -772,7 +842,7 @@ class Launcher:
             if self._bound(go):
                 assert go is not None
                 try:
-                    return GoRequest(go)
+                    return GoRequest.from_json(go)
                 except ValueError as exc:
                     log(str(exc))
                     self.reason = "protocol_error"
@@ -802,7 +872,7 @@ class Launcher:
             self.reason = "owner_lost"
             raise _ExitRequestError(EXIT_SUPERVISOR_LOST)
         env = dict(os.environ)
-        env.update(go.env)
+        env.update(go.trainer_env())
         env[ENV_RUN_DIR] = self.run_dir
         env[ENV_DEADLINE_FILE] = self.path(DEADLINE_COPY_FILE)
         env[ENV_SOFT_STOP_FILE] = self.path(SOFT_STOP_FILE)
@@ -891,7 +961,7 @@ class Launcher:
                 "sent_unix": time.time(),
             },
         )
-        self._signal_group(self.go.soft_stop_signal)
+        self._signal_group(self.go.soft_stop_signum)
 
     def check_heartbeat(self) -> None:
         content = read_bytes(self.path(HEARTBEAT_FILE))

@@ -15,9 +15,11 @@ mixes two processes' data, and a remembered identity is matched by PID and start
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 
 import psutil
@@ -193,8 +195,8 @@ def _command(cmdline: bytes, max_chars: int) -> str:
     return cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")[:max_chars]
 
 
-class PsutilProcessSampler:
-    """Samples a process tree; implements ``sidecar.core.ports.ProcessSampler``.
+class ProcfsProcessTable:
+    """Samples a process tree; implements ``sidecar.core.ports.ProcessTable``.
 
     The tree is the root and its descendants (children of every thread, recursively) plus the
     processes of the previous sample that are still alive as the same process even if they left
@@ -244,6 +246,31 @@ class PsutilProcessSampler:
             if snapshot is not None:
                 alive.append(snapshot[0])
         return alive
+
+    def kill(self, processes: Sequence[ProcessInfo]) -> None:
+        """SIGKILL those of ``processes`` still running as the same process."""
+        for info in self.still_alive(processes):
+            with contextlib.suppress(psutil.Error, OSError):
+                psutil.Process(info.pid).kill()
+
+    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
+        """SIGKILL process group ``pgid`` while its leader still runs as itself (PID-reuse-safe)."""
+        if same_process_alive(leader_pid, leader_ticks):
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGKILL)
+
+    def is_alive(self, pid: int, start_ticks: int | None) -> bool:
+        return same_process_alive(pid, start_ticks)
+
+    def is_exiting(self, pid: int, start_ticks: int | None) -> bool:
+        return is_exiting(pid, start_ticks)
+
+    def environ(self, pid: int) -> Mapping[str, str] | None:
+        """The process's environment as it started, None when unreadable."""
+        try:
+            return psutil.Process(pid).environ()
+        except (psutil.Error, OSError):
+            return None
 
     def _walk(self, pid: int, expected_ticks: int | None, found: dict[int, ProcessInfo]) -> None:
         pending: list[tuple[int, int | None]] = [(pid, expected_ticks)]
@@ -315,3 +342,34 @@ def _tree(processes: list[ProcessInfo]) -> ProcessTreeSample:
         threads_total=sum(info.threads for info in processes),
         processes=processes,
     )
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first); None when gone."""
+    try:
+        with open(f"{_PROC}/{pid}/stat", encoding="utf-8") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    """``pid`` runs, is not a zombie and (when ``start_ticks`` is given) is that process."""
+    fields = _stat_fields(pid)
+    if not fields or fields[_STATE] == "Z":
+        return False
+    return start_ticks is None or (len(fields) > _STARTTIME and int(fields[_STARTTIME]) == start_ticks)
+
+
+_PF_EXITING = 0x4  # task flag: the process is inside exit()
+_FLAGS = 6
+
+
+def is_exiting(pid: int, start_ticks: int | None) -> bool:
+    """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) <= _STARTTIME or fields[_STATE] in ("Z", "X", "x"):
+        return True
+    if start_ticks is not None and int(fields[_STARTTIME]) != start_ticks:
+        return True
+    return bool(int(fields[_FLAGS]) & _PF_EXITING)

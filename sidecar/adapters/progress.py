@@ -62,3 +62,13 @@ class DirectoryProgressProbe:
             bytes_total=sum(size for size, _ in kept),
             max_mtime=max((mtime for _, mtime in kept), default=None),
         )
+
+    def read_file(self, name: str, max_bytes: int) -> tuple[bytes, float] | None:
+        """Up to ``max_bytes + 1`` bytes of a file in the progress dir, with its mtime (one open, so
+        both describe the same file). None when there is no such file; OSError when unreadable."""
+        try:
+            with open(os.path.join(self._root, name), "rb") as handle:
+                mtime = os.fstat(handle.fileno()).st_mtime
+                return handle.read(max_bytes + 1), mtime
+        except FileNotFoundError:
+            return None

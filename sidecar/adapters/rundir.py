@@ -17,13 +17,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal
 
 from sidecar import launcher as proto
 from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
+from sidecar.core.launch_records import ExitRecord, LauncherInfo, SoftStopRecord, TrainerInfo
 
 Action = Literal["soft_stop", "terminate", "kill"]
 SIDECAR_LOCK = ".sidecar.lock"
@@ -32,203 +32,6 @@ SIDECAR_LOCK = ".sidecar.lock"
 def launcher_path() -> Path:
     """The launcher as a single file: what local mode runs and the chart's init container copies."""
     return Path(proto.__file__).resolve()
-
-
-# ----------------------------------------------------------------------------- records
-
-
-def _get(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
-    value = raw.get(key)
-    if value is None and optional:
-        return None
-    # bool is an int subclass: reject it where a number is expected.
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise LauncherError(f"run dir record: {key} has the wrong type ({value!r})")
-    if not isinstance(value, kind):
-        raise LauncherError(f"run dir record: {key} has the wrong type ({value!r})")
-    return value
-
-
-def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
-    value = _get(raw, key, (int, float), optional=optional)
-    return None if value is None else float(value)
-
-
-@dataclass(frozen=True)
-class LauncherInfo:
-    """launcher.json: who the launcher is (PID-reuse-safe through start_ticks and boot_id)."""
-
-    launch_id: str
-    pid: int
-    start_ticks: int | None
-    boot_id: str | None
-    hostname: str
-    command: tuple[str, ...]
-    python: str
-    python_version: str
-    subreaper: bool
-    owner_pid: int | None
-    go_timeout_s: float
-    started_unix: float
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> LauncherInfo:
-        command = _get(raw, "command", list)
-        return cls(
-            launch_id=_get(raw, "launch_id", str),
-            pid=_get(raw, "pid", int),
-            start_ticks=_get(raw, "start_ticks", int, optional=True),
-            boot_id=_get(raw, "boot_id", str, optional=True),
-            hostname=_get(raw, "hostname", str),
-            command=tuple(str(part) for part in command),
-            python=_get(raw, "python", str),
-            python_version=_get(raw, "python_version", str),
-            subreaper=_get(raw, "subreaper", bool),
-            owner_pid=_get(raw, "owner_pid", int, optional=True),
-            go_timeout_s=float(_get(raw, "go_timeout_s", (int, float))),
-            started_unix=float(_get(raw, "started_unix", (int, float))),
-        )
-
-
-@dataclass(frozen=True)
-class TrainerInfo:
-    """trainer.json: the trainer's process (leader of its own session and process group)."""
-
-    launch_id: str
-    pid: int
-    pgid: int
-    start_ticks: int | None
-    started_unix: float
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> TrainerInfo:
-        return cls(
-            launch_id=_get(raw, "launch_id", str),
-            pid=_get(raw, "pid", int),
-            pgid=_get(raw, "pgid", int),
-            start_ticks=_get(raw, "start_ticks", int, optional=True),
-            started_unix=float(_get(raw, "started_unix", (int, float))),
-        )
-
-
-@dataclass(frozen=True)
-class SoftStopRecord:
-    """soft-stop.json: the launcher told the trainer to checkpoint and stop."""
-
-    reason: str
-    deadline_unix: float
-    sent_unix: float
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> SoftStopRecord:
-        return cls(
-            reason=_get(raw, "reason", str),
-            deadline_unix=float(_get(raw, "deadline_unix", (int, float))),
-            sent_unix=float(_get(raw, "sent_unix", (int, float))),
-        )
-
-
-@dataclass(frozen=True)
-class KilledProcess:
-    pid: int
-    command: str
-
-
-@dataclass(frozen=True)
-class ControlAction:
-    seq: int
-    action: str
-    reason: str | None
-
-
-@dataclass(frozen=True)
-class ExitRecord:
-    """exit.json: how the trainer ended and what the launcher had to kill."""
-
-    launch_id: str | None
-    exit_code: int
-    reason: str
-    returncode: int | None = None
-    signal: int | None = None
-    signal_name: str | None = None
-    trainer_pid: int | None = None
-    deadline_expired: bool = False
-    heartbeat_lost: bool = False
-    owner_lost: bool = False
-    soft_stop_sent: bool = False
-    term_sent: bool = False
-    kill_sent: bool = False
-    control: tuple[ControlAction, ...] = ()
-    signals_forwarded: tuple[str, ...] = ()
-    killed_with_trainer: tuple[KilledProcess, ...] = ()
-    survivors_killed: tuple[KilledProcess, ...] = ()
-    unreaped: tuple[int, ...] = ()
-    stdout_dropped_bytes: int = 0
-    started_unix: float | None = None
-    ended_unix: float | None = None
-
-    @property
-    def trainer_started(self) -> bool:
-        return self.trainer_pid is not None
-
-    @classmethod
-    def parse(cls, raw: Mapping[str, Any]) -> ExitRecord:
-        def processes(key: str) -> tuple[KilledProcess, ...]:
-            return tuple(
-                KilledProcess(pid=_get(item, "pid", int), command=_get(item, "command", str))
-                for item in _get(raw, key, list, optional=True) or []
-            )
-
-        def flag(key: str) -> bool:
-            return bool(_get(raw, key, bool, optional=True))
-
-        reason = _get(raw, "reason", str)
-        if reason not in proto.REASONS:
-            raise LauncherError(f"exit.json: unknown reason {reason!r}")
-        return cls(
-            launch_id=_get(raw, "launch_id", str, optional=True),
-            exit_code=_get(raw, "exit_code", int),
-            reason=reason,
-            returncode=_get(raw, "returncode", int, optional=True),
-            signal=_get(raw, "signal", int, optional=True),
-            signal_name=_get(raw, "signal_name", str, optional=True),
-            trainer_pid=_get(raw, "trainer_pid", int, optional=True),
-            deadline_expired=flag("deadline_expired"),
-            heartbeat_lost=flag("heartbeat_lost"),
-            owner_lost=flag("owner_lost"),
-            soft_stop_sent=flag("soft_stop_sent"),
-            term_sent=flag("term_sent"),
-            kill_sent=flag("kill_sent"),
-            control=tuple(
-                ControlAction(
-                    seq=_get(item, "seq", int),
-                    action=_get(item, "action", str),
-                    reason=_get(item, "reason", str, optional=True),
-                )
-                for item in _get(raw, "control", list, optional=True) or []
-            ),
-            signals_forwarded=tuple(
-                str(name) for name in _get(raw, "signals_forwarded", list, optional=True) or []
-            ),
-            killed_with_trainer=processes("killed_with_trainer"),
-            survivors_killed=processes("survivors_killed"),
-            unreaped=tuple(int(pid) for pid in _get(raw, "unreaped", list, optional=True) or []),
-            stdout_dropped_bytes=_get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
-            started_unix=_number(raw, "started_unix", optional=True),
-            ended_unix=_number(raw, "ended_unix", optional=True),
-        )
-
-
-@dataclass(frozen=True)
-class GoRecord:
-    """What give_go() wrote: go.json's content and the trainer's deadline copy."""
-
-    deadline_unix: float
-    soft_stop_unix: float
-    term_unix: float
-    env: dict[str, str] = field(default_factory=dict)
-    go_path: Path = Path()
-    deadline_copy_path: Path = Path()
 
 
 # ----------------------------------------------------------------------------- the run dir
@@ -356,7 +159,17 @@ class RunDir:
         bound = raw.get("launch_id")
         if bound is not None and self._launch_id is not None and bound != self._launch_id:
             return None
+        if raw.get("reason") not in proto.REASONS:
+            raise LauncherError(f"exit.json: unknown reason {raw.get('reason')!r}")
         return ExitRecord.parse(raw)
+
+    def exit_json(self) -> dict[str, Any] | None:
+        """exit.json as the launcher wrote it (for the artifact), None when absent or unreadable."""
+        return proto.read_json(str(self.file(proto.EXIT_FILE)))
+
+    def go_given(self) -> bool:
+        """Whether a sidecar (this one's predecessor, after a restart) already gave the go-ahead."""
+        return self.file(proto.GO_FILE).exists()
 
     def wait_exit(self, timeout_s: float, *, poll_s: float = 0.05) -> ExitRecord | None:
         end = time.monotonic() + timeout_s
@@ -373,81 +186,16 @@ class RunDir:
 
     # -- sidecar -> launcher ------------------------------------------------------
 
-    def give_go(
-        self,
-        *,
-        deadline_unix: float,
-        checkpoint_margin_s: float,
-        term_grace_s: float,
-        heartbeat_timeout_s: float,
-        kill_grace_s: float,
-        console_log_bytes: int,
-        soft_stop_signal: str = "SIGUSR1",
-        run_id: str | None = None,
-        progress_dir: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        deadline_record: Mapping[str, Any] | None = None,
-        extra_args: Sequence[str] = (),
-    ) -> GoRecord:
-        """Write the trainer's deadline copy, then go.json (the launcher starts the trainer).
+    def give_go(self, go: proto.GoRequest, record: Mapping[str, Any] | None = None) -> None:
+        """Write the trainer's deadline copy (with the deadline ``record``), then go.json: the
+        launcher starts the trainer.
 
-        Start the Heartbeat before calling this: the launcher's heartbeat clock starts at go.
+        Start the heartbeat before calling this: the launcher's heartbeat clock starts at go.
         """
-        launch_id = self._require_launch_id()
-        try:
-            proto.signal_number(soft_stop_signal)
-        except ValueError as exc:
-            raise ConfigError(f"soft_stop_signal: {exc}") from exc
-        soft_stop_unix = deadline_unix - checkpoint_margin_s
-        term_unix = deadline_unix - term_grace_s
-        copy = {
-            "protocol": proto.PROTOCOL,
-            "deadline_unix": deadline_unix,
-            "soft_stop_unix": soft_stop_unix,
-            "term_unix": term_unix,
-            "checkpoint_margin_s": checkpoint_margin_s,
-            "term_grace_s": term_grace_s,
-            "soft_stop_signal": soft_stop_signal,
-            "run_id": run_id,
-            "record": dict(deadline_record) if deadline_record is not None else None,
-        }
-        trainer_env = {
-            "SOAK_DEADLINE_UNIX": repr(deadline_unix),
-            "SOAK_SOFT_STOP_UNIX": repr(soft_stop_unix),
-            "SOAK_TERM_UNIX": repr(term_unix),
-            "SOAK_CHECKPOINT_MARGIN_S": repr(checkpoint_margin_s),
-            "SOAK_SOFT_STOP_SIGNAL": soft_stop_signal,
-        }
-        if run_id is not None:
-            trainer_env["SOAK_RUN_ID"] = run_id
-        if progress_dir is not None:
-            trainer_env["SOAK_PROGRESS_DIR"] = str(progress_dir)
-        trainer_env.update(env or {})
-        self._write(proto.DEADLINE_COPY_FILE, copy)
-        self._write(
-            proto.GO_FILE,
-            {
-                "protocol": proto.PROTOCOL,
-                "launch_id": launch_id,
-                "deadline_unix": deadline_unix,
-                "checkpoint_margin_s": checkpoint_margin_s,
-                "term_grace_s": term_grace_s,
-                "heartbeat_timeout_s": heartbeat_timeout_s,
-                "kill_grace_s": kill_grace_s,
-                "console_log_bytes": console_log_bytes,
-                "soft_stop_signal": soft_stop_signal,
-                "env": trainer_env,
-                "extra_args": list(extra_args),
-            },
-        )
-        return GoRecord(
-            deadline_unix=deadline_unix,
-            soft_stop_unix=soft_stop_unix,
-            term_unix=term_unix,
-            env=trainer_env,
-            go_path=self.file(proto.GO_FILE),
-            deadline_copy_path=self.file(proto.DEADLINE_COPY_FILE),
-        )
+        if go.launch_id != self._require_launch_id():
+            raise LauncherError(f"go.json names launcher {go.launch_id}, not {self._launch_id}")
+        self._write(proto.DEADLINE_COPY_FILE, go.deadline_copy(record))
+        self._write(proto.GO_FILE, go.to_json())
 
     def abort(self, reason: str, exit_code: int) -> None:
         """Tell the launcher not to start the trainer; it exits with exit_code (1-255).
@@ -500,6 +248,9 @@ class RunDir:
         )
         self._control_seq = seq
         return seq
+
+    def heartbeat(self, interval_s: float) -> Heartbeat:
+        return Heartbeat(self, interval_s)
 
 
 class Heartbeat:
@@ -588,6 +339,25 @@ def spawn_local_launcher(
         )
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc
+
+
+class LocalLauncherSpawner:
+    """Starts the launcher as this process's child (local mode); implements LauncherSpawner."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self._run_dir = run_dir
+
+    def spawn(
+        self, command: Sequence[str], *, go_timeout_s: float, pass_fds: Sequence[int], capture_output: bool
+    ) -> subprocess.Popen[bytes]:
+        return spawn_local_launcher(
+            self._run_dir,
+            command,
+            go_timeout_s=go_timeout_s,
+            pass_fds=pass_fds,
+            stdout=subprocess.PIPE if capture_output else None,
+            stderr=subprocess.STDOUT if capture_output else None,
+        )
 
 
 # ----------------------------------------------------------------------------- early exit (pod)

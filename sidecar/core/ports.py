@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +16,9 @@ class Clock(Protocol):
     def monotonic(self) -> float: ...
 
 
-class ProcessSampler(Protocol):
+class ProcessTable(Protocol):
+    """The processes of the pod (or host): sampled, checked and, as a last resort, killed."""
+
     def sample(self, root_pid: int) -> ProcessTreeSample:
         """The root and all its descendants now; vanished processes are skipped."""
         ...
@@ -25,9 +27,30 @@ class ProcessSampler(Protocol):
         """Those of ``known`` still running as the same process (PID reuse rejected)."""
         ...
 
+    def kill(self, processes: Sequence[ProcessInfo]) -> None:
+        """SIGKILL those of ``processes`` still running as the same process."""
+        ...
+
+    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
+        """SIGKILL a process group while its leader still runs as itself."""
+        ...
+
+    def is_alive(self, pid: int, start_ticks: int | None) -> bool: ...
+
+    def is_exiting(self, pid: int, start_ticks: int | None) -> bool:
+        """Exiting, a zombie, gone, or another process."""
+        ...
+
+    def environ(self, pid: int) -> Mapping[str, str] | None: ...
+
 
 class ProgressProbe(Protocol):
     def sample(self) -> ProgressSample: ...
+
+    def read_file(self, name: str, max_bytes: int) -> tuple[bytes, float] | None:
+        """Up to ``max_bytes + 1`` bytes of a trainer-written file and its mtime; None when absent,
+        OSError when unreadable."""
+        ...
 
 
 class GpuBackend(Protocol):

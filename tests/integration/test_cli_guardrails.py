@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from sidecar.adapters.artifact_dir import SamplesFile
 from sidecar.adapters.rundir import RunDir
-from sidecar.supervisor import SamplesFile
 
 pytestmark = pytest.mark.integration
 

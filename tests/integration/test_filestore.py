@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from sidecar.adapters.filestore import FileDeadlineStore, identity_from_settings
+from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.adapters.identity_files import identity_from_settings
 from sidecar.core.deadline import create_or_resume, parse_record
 from sidecar.core.errors import (
     AlreadySupervisedError,

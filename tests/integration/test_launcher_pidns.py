@@ -34,6 +34,7 @@ DRIVER = """
 import subprocess, sys, time
 from pathlib import Path
 from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
+from sidecar.launcher import GoRequest
 run_dir, trainer, flags = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 rd = RunDir(run_dir)
 rd.reset()
@@ -41,8 +42,8 @@ launcher = subprocess.Popen([sys.executable, str(launcher_path()), "--run-dir", 
                              *flags, "--", sys.executable, trainer])
 rd.wait_for_launcher(30)
 with Heartbeat(rd, 0.2):
-    rd.give_go(deadline_unix=time.time() + 120, checkpoint_margin_s=10, term_grace_s=5,
-               heartbeat_timeout_s=30, kill_grace_s=2, console_log_bytes=1 << 20)
+    rd.give_go(GoRequest(launch_id=rd.launch_id, deadline_unix=time.time() + 120, checkpoint_margin_s=10,
+                         term_grace_s=5, heartbeat_timeout_s=30, kill_grace_s=2, console_log_bytes=1 << 20))
     sys.exit(launcher.wait(timeout=60))
 """
 

@@ -20,7 +20,9 @@ import psutil
 import pytest
 
 from sidecar import launcher as proto
-from sidecar.adapters.rundir import ExitRecord, Heartbeat, RunDir, launcher_path
+from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
+from sidecar.core.launch_records import ExitRecord
+from sidecar.launcher import GoRequest
 from tests.fixtures.processes import reap_tree
 from tests.waiting import wait_until
 
@@ -56,14 +58,16 @@ HEARTBEAT_DRIVER = """
 import sys, time
 from pathlib import Path
 from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
+from sidecar.launcher import GoRequest
 run_dir, hb_timeout, mode, trainer = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
 rd = RunDir(run_dir)
 if mode == "owner":
     proc = spawn_local_launcher(run_dir, trainer)
 rd.wait_for_launcher(30)
 with Heartbeat(rd, 0.2):
-    rd.give_go(deadline_unix=time.time() + 300, checkpoint_margin_s=10, term_grace_s=5,
-               heartbeat_timeout_s=hb_timeout, kill_grace_s=1, console_log_bytes=1 << 20)
+    rd.give_go(GoRequest(launch_id=rd.launch_id, deadline_unix=time.time() + 300, checkpoint_margin_s=10,
+                         term_grace_s=5, heartbeat_timeout_s=hb_timeout, kill_grace_s=1,
+                         console_log_bytes=1 << 20))
     time.sleep(600)
 """
 
@@ -95,14 +99,17 @@ class Run:
         self.rd.wait_for_launcher(30, alive=lambda: self.proc.poll() is None)
         deadline = time.time() + deadline_in
         self.rd.give_go(
-            deadline_unix=deadline,
-            checkpoint_margin_s=margin,
-            term_grace_s=term_grace,
-            heartbeat_timeout_s=hb_timeout,
-            kill_grace_s=kill_grace,
-            console_log_bytes=cap,
-            soft_stop_signal=soft_stop_signal,
-            run_id="6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f",
+            GoRequest(
+                launch_id=str(self.rd.launch_id),
+                deadline_unix=deadline,
+                checkpoint_margin_s=margin,
+                term_grace_s=term_grace,
+                heartbeat_timeout_s=hb_timeout,
+                kill_grace_s=kill_grace,
+                console_log_bytes=cap,
+                soft_stop_signal=soft_stop_signal,
+                env={proto.ENV_RUN_ID: "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"},
+            )
         )
         return deadline
 
@@ -533,12 +540,15 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
         deadline_in = 4.0 if trigger == "deadline" else 300.0
         deadline = time.time() + deadline_in
         rd.give_go(
-            deadline_unix=deadline,
-            checkpoint_margin_s=2.0,
-            term_grace_s=1.0,
-            heartbeat_timeout_s=300.0,
-            kill_grace_s=1.0,
-            console_log_bytes=64 << 20,  # no rotation: console.log must hold every byte
+            GoRequest(
+                launch_id=str(rd.launch_id),
+                deadline_unix=deadline,
+                checkpoint_margin_s=2.0,
+                term_grace_s=1.0,
+                heartbeat_timeout_s=300.0,
+                kill_grace_s=1.0,
+                console_log_bytes=64 << 20,  # no rotation: console.log must hold every byte
+            )
         )
         # The trainer writes everything only if the launcher keeps reading its pipe.
         with contextlib.suppress(AssertionError):

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sidecar.adapters.procfs import PsutilProcessSampler, classify_fds, fd_class
+from sidecar.adapters.procfs import ProcfsProcessTable, classify_fds, fd_class
 from tests.fixtures.processes import PYTHON, Spawner
 from tests.waiting import wait_until
 
@@ -152,7 +152,7 @@ def test_real_process_with_one_fd_of_each_class(spawn: Spawner, tmp_path: Path) 
     proc = spawn([PYTHON, "-c", ONE_OF_EACH, str(ready), shm, str(regular)])
     wait_until(f"{ready} written", lambda: written(ready, proc))
 
-    sample = PsutilProcessSampler().sample(proc.pid)
+    sample = ProcfsProcessTable().sample(proc.pid)
 
     assert sample.process_count == 1
     info = sample.processes[0]

@@ -22,7 +22,7 @@ pytestmark = [
 # previous sample and must not attribute B to it.
 HELPER = r"""
 import json, os, signal, subprocess, sys, time
-from sidecar.adapters.procfs import PsutilProcessSampler
+from sidecar.adapters.procfs import ProcfsProcessTable
 sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
 root = subprocess.Popen([sys.executable, "-c",
     "import subprocess, sys; "
@@ -30,7 +30,7 @@ root = subprocess.Popen([sys.executable, "-c",
     "print(p.pid, flush=True); p.wait(); "
     "import time; time.sleep(600)"], stdout=subprocess.PIPE)
 a_pid = int(root.stdout.readline())
-sampler = PsutilProcessSampler()
+sampler = ProcfsProcessTable()
 first = sampler.sample(root.pid)
 a_info = next(p for p in first.processes if p.pid == a_pid)
 root_info = next(p for p in first.processes if p.pid == root.pid)

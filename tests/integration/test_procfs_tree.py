@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sidecar.adapters.procfs import PsutilProcessSampler
-from sidecar.core.ports import ProcessSampler
+from sidecar.adapters.procfs import ProcfsProcessTable
+from sidecar.core.ports import ProcessTable
 from sidecar.core.samples import ProcessTreeSample
 from tests.fixtures.processes import PYTHON, Spawner
 
@@ -72,7 +72,7 @@ def test_tree_with_grandchildren_setsid_and_thread_children(spawn: Spawner) -> N
     grandchildren = layout["grandchildren"]
     assert isinstance(children, list) and isinstance(grandchildren, list)
 
-    sampler: ProcessSampler = PsutilProcessSampler()  # mypy checks the port is implemented
+    sampler: ProcessTable = ProcfsProcessTable()  # mypy checks the port is implemented
     sample = sampler.sample(root.pid)
 
     assert pids_of(sample) == {root.pid, *children, *grandchildren}
@@ -107,7 +107,7 @@ def test_fields_match_psutil(spawn: Spawner) -> None:
     reference = psutil.Process(proc.pid)
     os.kill(proc.pid, signal.SIGSTOP)
     eventually(lambda: reference.status() == psutil.STATUS_STOPPED)
-    info = PsutilProcessSampler().sample(proc.pid).processes[0]
+    info = ProcfsProcessTable().sample(proc.pid).processes[0]
 
     assert info.state == psutil.STATUS_STOPPED
     assert info.threads == 4
@@ -132,7 +132,7 @@ def test_zombies_are_counted(spawn: Spawner) -> None:
     zombie = int(root.stdout.readline())
     eventually(lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE)
 
-    sample = PsutilProcessSampler().sample(root.pid)
+    sample = ProcfsProcessTable().sample(root.pid)
 
     assert pids_of(sample) == {root.pid, zombie}
     assert sample.zombie_count == 1
@@ -163,7 +163,7 @@ while time.monotonic() < end:
 
 def test_processes_vanishing_mid_sample_are_skipped(spawn: Spawner) -> None:
     root = spawn([PYTHON, "-c", CHURN])
-    sampler = PsutilProcessSampler()
+    sampler = ProcfsProcessTable()
     eventually(lambda: sampler.sample(root.pid).process_count > 1)
     seen: set[int] = set()
     samples = 0
@@ -183,7 +183,7 @@ def test_processes_vanishing_mid_sample_are_skipped(spawn: Spawner) -> None:
 def test_gone_root_is_an_empty_sample(spawn: Spawner) -> None:
     proc = spawn([PYTHON, "-c", "pass"])
     proc.wait()
-    assert PsutilProcessSampler().sample(proc.pid) == ProcessTreeSample()
+    assert ProcfsProcessTable().sample(proc.pid) == ProcessTreeSample()
 
 
 # Holds fds with a hole at 3; on each line from stdin opens one more eventfd, then acks.
@@ -202,7 +202,7 @@ def test_fd_table_changes_are_seen_every_sample(spawn: Spawner) -> None:
     proc = spawn([PYTHON, "-c", FD_TABLE], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert proc.stdin is not None and proc.stdout is not None
     assert proc.stdout.readline() == b"ready\n"
-    sampler = PsutilProcessSampler()
+    sampler = ProcfsProcessTable()
 
     def fds() -> tuple[int, dict[str, int]]:
         info = sampler.sample(proc.pid).processes[0]
@@ -234,7 +234,7 @@ def test_descendants_of_an_exited_parent_stay_in_the_tree(spawn: Spawner, tmp_pa
     root = spawn([PYTHON, "-c", code], stdout=subprocess.PIPE)
     assert root.stdout is not None
     middle, orphan = (int(v) for v in root.stdout.readline().split())
-    sampler = PsutilProcessSampler()
+    sampler = ProcfsProcessTable()
     try:
         first = sampler.sample(root.pid)
         eventually(
@@ -245,6 +245,6 @@ def test_descendants_of_an_exited_parent_stay_in_the_tree(spawn: Spawner, tmp_pa
         assert orphan in pids_of(first)
         assert orphan in pids_of(sampler.sample(root.pid))
         # A fresh sampler has no memory of it: only the remembered identity keeps it visible.
-        assert orphan not in pids_of(PsutilProcessSampler().sample(root.pid))
+        assert orphan not in pids_of(ProcfsProcessTable().sample(root.pid))
     finally:
         psutil.Process(orphan).kill()

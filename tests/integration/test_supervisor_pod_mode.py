@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.rundir import launcher_path
+from sidecar.app.supervisor import Supervisor
+from sidecar.app.values import RunRequest
 from sidecar.core.identity import new_run_id
-from sidecar.supervisor import Supervisor
 from tests.fixtures.processes import Spawner
 from tests.integration.test_supervisor_rules import make_ports, make_settings, trainer
 
@@ -32,11 +33,12 @@ DRIVER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from sidecar.supervisor import Supervisor
+    from sidecar.app.supervisor import Supervisor
+    from sidecar.app.values import RunRequest
     from tests.integration.test_supervisor_rules import make_ports, make_settings
     tmp, run_id, overrides = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
     settings = make_settings(tmp, **overrides)
-    result = Supervisor(settings, make_ports(settings), mode="pod", run_id=run_id).run()
+    result = Supervisor(settings, make_ports(settings), RunRequest(mode="pod", run_id=run_id)).run()
     print("EXIT", result.exit_code, result.artifact_path, flush=True)
     """
 )
@@ -58,7 +60,7 @@ def artifact_of(path: Path) -> dict[str, Any]:
 
 def test_a_launcher_that_never_appears_is_a_clear_verdict(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, launcher={"appear_timeout_s": 1.0})
-    result = Supervisor(settings, make_ports(settings), mode="pod", run_id=new_run_id()).run()
+    result = Supervisor(settings, make_ports(settings), RunRequest(mode="pod", run_id=new_run_id())).run()
     assert (result.exit_code, result.verdict.classification) == (19, "launcher_missing")
     assert result.artifact_path is not None
     assert "no launcher.json" in (artifact_of(result.artifact_path)["failure_reason"] or "")
@@ -70,7 +72,7 @@ def test_a_trainer_container_that_exited_before_the_sidecar_was_ready(
     launcher = start_launcher(spawn, tmp_path, go_timeout=0.5)
     assert launcher.wait(timeout=30) == 75  # the launcher's go timeout
     settings = make_settings(tmp_path)
-    result = Supervisor(settings, make_ports(settings), mode="pod", run_id=new_run_id()).run()
+    result = Supervisor(settings, make_ports(settings), RunRequest(mode="pod", run_id=new_run_id())).run()
     assert (result.exit_code, result.verdict.classification) == (19, "launcher_missing")
     assert "exited before the sidecar was ready (go_timeout)" in (result.verdict.reason or "")
 
@@ -78,7 +80,7 @@ def test_a_trainer_container_that_exited_before_the_sidecar_was_ready(
 def test_pod_mode_takes_the_command_from_the_launcher(tmp_path: Path, spawn: Spawner) -> None:
     launcher = start_launcher(spawn, tmp_path, "--steps", "3")
     settings = make_settings(tmp_path)
-    result = Supervisor(settings, make_ports(settings), mode="pod", run_id=new_run_id()).run()
+    result = Supervisor(settings, make_ports(settings), RunRequest(mode="pod", run_id=new_run_id())).run()
     assert result.exit_code == 0, result.verdict
     assert launcher.wait(timeout=30) == 0
     assert result.artifact_path is not None

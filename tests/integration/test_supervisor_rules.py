@@ -23,15 +23,16 @@ from typing import Any
 import psutil
 import pytest
 
-from sidecar.adapters.filestore import FileDeadlineStore, identity_from_settings
-from sidecar.adapters.nvml import NullGpuBackend
-from sidecar.adapters.procfs import PsutilProcessSampler
-from sidecar.adapters.progress import DirectoryProgressProbe
+from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.adapters.identity_files import identity_from_settings
+from sidecar.app.artifact import SAMPLES_FILE
+from sidecar.app.ports import Ports
+from sidecar.app.supervisor import Supervisor
+from sidecar.app.values import RunRequest, RunResult
+from sidecar.app.wiring import build_ports
 from sidecar.core.deadline import create_or_resume
 from sidecar.core.identity import new_run_id
-from sidecar.core.ports import GpuBackend
 from sidecar.settings import Settings, load_settings
-from sidecar.supervisor import SAMPLES_FILE, Ports, RunResult, Supervisor
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -93,32 +94,15 @@ def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
 
 
 def make_ports(settings: Settings) -> Ports:
-    def open_gpu(_env: Mapping[str, str] | None) -> GpuBackend:
-        return NullGpuBackend("no GPU in tests")
-
-    run_dir = settings.launcher.run_dir
-    return Ports(
-        sampler=PsutilProcessSampler(),
-        progress=DirectoryProgressProbe(
-            settings.monitor.progress_dir,
-            exclude=[run_dir / "console.log", run_dir / "console.log.1"],
-        ),
-        open_gpu=open_gpu,
-        store=FileDeadlineStore(settings.deadline.store_dir),
-        status_stream=None,
-    )
+    """The ports the CLI builds for a local run, without status output."""
+    return build_ports(settings, pod=False, status_stream=None).ports
 
 
 def supervise(
     settings: Settings, command: list[str], *, run_id: str | None = None
 ) -> tuple[RunResult, dict[str, Any]]:
-    result = Supervisor(
-        settings,
-        make_ports(settings),
-        mode="local",
-        run_id=run_id or new_run_id(),
-        command=command,
-    ).run()
+    request = RunRequest(mode="local", run_id=run_id or new_run_id(), command=tuple(command))
+    result = Supervisor(settings, make_ports(settings), request).run()
     assert result.artifact_path is not None
     artifact = json.loads(result.artifact_path.read_text(encoding="utf-8"))
     return result, artifact

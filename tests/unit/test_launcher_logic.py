@@ -67,9 +67,9 @@ def go_raw(**overrides: Any) -> dict[str, Any]:
 
 
 def test_go_request_parses_a_valid_go() -> None:
-    go = GoRequest(go_raw())
+    go = GoRequest.from_json(go_raw())
     assert go.deadline_unix == 2_000_000_000.0
-    assert go.soft_stop_signal == signal.SIGUSR2
+    assert go.soft_stop_signum == signal.SIGUSR2
     assert go.env == {"A": "1"} and go.console_log_bytes == 1024
 
 
@@ -95,7 +95,7 @@ def test_go_request_parses_a_valid_go() -> None:
 )
 def test_go_request_rejects_malformed_fields(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"go\.json|signal"):
-        GoRequest(go_raw(**bad))
+        GoRequest.from_json(go_raw(**bad))
 
 
 @pytest.mark.parametrize("name", ["SIGUSR1", "usr1", "USR1", " sigusr1 ", str(int(signal.SIGUSR1))])

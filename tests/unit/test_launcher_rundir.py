@@ -10,14 +10,9 @@ from typing import Any
 import pytest
 
 from sidecar import launcher as proto
-from sidecar.adapters.rundir import (
-    ExitRecord,
-    Heartbeat,
-    KilledProcess,
-    RunDir,
-    spawn_local_launcher,
-)
+from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
 from sidecar.core.errors import ConfigError, LauncherError
+from sidecar.core.launch_records import ExitRecord, KilledProcess
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
 
@@ -104,52 +99,45 @@ def test_records_with_wrong_types_or_protocol_are_rejected(tmp_path: Path) -> No
         rd.launcher()
 
 
+def go_request(**overrides: Any) -> proto.GoRequest:
+    fields: dict[str, Any] = {
+        "launch_id": LAUNCH_ID,
+        "deadline_unix": 1000.0,
+        "checkpoint_margin_s": 120,
+        "term_grace_s": 5,
+        "heartbeat_timeout_s": 15,
+        "kill_grace_s": 5,
+        "console_log_bytes": 1024,
+    }
+    return proto.GoRequest(**{**fields, **overrides})
+
+
 def test_give_go_writes_go_and_the_trainers_deadline_copy(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
     with pytest.raises(LauncherError, match="wait_for_launcher"):
-        rd.give_go(
-            deadline_unix=1000.0,
-            checkpoint_margin_s=120,
-            term_grace_s=5,
-            heartbeat_timeout_s=15,
-            kill_grace_s=5,
-            console_log_bytes=1024,
-        )
+        rd.give_go(go_request())
     announce(rd)
     rd.wait_for_launcher(1)
-    record = rd.give_go(
-        deadline_unix=1000.0,
-        checkpoint_margin_s=120,
-        term_grace_s=5,
-        heartbeat_timeout_s=15,
-        kill_grace_s=5,
-        console_log_bytes=1024,
-        run_id="r-1",
-        progress_dir=Path("/soak/progress"),
-        env={"EXTRA": "x"},
-        deadline_record={"format": "soak-deadline-v1"},
-    )
+    with pytest.raises(LauncherError, match="names launcher"):
+        rd.give_go(go_request(launch_id="f" * 32))
+    sent = go_request(env={proto.ENV_RUN_ID: "r-1", "EXTRA": "x"}, extra_args=("--resume", "/ck"))
+    rd.give_go(sent, {"format": "soak-deadline-v1"})
     go = json.loads(rd.file(proto.GO_FILE).read_text())
     assert go["launch_id"] == LAUNCH_ID and go["protocol"] == 1
-    parsed = proto.GoRequest(go)  # what the launcher will accept
-    assert parsed.deadline_unix == 1000.0 and parsed.console_log_bytes == 1024
-    assert go["env"]["SOAK_SOFT_STOP_UNIX"] == "880.0"
-    assert go["env"]["SOAK_RUN_ID"] == "r-1" and go["env"]["EXTRA"] == "x"
-    assert go["env"]["SOAK_PROGRESS_DIR"] == "/soak/progress"
+    assert proto.GoRequest.from_json(go) == sent  # the launcher reads back exactly what was sent
+    env = sent.trainer_env()
+    assert env["SOAK_SOFT_STOP_UNIX"] == "880.0" and env["SOAK_TERM_UNIX"] == "995.0"
+    assert env["SOAK_RUN_ID"] == "r-1" and env["EXTRA"] == "x"
     copy = json.loads(rd.file(proto.DEADLINE_COPY_FILE).read_text())
     assert copy["soft_stop_unix"] == 880.0 and copy["term_unix"] == 995.0
-    assert copy["record"] == {"format": "soak-deadline-v1"}
-    assert record.soft_stop_unix == 880.0 and record.env == go["env"]
-    with pytest.raises(ConfigError, match="soft_stop_signal"):
-        rd.give_go(
-            deadline_unix=1000.0,
-            checkpoint_margin_s=120,
-            term_grace_s=5,
-            heartbeat_timeout_s=15,
-            kill_grace_s=5,
-            console_log_bytes=1024,
-            soft_stop_signal="SIGBOGUS",
-        )
+    assert copy["run_id"] == "r-1" and copy["record"] == {"format": "soak-deadline-v1"}
+
+
+def test_go_request_refuses_what_the_launcher_would_refuse() -> None:
+    with pytest.raises(ValueError, match="signal"):
+        go_request(soft_stop_signal="SIGBOGUS")
+    with pytest.raises(ValueError, match="finite"):
+        proto.GoRequest.from_json({"launch_id": LAUNCH_ID, "checkpoint_margin_s": 1})
 
 
 def test_request_sequence_continues_and_validates(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 
-from sidecar.supervisor import TerminalStatus
+from sidecar.app.console import TerminalStatus
 
 CLEAR = "\r\x1b[2K"
 

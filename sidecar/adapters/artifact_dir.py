@@ -1,0 +1,89 @@
+"""The attempt's local artifact directory: artifact.json, the samples stream, console log copies."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from sidecar.adapters.fsutil import write_atomic
+
+
+class SamplesFile:
+    """The compressed JSONL stream of every sample. A write error (disk full) is kept, not raised:
+    monitoring goes on, and the verdict reports the incomplete evidence as a monitor failure."""
+
+    def __init__(self, path: Path) -> None:
+        self.error: str | None = None
+        try:
+            self._stream: IO[str] | None = gzip.open(path, "wt", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        except OSError as exc:
+            self._stream = None
+            self.error = f"cannot write {path}: {exc}"
+
+    def write_line(self, line: str) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(line + "\n")
+        except OSError as exc:
+            self.error = f"writing the samples file failed: {exc}"
+            self.close()
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is None:
+            return
+        try:
+            stream.close()
+        except OSError as exc:
+            self.error = self.error or f"closing the samples file failed: {exc}"
+
+
+class ArtifactDir:
+    """Implements the ArtifactFiles port over one local directory."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def open_samples(self, name: str) -> SamplesFile:
+        return SamplesFile(self.path / name)
+
+    def write(self, name: str, data: bytes) -> Path:
+        """Atomically and durably; OSError when the directory is unusable (disk full, read-only)."""
+        self.create()
+        target = self.path / name
+        write_atomic(target, data)
+        return target
+
+    def keep_copies(self, files: Sequence[Path]) -> list[Path]:
+        """Copies of ``files`` here (made once), e.g. the console logs of a run dir the next run reuses."""
+        kept: list[Path] = []
+        for source in files:
+            copy = self.path / source.name
+            with contextlib.suppress(OSError):
+                if not copy.exists():
+                    self.create()
+                    shutil.copyfile(source, copy)
+                kept.append(copy)
+        return kept
+
+    def existing(self, names: Sequence[str]) -> list[Path]:
+        return [self.path / name for name in names if (self.path / name).is_file()]
+
+    def sha256(self, name: str) -> str | None:
+        digest = hashlib.sha256()
+        try:
+            with (self.path / name).open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+        except OSError:
+            return None
+        return digest.hexdigest()

@@ -1,0 +1,61 @@
+"""The file reads the run identity needs: the manifest's and code files' hashes, canonical paths."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from sidecar.core.errors import ConfigError
+from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
+from sidecar.settings import DeadlineSettings
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes; ConfigError when it cannot be read."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path} for the run identity: {exc}") from exc
+    return sha256_hex(data)
+
+
+def canonical_path(path: Path) -> str:
+    """The seed's canonical form: ``str(Path(p).resolve())`` (absolute, symlinks resolved)."""
+    try:
+        return str(path.resolve())
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"cannot resolve {path}: {exc}") from exc
+
+
+def identity_from_settings(
+    settings: DeadlineSettings,
+    *,
+    run_id: str,
+    command: Sequence[str],
+    deadline_store: str,
+    image_digest: str | None = None,
+) -> RunIdentity:
+    """Compute the run identity: hash the manifest and code files, resolve the checkpoint path.
+
+    Code files are keyed by the path as configured, so the approval names them as the user does.
+    """
+    code: dict[str, str] = {}
+    for path in settings.code_files:
+        if str(path) in code:
+            raise ConfigError(f"code file {path} is listed twice")
+        code[str(path)] = sha256_file(path)
+    return make_identity(
+        run_id=run_id,
+        command=tuple(command),
+        budget_s=settings.budget_s,
+        checkpoint_margin_s=settings.checkpoint_margin_s,
+        deadline_store=deadline_store,
+        dataset_manifest_sha256=(
+            None if settings.dataset_manifest is None else sha256_file(settings.dataset_manifest)
+        ),
+        code_sha256=code,
+        image_digest=image_digest,
+        resume_checkpoint_path=(
+            None if settings.checkpoint_path is None else canonical_path(settings.checkpoint_path)
+        ),
+    )

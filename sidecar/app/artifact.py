@@ -1,0 +1,157 @@
+"""The artifact: the verdict with every piece of evidence behind it, self-contained."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sidecar.app.ports import ArtifactFiles, Ports
+from sidecar.app.values import Launched, Preflight, Started
+from sidecar.core import verdict as verdicts
+from sidecar.core.artifact import (
+    Artifact,
+    DeadlineInfo,
+    MonitorConfig,
+    PostShutdown,
+    SampleRecorder,
+)
+from sidecar.core.launch_records import ExitRecord
+from sidecar.core.run_summary import SummaryOutcome
+from sidecar.core.samples import GpuDevice, ProcessInfo
+from sidecar.settings import Settings
+
+SAMPLES_FILE = "samples.jsonl.gz"
+ARTIFACT_FILE = "artifact.json"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the run left behind beyond the verdict; a run refused before its start has little."""
+
+    started: Started
+    launched: Launched | None = None
+    preflight: Preflight | None = None
+    summary: SummaryOutcome | None = None
+    exit_record: ExitRecord | None = None
+    residuals: tuple[ProcessInfo, ...] = ()
+    duration_s: float = 0.0
+    gpu_devices: tuple[GpuDevice, ...] = ()
+    trainer_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_artifact(
+    settings: Settings,
+    ports: Ports,
+    files: ArtifactFiles,
+    evidence: Evidence,
+    *,
+    verdict: verdicts.Verdict,
+    recorder: SampleRecorder,
+) -> Artifact:
+    mset, started, summary = settings.monitor, evidence.started, evidence.summary
+    request = started.request
+    console = files.keep_copies(ports.channel.console_logs())
+    command = evidence.launched.command if evidence.launched else request.command
+    artifact = Artifact(
+        status=verdict.status,
+        failure_reason=verdict.reason,
+        failure_classification=verdict.classification,
+        exit_code=int(verdict.exit_code),
+        command=list(command),
+        context={
+            **request.context,
+            "mode": request.mode,
+            "run_id": request.run_id,
+            "attempt": started.attempt,
+        },
+        started_at_utc=utc(started.wall),
+        ended_at_utc=utc(ports.clock.wall()),
+        duration_s=round(evidence.duration_s, 6),
+        returncode=None if evidence.exit_record is None else evidence.exit_record.trainer_returncode,
+        monitor=MonitorConfig(
+            sample_interval_s=mset.sample_interval_s,
+            startup_timeout_s=mset.startup_timeout_s,
+            stale_progress_s=mset.stale_progress_s,
+            post_shutdown_grace_s=mset.post_shutdown_grace_s,
+            min_duration_s=mset.min_duration_s,
+            sample_count=recorder.count,
+        ),
+        deadline=_deadline_info(ports, evidence, verdict),
+        samples=recorder.series(None, None),
+        resource_summary=recorder.summary,
+        shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
+        post_shutdown=PostShutdown(
+            residual_processes=list(evidence.residuals), launcher_exit=ports.channel.exit_json()
+        ),
+        run_summary=json_safe(summary.data) if summary else None,
+        console_log=str(console[-1].resolve()) if console else None,
+        provenance=_provenance(ports, evidence),
+    )
+    if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
+        artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
+    return artifact
+
+
+def _deadline_info(ports: Ports, evidence: Evidence, verdict: verdicts.Verdict) -> DeadlineInfo | None:
+    if evidence.preflight is None:
+        return None
+    record, exit_record = evidence.preflight.record, evidence.exit_record
+    return DeadlineInfo(
+        run_id=evidence.started.request.run_id,
+        store=ports.store.location,
+        identity_sha256=record.identity_sha256,
+        started_unix=record.started_unix,
+        deadline_unix=record.deadline_unix,
+        budget_s=record.budget_seconds,
+        checkpoint_margin_s=record.checkpoint_margin_seconds,
+        remaining_at_start_s=evidence.preflight.remaining_at_start_s,
+        resumed=evidence.preflight.resumed,
+        expired=verdict.classification == "deadline_exhausted",
+        soft_stop_sent=bool(exit_record and exit_record.soft_stop_sent),
+        term_sent=bool(exit_record and exit_record.term_sent),
+        kill_sent=bool(exit_record and exit_record.kill_sent),
+    )
+
+
+def _provenance(ports: Ports, evidence: Evidence) -> dict[str, Any]:
+    host = ports.provenance.describe()
+    env = evidence.trainer_env
+    return {
+        "source": host["source"],
+        "gpu_devices": [device.model_dump() for device in evidence.gpu_devices],
+        "software": host["software"],
+        "environment": {
+            "CUDA_VISIBLE_DEVICES": env.get("CUDA_VISIBLE_DEVICES"),
+            "NVIDIA_VISIBLE_DEVICES": env.get("NVIDIA_VISIBLE_DEVICES"),
+        },
+        "host": {
+            "hostname": host["hostname"],
+            "boot_id": host["boot_id"],
+            "launcher": None if evidence.launched is None else evidence.launched.launcher.hostname,
+        },
+    }
+
+
+def json_safe(value: Any) -> Any:
+    """The trainer's document may hold NaN/Infinity (the seed's parser accepts them): keep as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def apply_verdict(artifact: Artifact, final: verdicts.Verdict) -> None:
+    artifact.status = final.status
+    artifact.failure_reason = final.reason
+    artifact.failure_classification = final.classification
+    artifact.exit_code = int(final.exit_code)

@@ -1,0 +1,81 @@
+"""Once the launcher has exited: gather the facts the verdict needs and let the core decide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sidecar.app.ports import Ports
+from sidecar.app.session import LaunchSession
+from sidecar.app.values import Going, Started, Watched
+from sidecar.core.artifact import SampleRecorder, leak_failures, run_summary_figures
+from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
+from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
+from sidecar.settings import Settings
+
+
+@dataclass(frozen=True)
+class Concluded:
+    conclusion: Conclusion
+    summary: SummaryOutcome
+    duration_s: float
+
+
+def conclude_run(
+    going: Going, watched: Watched, *, session: LaunchSession, recorder: SampleRecorder
+) -> Concluded:
+    settings, ports, launched = going.settings, going.ports, going.launched
+    clock, mset = ports.clock, settings.monitor
+    duration = clock.monotonic() - going.started.monotonic
+    if mset.post_shutdown_grace_s:
+        ports.sleep(mset.post_shutdown_grace_s)
+    launcher_pid = launched.launcher.pid
+    still_alive = ports.processes.still_alive(residual_processes(watched.last_seen, launcher_pid))
+    # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
+    session.kill_remembered(still_alive)
+    summary = read_summary(settings, ports, going.started)
+    leaks = leak_failures(
+        recorder.summary,
+        max_rss_growth_mib=mset.max_rss_growth_mib,
+        max_fd_growth=mset.max_fd_growth,
+        max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
+    )
+    conclusion = conclude(
+        RunFacts(
+            monitor_failure=watched.failure,
+            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault,
+            exit_record=watched.exit_record,
+            trainer_program=launched.command[0],
+            duration_s=duration,
+            min_duration_s=mset.min_duration_s,
+            launcher_pid=launcher_pid,
+            last_seen=watched.last_seen,
+            still_alive=tuple(still_alive),
+            summary=summary,
+            leaks=tuple(leaks),
+            deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
+        )
+    )
+    recorder.summary.residual_process_count = len(conclusion.residual_pids)
+    recorder.summary.run_summary_figures = run_summary_figures(summary.data)
+    return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
+
+
+def read_summary(settings: Settings, ports: Ports, started: Started) -> SummaryOutcome:
+    sset = settings.summary
+    try:
+        found = ports.progress.read_file(sset.file_name, sset.max_bytes)
+    except OSError as exc:
+        return SummaryOutcome(
+            present=True,
+            data=None,
+            classification="invalid_run_summary",
+            failures=(f"run_summary.json cannot be read: {exc}",),
+        )
+    raw, mtime = found if found is not None else (None, None)
+    return evaluate_run_summary(
+        raw,
+        mtime=mtime,
+        run_started_wall=started.wall,
+        max_bytes=sset.max_bytes,
+        manifest_validator=ports.manifest_validator,
+    )

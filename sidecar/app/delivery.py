@@ -1,0 +1,128 @@
+"""The verdict delivered: the local artifact first, then the upload, then the publication.
+
+Nothing is lost on the way: an artifact that cannot be written or uploaded changes the verdict
+(evidence_lost) and is still published and printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass
+
+from sidecar.app.artifact import ARTIFACT_FILE, SAMPLES_FILE, apply_verdict
+from sidecar.app.ports import ArtifactFiles, Ports
+from sidecar.app.values import RunRequest, RunResult
+from sidecar.core import verdict as verdicts
+from sidecar.core.artifact import Artifact, UploadInfo, dumps_artifact
+from sidecar.core.errors import ConfigError, UploadError
+from sidecar.core.keys import render_key_prefix
+from sidecar.core.ports import ArtifactSink
+from sidecar.core.publication import Publication
+from sidecar.settings import Settings
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Where the artifact goes beyond the local directory."""
+
+    key_prefix: str
+    attempt: int
+    deadline_unix: float | None
+
+
+def deliver(
+    ports: Ports, files: ArtifactFiles, artifact: Artifact, verdict: verdicts.Verdict, delivery: Delivery
+) -> RunResult:
+    try:
+        artifact_path = files.write(ARTIFACT_FILE, dumps_artifact(artifact).encode())
+    except OSError as exc:
+        # Disk full, read-only: the verdict must still be told (stderr, publication).
+        final = verdicts.with_upload_error(verdict, f"the local artifact was not written: {exc}")
+        apply_verdict(artifact, final)
+        print(f"soak-sidecar: cannot write {files.path / ARTIFACT_FILE}: {exc}", file=sys.stderr)
+        _publish(ports, files, final, artifact, delivery, written=False)
+        return RunResult(verdict=final, artifact_path=None, exit_code=int(final.exit_code))
+    final = verdict
+    if ports.sink is not None:
+        final = _upload(ports.sink, ports, files, artifact, verdict=verdict, delivery=delivery)
+    _publish(ports, files, final, artifact, delivery, written=True)
+    return RunResult(verdict=final, artifact_path=artifact_path, exit_code=int(final.exit_code))
+
+
+def _upload(
+    sink: ArtifactSink,
+    ports: Ports,
+    files: ArtifactFiles,
+    artifact: Artifact,
+    *,
+    verdict: verdicts.Verdict,
+    delivery: Delivery,
+) -> verdicts.Verdict:
+    """The evidence files first, then the artifact naming their URIs; the local copy follows."""
+    upload = UploadInfo()
+    final = verdict
+    evidence = [*files.existing([SAMPLES_FILE]), *files.keep_copies(ports.channel.console_logs())]
+    try:
+        for obj in sink.upload(evidence, delivery.key_prefix):
+            upload.uris[obj.path.name] = obj.uri
+            upload.sha256[obj.path.name] = obj.sha256
+        artifact.upload = upload
+        artifact_path = files.write(ARTIFACT_FILE, dumps_artifact(artifact).encode())
+        for obj in sink.upload([artifact_path], delivery.key_prefix):
+            upload.uris[obj.path.name] = obj.uri
+            upload.sha256[obj.path.name] = obj.sha256
+    except (UploadError, ConfigError) as exc:
+        upload.error = str(exc)
+        final = verdicts.with_upload_error(verdict, str(exc))
+        artifact.upload = upload
+        apply_verdict(artifact, final)
+    with contextlib.suppress(OSError):  # the first local copy stands if this one fails
+        files.write(ARTIFACT_FILE, dumps_artifact(artifact).encode())
+    return final
+
+
+def _publish(
+    ports: Ports,
+    files: ArtifactFiles,
+    final: verdicts.Verdict,
+    artifact: Artifact,
+    delivery: Delivery,
+    *,
+    written: bool,
+) -> None:
+    if ports.publisher is None:
+        return
+    upload = artifact.upload
+    local = str(files.path / ARTIFACT_FILE) if written else None
+    problems = ports.publisher.publish(
+        Publication(
+            status=final.status,
+            classification=final.classification,
+            reason=final.reason or "",
+            exit_code=int(final.exit_code),
+            artifact_uri=(upload.uris.get(ARTIFACT_FILE) if upload else None) or local,
+            artifact_sha256=(upload.sha256.get(ARTIFACT_FILE) if upload else None)
+            or (files.sha256(ARTIFACT_FILE) if written else None),
+            attempt=delivery.attempt,
+            deadline_unix=delivery.deadline_unix,
+        )
+    )
+    for problem in problems:
+        print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
+
+
+def key_prefix(settings: Settings, request: RunRequest, attempt: int) -> str:
+    """The attempt's prefix in the bucket, from s3.key_template."""
+    s3 = settings.s3
+    return render_key_prefix(
+        s3.key_template,
+        {
+            "prefix": s3.prefix,
+            "namespace": settings.kube.namespace or "local",
+            "job": str(request.context.get("job") or "local"),
+            "pod": settings.kube.pod_name or "local",
+            "run_id": request.run_id,
+            "attempt": str(attempt),
+        },
+    )

@@ -1,0 +1,154 @@
+"""While the trainer runs: observe what the policy says is due, carry out what it decides.
+
+The rules are in ``sidecar.core.monitor_policy``; this loop only samples (processes, GPUs,
+progress), reports, and acts on the launcher. Time and sleep come from the ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from sidecar.app.console import Console
+from sidecar.app.ports import Ports
+from sidecar.app.session import LaunchSession
+from sidecar.app.signals import Cancelled, DeferredSignals
+from sidecar.app.values import Going, Launched, Started, Watched
+from sidecar.core.artifact import SampleRecorder
+from sidecar.core.errors import LauncherError
+from sidecar.core.launch_records import TrainerInfo
+from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
+from sidecar.core.ports import GpuBackend
+from sidecar.core.samples import ProcessInfo, Sample
+
+INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
+ZOMBIE = "zombie"
+
+
+class Sampler:
+    """One full sample: the launcher's process tree, its GPUs, the progress dir; recorded."""
+
+    def __init__(self, ports: Ports, launched: Launched, gpu: GpuBackend, recorder: SampleRecorder) -> None:
+        self._ports = ports
+        self._launcher_pid = launched.launcher.pid
+        self._gpu = gpu
+        self.recorder = recorder
+        self._trainer: TrainerInfo | None = None
+
+    def take(self, now: float, started: Started) -> Sample:
+        tree = self._ports.processes.sample(self._launcher_pid)
+        sample = Sample(
+            t_wall=self._ports.clock.wall(),
+            elapsed_s=round(now - started.monotonic, 6),
+            process=tree,
+            gpu=self._gpu.sample({p.pid for p in tree.processes}, now),
+            progress=self._ports.progress.sample(),
+        )
+        self.recorder.add(sample, steady=self._steady(sample))
+        return sample
+
+    def _steady(self, sample: Sample) -> bool:
+        """The trainer runs (not a zombie) and has made progress: growth is measured over these."""
+        if sample.progress.bytes_total <= 0:
+            return False
+        if self._trainer is None:
+            with contextlib.suppress(LauncherError):
+                self._trainer = self._ports.channel.trainer()
+        trainer = self._trainer
+        if trainer is None:
+            return False
+        in_sample = any(
+            p.pid == trainer.pid
+            and (trainer.start_ticks is None or p.start_ticks in (None, trainer.start_ticks))
+            and p.state != ZOMBIE
+            for p in sample.process.processes
+        )
+        # An exiting trainer closes its fds and frees its memory before it turns zombie: a sample
+        # taken then would hide a leak. Exit is irreversible, so looking after the sample is
+        # conservative (a trainer that began exiting just after it loses one good sample).
+        return in_sample and not self._ports.processes.is_exiting(trainer.pid, trainer.start_ticks)
+
+
+def watch(
+    going: Going, *, session: LaunchSession, sampler: Sampler, console: Console, signals: DeferredSignals
+) -> Watched:
+    """Until the launcher exits. Cancellation and failures of the monitor itself stop the trainer
+    and become the verdict (the seed's rule: a broken monitor fails the soak, with an artifact)."""
+    mset, ports = going.settings.monitor, going.ports
+    timings = MonitorTimings(
+        sample_interval_s=mset.sample_interval_s,
+        startup_timeout_s=mset.startup_timeout_s,
+        stale_progress_s=mset.stale_progress_s,
+        progress_signal=mset.progress_signal,
+        fallback_after_s=session.fallback_after_s,
+    )
+    policy = MonitorPolicy(timings, started=going.started.monotonic)
+    last_seen: list[ProcessInfo] = []
+    try:
+        _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
+    except (KeyboardInterrupt, Cancelled):
+        signals.defer()
+        policy.interrupted("external_cancellation", INTERRUPTED_REASON)
+        session.request_stop("terminate", INTERRUPTED_REASON)
+        session.await_exit(session.fallback_after_s, last_seen)
+    except Exception as exc:
+        signals.defer()
+        reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
+        policy.interrupted("monitor_failure", reason)
+        session.request_stop("terminate", reason)
+        session.await_exit(session.fallback_after_s, last_seen)
+    # From here on the artifact comes first: a further Ctrl-C or SIGTERM is noted, not raised.
+    signals.defer()
+    session.reap(session.fallback_after_s)
+    return Watched(
+        failure=policy.failure,
+        gpu_fault=policy.gpu_fault,
+        last_seen=tuple(last_seen),
+        exit_record=ports.channel.wait_exit(2.0),
+    )
+
+
+def _loop(
+    going: Going,
+    *,
+    session: LaunchSession,
+    sampler: Sampler,
+    console: Console,
+    policy: MonitorPolicy,
+    last_seen: list[ProcessInfo],
+) -> None:
+    clock = going.ports.clock
+    while not session.exited():
+        now = clock.monotonic()
+        seen, sample = _observe(going, sampler, policy.due(now), now)
+        if sample is not None:
+            last_seen[:] = sample.process.processes
+        action = policy.step(now, seen)
+        if sample is not None:
+            _report(going, console, sample, policy.progress_age(now))
+        if action.stop is not None:
+            session.request_stop(action.stop, action.reason)
+        if action.kill_remembered:
+            session.kill_remembered(last_seen)
+            return
+        going.ports.sleep(policy.sleep_s(clock.monotonic()))
+
+
+def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Observation, Sample | None]:
+    ports = going.ports
+    clock = ports.clock
+    lock_lost = ports.lock_loss.reason
+    expired = going.preflight.clock.expired(clock.wall(), clock.monotonic())
+    if due == "sample":
+        sample = sampler.take(now, going.started)
+        return Observation(sample.progress, sample.gpu.fault, lock_lost, expired), sample
+    progress = ports.progress.sample() if due == "liveness" else None
+    return Observation(progress, None, lock_lost, expired), None
+
+
+def _report(going: Going, console: Console, sample: Sample, age: float | None) -> None:
+    ports = going.ports
+    clock = ports.clock
+    if ports.publisher is not None:
+        ports.publisher.progress("running", clock.wall(), clock.monotonic())
+    left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
+    console.report(sample, budget_left_s=left, progress_age_s=age)

@@ -1,0 +1,149 @@
+"""The ports of a run: the core's (sidecar.core.ports) and those that speak the launcher's protocol.
+
+The launcher channel's Protocols live here rather than in the core because they carry the
+launcher's own record type (``GoRequest``, from the stdlib-only launcher module), which the pure
+core may not import. Adapters implement them structurally.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
+from sidecar.core.ports import ArtifactSink, Clock, DeadlineStore, GpuBackend, ProcessTable, ProgressProbe
+from sidecar.core.publication import Publication
+from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
+from sidecar.launcher import GoRequest
+
+StopRequest = Literal["soft_stop", "terminate", "kill"]
+
+
+class LauncherChannel(Protocol):
+    """The run dir as the sidecar speaks it (docs/run-dir-protocol.md)."""
+
+    @property
+    def launch_id(self) -> str | None: ...
+    def exclusive(self) -> AbstractContextManager[None]:
+        """Held by the one sidecar of this run dir; AlreadySupervisedError for a second."""
+        ...
+
+    def reset(self) -> None: ...
+    def wait_for_launcher(
+        self, timeout_s: float, *, alive: Callable[[], bool] | None = None
+    ) -> LauncherInfo: ...
+    def go_given(self) -> bool: ...
+    def give_go(self, go: GoRequest, record: Mapping[str, Any] | None = None) -> None: ...
+    def abort(self, reason: str, exit_code: int) -> None: ...
+    def request(self, action: StopRequest, reason: str) -> int: ...
+    def heartbeat(self, interval_s: float) -> AbstractContextManager[object]: ...
+    def trainer(self) -> TrainerInfo | None: ...
+    def read_exit(self) -> ExitRecord | None: ...
+    def wait_exit(self, timeout_s: float) -> ExitRecord | None: ...
+    def exit_json(self) -> dict[str, Any] | None: ...
+    def console_logs(self) -> list[Path]: ...
+
+
+class LocalLauncher(Protocol):
+    """A launcher this process started (local mode); ``subprocess.Popen`` is one."""
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
+class LauncherSpawner(Protocol):
+    def spawn(
+        self, command: Sequence[str], *, go_timeout_s: float, pass_fds: Sequence[int], capture_output: bool
+    ) -> LocalLauncher: ...
+
+
+class SampleLog(Protocol):
+    error: str | None
+
+    def write_line(self, line: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class ArtifactFiles(Protocol):
+    """The attempt's local artifact directory."""
+
+    path: Path
+
+    def create(self) -> None: ...
+    def open_samples(self, name: str) -> SampleLog: ...
+    def write(self, name: str, data: bytes) -> Path: ...
+    def keep_copies(self, files: Sequence[Path]) -> list[Path]: ...
+    def existing(self, names: Sequence[str]) -> list[Path]: ...
+    def sha256(self, name: str) -> str | None: ...
+
+
+class Provenance(Protocol):
+    def describe(self) -> dict[str, Any]:
+        """``source``, ``software``, ``hostname`` and ``boot_id`` of where the sidecar runs."""
+        ...
+
+
+class Publisher(Protocol):
+    """The verdict where the cluster shows it (pod annotations)."""
+
+    def publish(self, publication: Publication) -> list[str]:
+        """Problems, one line each; an empty list when published."""
+        ...
+
+    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
+        """A rate-limited "still running" note, called once per sample."""
+        ...
+
+
+class SystemClock:
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class LockLoss:
+    """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+    def __call__(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+
+
+def _no_image_digest() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Everything with side effects a run uses, injected by the CLI (or a test)."""
+
+    channel: LauncherChannel
+    spawner: LauncherSpawner
+    processes: ProcessTable
+    progress: ProgressProbe
+    open_gpu: Callable[[Mapping[str, str] | None], GpuBackend]
+    store: DeadlineStore
+    artifact_files: Callable[[Path], ArtifactFiles]
+    provenance: Provenance
+    sink: ArtifactSink | None = None
+    publisher: Publisher | None = None
+    # Resolved when the ports are built: a bad validator setting fails before the trainer runs.
+    manifest_validator: ManifestValidator | ValidatorUnavailable | None = None
+    # The trainer image's digest, part of the run identity in a pod.
+    image_digest: Callable[[], str | None] = _no_image_digest
+    lock_loss: LockLoss = field(default_factory=LockLoss)
+    clock: Clock = field(default_factory=SystemClock)
+    sleep: Callable[[float], None] = time.sleep
+    status_stream: IO[str] | None = None

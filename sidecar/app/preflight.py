@@ -1,0 +1,88 @@
+"""Before the trainer starts: usable directories, the run identity, its approval, the deadline record."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sidecar.adapters.identity_files import canonical_path, identity_from_settings
+from sidecar.app.ports import Ports
+from sidecar.app.values import Launched, Mode, Preflight, Started
+from sidecar.core.approval import attempt_command, check_approval
+from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume
+from sidecar.core.errors import ConfigError, RefusedError
+from sidecar.settings import DeadlineSettings, Settings
+
+
+def prepare_dirs(settings: Settings, mode: Mode) -> None:
+    """Unusable directories are a usage error now, not a lost artifact after the run.
+
+    The sidecar writes the run dir and its output; the progress dir it only reads (in a pod it is
+    the trainer's volume, mounted read-only into the sidecar), and creates it only locally.
+    """
+    writable = [settings.launcher.run_dir, settings.artifact.output_dir]
+    progress = settings.monitor.progress_dir
+    if mode == "local":
+        writable.insert(0, progress)
+    for directory in writable:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use directory {directory}: {exc}") from exc
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ConfigError(f"directory {directory} is not writable")
+    if mode == "pod" and not (progress.is_dir() and os.access(progress, os.R_OK | os.X_OK)):
+        raise ConfigError(f"progress directory {progress} is missing or not readable")
+
+
+def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
+    """The seed's rules before a start: approval of this identity, a deadline never extended, and
+    no start inside the checkpoint margin (a restarted sidecar finds its trainer running)."""
+    dset = settings.deadline
+    identity = identity_from_settings(
+        dset,
+        run_id=started.request.run_id,
+        command=launched.command,
+        deadline_store=ports.store.location,
+        image_digest=ports.image_digest(),
+    )
+    resume_checkpoint = None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
+    check_approval(
+        _approval(dset),
+        identity,
+        required=dset.require_approval or dset.approval_file is not None,
+        resume_checkpoint=resume_checkpoint,
+        resume_checkpoint_exists=None if resume_checkpoint is None else Path(resume_checkpoint).is_file(),
+    )
+    extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
+        len(identity.command) :
+    ]
+    resumed = ports.store.load(started.request.run_id) is not None
+    clock = ports.clock
+    record = create_or_resume(
+        ports.store,
+        identity,
+        now_wall=clock.wall(),
+        resume_required=dset.resume or resume_checkpoint is not None,
+        max_budget_s=dset.max_budget_s,
+    )
+    deadline = DeadlineClock(record, now_wall=clock.wall(), now_monotonic=clock.monotonic())
+    if not started.already_going:
+        check_startable(deadline, clock.wall(), clock.monotonic())
+    return Preflight(
+        record=record,
+        clock=deadline,
+        resumed=resumed,
+        remaining_at_start_s=deadline.remaining(clock.wall(), clock.monotonic()),
+        resume_checkpoint=resume_checkpoint,
+        extra_args=tuple(extra_args),
+    )
+
+
+def _approval(dset: DeadlineSettings) -> bytes | None:
+    if dset.approval_file is None:
+        return None
+    try:
+        return dset.approval_file.read_bytes()
+    except OSError as exc:
+        raise RefusedError(f"cannot read approval file {dset.approval_file}: {exc}") from exc

@@ -1,0 +1,167 @@
+"""The launcher's side of a run: start or find it, give the go-ahead, ask it to stop, clean up.
+
+``LaunchSession`` is the one object that talks to the launcher (through the LauncherChannel port)
+and, as a last resort, kills what the launcher should have killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator, Sequence
+
+from sidecar.app.console import Console
+from sidecar.app.ports import LocalLauncher, Ports, StopRequest
+from sidecar.app.values import Launched, Preflight, RunRequest, Started
+from sidecar.core.errors import LauncherError, RefusedError
+from sidecar.core.samples import ProcessInfo
+from sidecar.launcher import ENV_RUN_ID, GoRequest
+from sidecar.settings import Settings
+
+# How long the sidecar waits past the launcher's own TERM->KILL escalation before it kills the
+# remembered processes itself (the launcher may be wedged or gone).
+FALLBACK_SLACK_S = 10.0
+POLL_S = 0.05
+
+
+class LaunchSession:
+    def __init__(self, settings: Settings, ports: Ports, request: RunRequest) -> None:
+        self._settings = settings.launcher
+        self._ports = ports
+        self._request = request
+        self._local: LocalLauncher | None = None
+        self.launched: Launched | None = None
+
+    @property
+    def fallback_after_s(self) -> float:
+        """How long after a stop request the launcher's own escalation must be over."""
+        return self._settings.kill_grace_s + FALLBACK_SLACK_S
+
+    def start(self, console: Console) -> Launched:
+        """The launcher, announced: started here (local mode) or found in the run dir (pod)."""
+        channel, request = self._ports.channel, self._request
+        if request.mode == "local":
+            channel.reset()
+            lock_fd = self._ports.store.inheritable_lock_fd(request.run_id)
+            local = self._local = self._ports.spawner.spawn(
+                request.command,
+                go_timeout_s=self._settings.go_timeout_s,
+                pass_fds=() if lock_fd is None else (lock_fd,),
+                capture_output=console.terminal is not None,
+            )
+            if console.terminal is not None and local.stdout is not None:
+                console.terminal.pump(local.stdout)
+            info = channel.wait_for_launcher(
+                self._settings.appear_timeout_s, alive=lambda: local.poll() is None
+            )
+            command = request.command
+        else:
+            info = channel.wait_for_launcher(self._settings.appear_timeout_s)
+            command = info.command
+            early = channel.read_exit()
+            if early is not None and not channel.go_given():
+                # The trainer container gave up (go timeout, signal) before this sidecar was ready.
+                raise LauncherError(f"the launcher exited before the sidecar was ready ({early.reason})")
+        if not command:
+            raise LauncherError("the launcher announced no trainer command")
+        if not info.subreaper:
+            # Without the subreaper, orphaned workers escape cleanup: refuse rather than leak.
+            raise RefusedError("the launcher is not a child subreaper; refusing to start the trainer")
+        self.launched = Launched(launcher=info, command=tuple(command))
+        return self.launched
+
+    @contextlib.contextmanager
+    def going(self, settings: Settings, started: Started, preflight: Preflight) -> Iterator[None]:
+        """Heartbeats from before the go-ahead to the end of monitoring (the launcher fails closed
+        without them); the go-ahead itself unless a predecessor gave it."""
+        with self._ports.channel.heartbeat(self._settings.heartbeat_interval_s):
+            if not started.already_going:
+                go = go_ahead(settings, self._require_launched(), started, preflight)
+                self._ports.channel.give_go(go, preflight.record.as_json())
+            yield
+
+    def exited(self) -> bool:
+        if self._local is not None:
+            return self._local.poll() is not None
+        if self._ports.channel.read_exit() is not None:
+            return True
+        info = self._require_launched().launcher
+        return not self._ports.processes.is_alive(info.pid, info.start_ticks)
+
+    def request_stop(self, action: StopRequest, reason: str) -> None:
+        with contextlib.suppress(LauncherError):
+            self._ports.channel.request(action, reason)
+
+    def abort(self, reason: str, exit_code: int) -> None:
+        """Tell a launcher still waiting for its go-ahead not to start the trainer."""
+        with contextlib.suppress(LauncherError):
+            self._ports.channel.abort(reason, exit_code)
+
+    def kill_remembered(self, processes: Sequence[ProcessInfo]) -> None:
+        """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe, and the
+        trainer's process group (it may have started after the last sample)."""
+        with contextlib.suppress(LauncherError):
+            trainer = self._ports.channel.trainer()
+            if trainer is not None:
+                self._ports.processes.kill_group(trainer.pid, trainer.start_ticks, trainer.pgid)
+        self._ports.processes.kill(processes)
+        if self._local is not None and self._local.poll() is None:
+            self._local.kill()
+
+    def await_exit(self, timeout_s: float, last_seen: Sequence[ProcessInfo]) -> None:
+        """Wait for the launcher to exit; past ``timeout_s``, kill what it should have killed."""
+        clock = self._ports.clock
+        end = clock.monotonic() + timeout_s
+        while not self.exited():
+            if clock.monotonic() > end:
+                self.kill_remembered(last_seen)
+                return
+            self._ports.sleep(POLL_S)
+
+    def emergency_stop(self, reason: str, last_seen: Sequence[ProcessInfo]) -> None:
+        """The seed's guardian kills the owned group when its supervisor fails: so do we, rather
+        than leave the trainer to the heartbeat timeout."""
+        with contextlib.suppress(Exception):
+            self.request_stop("kill", reason)
+            self.await_exit(self._settings.kill_grace_s + 2.0, last_seen)
+        with contextlib.suppress(Exception):
+            self.kill_remembered(last_seen)
+
+    def reap(self, timeout_s: float) -> None:
+        """Wait for a local launcher to exit (it kills the trainer first); kill it if it does not."""
+        local = self._local
+        if local is None or local.poll() is not None:
+            return
+        try:
+            local.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            local.kill()
+            local.wait()
+
+    def _require_launched(self) -> Launched:
+        if self.launched is None:
+            raise LauncherError("no launcher has announced itself yet")
+        return self.launched
+
+
+def go_ahead(settings: Settings, launched: Launched, started: Started, preflight: Preflight) -> GoRequest:
+    """go.json: the deadline record's figures, the launcher settings and the trainer's extras."""
+    record, lset = preflight.record, settings.launcher
+    env = {
+        ENV_RUN_ID: started.request.run_id,
+        "SOAK_PROGRESS_DIR": str(settings.monitor.progress_dir.resolve()),
+    }
+    if preflight.resume_checkpoint:
+        env["SOAK_RESUME_CHECKPOINT"] = preflight.resume_checkpoint
+    return GoRequest(
+        launch_id=launched.launcher.launch_id,
+        deadline_unix=record.deadline_unix,
+        checkpoint_margin_s=record.checkpoint_margin_seconds,
+        term_grace_s=settings.deadline.term_grace_s,
+        heartbeat_timeout_s=lset.heartbeat_timeout_s,
+        kill_grace_s=lset.kill_grace_s,
+        console_log_bytes=lset.console_log_bytes,
+        soft_stop_signal=lset.soft_stop_signal,
+        env=env,
+        extra_args=preflight.extra_args,
+    )

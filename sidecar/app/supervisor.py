@@ -1,0 +1,237 @@
+"""A run, as a pipeline of phases; the supervisor only wires them.
+
+    prepare_dirs -> exclusive run dir -> store lock + attempt -> session.start (launcher)
+    -> preflight (identity, approval, deadline) -> session.going (heartbeat, go)
+    -> watch (monitor policy) -> conclude_run (core.conclusion) -> build_artifact -> deliver
+
+A run that cannot start still ends in a verdict with an artifact (``_unstarted``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact
+from sidecar.app.concluding import conclude_run
+from sidecar.app.console import Console
+from sidecar.app.delivery import Delivery, deliver, key_prefix
+from sidecar.app.monitoring import INTERRUPTED_REASON, Sampler, watch
+from sidecar.app.ports import ArtifactFiles, Ports
+from sidecar.app.preflight import preflight, prepare_dirs
+from sidecar.app.session import LaunchSession
+from sidecar.app.signals import Cancelled, DeferredSignals
+from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started
+from sidecar.core import verdict as verdicts
+from sidecar.core.artifact import SampleRecorder
+from sidecar.core.errors import (
+    ConfigError,
+    InsufficientBudgetError,
+    LauncherError,
+    RefusedError,
+    SoakError,
+    TransientError,
+)
+from sidecar.core.ports import GpuBackend
+from sidecar.core.samples import GpuDevice
+from sidecar.settings import Settings
+
+TRAINER_FAILED_WHILE_RUNNING = "soak-sidecar failed while the trainer was running"
+# Seconds a launcher that never got its go-ahead is given to exit, past its kill grace.
+UNSTARTED_REAP_SLACK_S = 5.0
+
+
+class Supervisor:
+    def __init__(
+        self,
+        settings: Settings,
+        ports: Ports,
+        request: RunRequest,
+    ) -> None:
+        if request.mode == "local" and not request.command:
+            raise ConfigError("local mode needs a trainer command")
+        self._settings = settings
+        self._ports = ports
+        self._session = LaunchSession(settings, ports, request)
+        clock = ports.clock
+        self._started = Started(request, wall=clock.wall(), monotonic=clock.monotonic())
+        self._console = Console(ports.status_stream, settings.monitor.status_line)
+        self._signals = DeferredSignals()
+
+    def run(self) -> RunResult:
+        prepare_dirs(self._settings, self._started.request.mode)
+        self._started = replace(self._started, artifact_dir=self._artifact_dir(0))
+        try:
+            with contextlib.ExitStack() as stack:
+                # Before anything touches the run dir: a second sidecar must not reset or abort the
+                # first one's launcher.
+                stack.enter_context(self._ports.channel.exclusive())
+                if self._started.request.mode == "pod" and self._ports.channel.go_given():
+                    # A restarted sidecar: the trainer already runs. Keep its launcher fed while the
+                    # store's lock is re-acquired (an S3 lease may take lock_lease_s).
+                    self._started = replace(self._started, already_going=True)
+                    stack.enter_context(
+                        self._ports.channel.heartbeat(self._settings.launcher.heartbeat_interval_s)
+                    )
+                return self._locked()
+        except (KeyboardInterrupt, Cancelled):
+            # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
+            # still an external cancellation with an artifact, and the trainer must not run on.
+            self._signals.defer()
+            return self._cancelled_before_monitoring()
+        finally:
+            self._signals.restore()
+            self._console.close()
+
+    def _locked(self) -> RunResult:
+        """The store's lock is held from before the launcher starts to the verdict (the seed's rule)."""
+        run_id = self._started.request.run_id
+        try:
+            with self._ports.store.lock(run_id):
+                attempt = self._ports.store.claim_attempt(run_id)
+                self._started = replace(
+                    self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt)
+                )
+                self._ports.artifact_files(self._started.artifact_dir).create()
+                try:
+                    launched = self._session.start(self._console)
+                except LauncherError as exc:
+                    return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
+                return self._launched(launched)
+        except ConfigError as exc:
+            # A usage error (exit 64): the launcher must not wait for a go that never comes.
+            self._release_launcher(str(exc), int(exc.exit_code))
+            raise
+        except (RefusedError, InsufficientBudgetError, TransientError) as exc:
+            refusal = verdicts.refused(str(exc), classification=_refusal_kind(exc))
+            self._release_launcher(str(exc), int(refusal.exit_code) or 1)
+            return self._unstarted(refusal)
+        finally:
+            self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
+
+    def _launched(self, launched: Launched) -> RunResult:
+        checked: Preflight | None = None
+        try:
+            checked = preflight(self._settings, self._ports, self._started, launched)
+            # The trainer inherits the launcher's environment (go.json names no GPUs), so the
+            # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's. Opened before the go-ahead, so a
+            # broken GPU setup stops the run before the trainer starts.
+            trainer_env = self._ports.processes.environ(launched.launcher.pid)
+            gpu = self._ports.open_gpu(trainer_env)
+        except LauncherError as exc:
+            return self._run_dir_broke(exc, launched, checked)
+        going = Going(self._settings, self._ports, self._started, launched, checked)
+        try:
+            return self._going(going, gpu, dict(trainer_env or {}))
+        except LauncherError as exc:
+            self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, ())
+            return self._run_dir_broke(exc, launched, checked)
+        except BaseException:
+            self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, ())
+            raise
+
+    def _going(self, going: Going, gpu: GpuBackend, trainer_env: dict[str, str]) -> RunResult:
+        files = self._ports.artifact_files(self._started.artifact_dir)
+        series_points = self._settings.monitor.series_points
+        with self._session.going(self._settings, self._started, going.preflight):
+            samples = files.open_samples(SAMPLES_FILE)
+            recorder = SampleRecorder(samples.write_line, series_points)
+            try:
+                watched = watch(
+                    going,
+                    session=self._session,
+                    sampler=Sampler(self._ports, going.launched, gpu, recorder),
+                    console=self._console,
+                    signals=self._signals,
+                )
+            finally:
+                devices = _devices(gpu)
+                gpu.close()
+                samples.close()
+        if samples.error is not None and watched.failure is None:
+            watched = replace(watched, failure=("monitor_failure", f"soak monitor failed: {samples.error}"))
+        concluded = conclude_run(going, watched, session=self._session, recorder=recorder)
+        evidence = Evidence(
+            started=self._started,
+            launched=going.launched,
+            preflight=going.preflight,
+            summary=concluded.summary,
+            exit_record=watched.exit_record,
+            residuals=concluded.conclusion.residuals_reported,
+            duration_s=concluded.duration_s,
+            gpu_devices=devices,
+            trainer_env=trainer_env,
+        )
+        return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
+
+    def _run_dir_broke(self, exc: LauncherError, launched: Launched, checked: Preflight | None) -> RunResult:
+        """The run dir broke mid-protocol (unwritable, malformed record): the trainer has been
+        stopped; the verdict still gets its artifact."""
+        reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
+        return self._unstarted(verdicts.stopped("monitor_failure", reason), launched, checked)
+
+    def _cancelled_before_monitoring(self) -> RunResult:
+        decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)
+        self._session.abort(INTERRUPTED_REASON, int(decision.exit_code))
+        if self._ports.channel.launch_id is not None:
+            self._session.request_stop("kill", INTERRUPTED_REASON)
+        self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
+        return self._unstarted(decision)
+
+    def _release_launcher(self, reason: str, exit_code: int) -> None:
+        self._session.abort(reason, exit_code)
+        self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
+
+    def _unstarted(
+        self, verdict: verdicts.Verdict, launched: Launched | None = None, checked: Preflight | None = None
+    ) -> RunResult:
+        exit_record = None
+        with contextlib.suppress(LauncherError):
+            exit_record = self._ports.channel.read_exit()
+        evidence = Evidence(self._started, launched=launched, preflight=checked, exit_record=exit_record)
+        files = self._ports.artifact_files(self._started.artifact_dir)
+        recorder = SampleRecorder(None, self._settings.monitor.series_points)
+        return self._deliver(files, evidence, verdict, recorder)
+
+    def _deliver(
+        self, files: ArtifactFiles, evidence: Evidence, verdict: verdicts.Verdict, recorder: SampleRecorder
+    ) -> RunResult:
+        settings, ports = self._settings, self._ports
+        artifact = build_artifact(settings, ports, files, evidence, verdict=verdict, recorder=recorder)
+        attempt = self._started.attempt
+        return deliver(
+            self._ports,
+            files,
+            artifact,
+            verdict,
+            Delivery(
+                key_prefix=key_prefix(self._settings, self._started.request, attempt),
+                attempt=attempt,
+                deadline_unix=None if evidence.preflight is None else evidence.preflight.record.deadline_unix,
+            ),
+        )
+
+    def _artifact_dir(self, attempt: int) -> Path:
+        request = self._started.request
+        if attempt:
+            name = f"attempt-{attempt}" + (f"-{request.attempt_label}" if request.attempt_label else "")
+        else:
+            now = datetime.fromtimestamp(self._ports.clock.wall(), tz=timezone.utc)
+            name = "unlocked-" + now.strftime("%Y%m%dT%H%M%S.%fZ")
+        return self._settings.artifact.output_dir / "runs" / request.run_id / name
+
+
+def _refusal_kind(exc: SoakError) -> verdicts.PreStartKind:
+    if isinstance(exc, InsufficientBudgetError):
+        return "insufficient_budget"
+    if isinstance(exc, TransientError):
+        return "transient_infra"
+    return "refused"
+
+
+def _devices(gpu: GpuBackend) -> tuple[GpuDevice, ...]:
+    with contextlib.suppress(SoakError):
+        return tuple(gpu.devices())
+    return ()

@@ -1,0 +1,91 @@
+"""The frozen values a run's phases pass along."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from sidecar.core import verdict as verdicts
+from sidecar.core.deadline import DeadlineClock, DeadlineRecord
+from sidecar.core.launch_records import ExitRecord, LauncherInfo
+from sidecar.core.samples import ProcessInfo
+from sidecar.settings import Settings
+
+if TYPE_CHECKING:
+    from sidecar.app.ports import Ports
+
+Mode = Literal["local", "pod"]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the CLI asks for: one run of ``command`` (local) or of the launcher's (pod)."""
+
+    mode: Mode
+    run_id: str
+    command: tuple[str, ...] = ()
+    context: Mapping[str, Any] = field(default_factory=dict)
+    # Names the attempt's artifact directory after the pod, so retries never share one.
+    attempt_label: str | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """The run as it began: the request, when, and (once the store's lock is held) the attempt."""
+
+    request: RunRequest
+    wall: float
+    monotonic: float
+    attempt: int = 0
+    artifact_dir: Path = Path()
+    # Pod mode after a sidecar restart: the launcher got its go-ahead from our predecessor.
+    already_going: bool = False
+
+
+@dataclass(frozen=True)
+class Launched:
+    launcher: LauncherInfo
+    command: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """The run's identity was approved and its deadline record created or resumed."""
+
+    record: DeadlineRecord
+    clock: DeadlineClock
+    resumed: bool
+    remaining_at_start_s: float
+    resume_checkpoint: str | None
+    # Appended to the trainer's command: the approved `--resume <checkpoint>`.
+    extra_args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Going:
+    """What every phase from the go-ahead on works with."""
+
+    settings: Settings
+    ports: Ports
+    started: Started
+    launched: Launched
+    preflight: Preflight
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What monitoring learned by the time the launcher exited."""
+
+    failure: tuple[verdicts.MonitorKind, str] | None
+    gpu_fault: str | None
+    last_seen: tuple[ProcessInfo, ...]
+    exit_record: ExitRecord | None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    verdict: verdicts.Verdict
+    artifact_path: Path | None
+    exit_code: int

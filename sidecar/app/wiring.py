@@ -1,0 +1,144 @@
+"""The adapters of a run, chosen by the settings: the one place that builds ports."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from sidecar.adapters.artifact_dir import ArtifactDir
+from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.adapters.nvml import open_gpu_backend
+from sidecar.adapters.procfs import ProcfsProcessTable
+from sidecar.adapters.progress import DirectoryProgressProbe
+from sidecar.adapters.provenance import HostProvenance
+from sidecar.adapters.rundir import LocalLauncherSpawner, RunDir
+from sidecar.app.ports import LockLoss, Ports
+from sidecar.core.errors import ForbiddenError, RefusedError, SoakError, TransientError
+from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend
+from sidecar.core.publication import Publication
+from sidecar.core.run_summary import resolve_manifest_validator
+from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
+from sidecar.settings import Settings
+
+if TYPE_CHECKING:
+    from sidecar.adapters.kube import PodPublisher
+
+
+@dataclass(frozen=True)
+class Wiring:
+    ports: Ports
+    # What the pod says about the run (job, node, image), recorded in the artifact.
+    context: Mapping[str, Any] = field(default_factory=dict)
+    attempt_label: str | None = None
+
+
+def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None = sys.stderr) -> Wiring:
+    run_dir = settings.launcher.run_dir
+    lock_loss = LockLoss()
+    ports = Ports(
+        channel=RunDir(run_dir),
+        spawner=LocalLauncherSpawner(run_dir),
+        processes=ProcfsProcessTable(),
+        progress=DirectoryProgressProbe(
+            settings.monitor.progress_dir,
+            exclude=[
+                run_dir / CONSOLE_LOG,
+                run_dir / CONSOLE_LOG_ROTATED,
+                settings.monitor.progress_dir / "soak-console.log",
+            ],
+        ),
+        open_gpu=_gpu_opener(settings),
+        store=_deadline_store(settings, lock_loss),
+        artifact_files=ArtifactDir,
+        provenance=HostProvenance(Path.cwd()),
+        sink=_artifact_sink(settings),
+        manifest_validator=resolve_manifest_validator(settings.summary.manifest_validator),
+        lock_loss=lock_loss,
+        status_stream=status_stream,
+    )
+    if not pod:
+        return Wiring(ports)
+    return _pod_wiring(settings, ports)
+
+
+def _gpu_opener(settings: Settings) -> Callable[[Mapping[str, str] | None], GpuBackend]:
+    gpu = settings.gpu
+
+    def open_gpu(env: Mapping[str, str] | None) -> GpuBackend:
+        return open_gpu_backend(gpu, env)
+
+    return open_gpu
+
+
+def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:
+    if settings.deadline.store == "s3":
+        from sidecar.adapters.s3_store import S3DeadlineStore
+
+        return S3DeadlineStore(settings.s3, on_lock_lost=lock_loss)
+    return FileDeadlineStore(settings.deadline.store_dir)
+
+
+def _artifact_sink(settings: Settings) -> ArtifactSink | None:
+    if not settings.s3.bucket:
+        return None
+    from sidecar.adapters.s3_sink import S3ArtifactSink
+
+    return S3ArtifactSink(settings.s3)
+
+
+class _PodPublication:
+    """The Publisher port over the pod's own annotations."""
+
+    def __init__(self, publisher: PodPublisher, *, progress_notes: bool) -> None:
+        self._publisher = publisher
+        self._progress_notes = progress_notes
+
+    def publish(self, publication: Publication) -> list[str]:
+        return [str(error) for error in self._publisher.publish(publication).errors]
+
+    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
+        return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic)
+
+
+def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
+    from sidecar.adapters.kube import KubeClient, PodPublisher
+
+    kube = settings.kube
+    client = KubeClient.from_settings(kube)
+    publisher = PodPublisher.from_settings(client, kube)  # ConfigError without the downward API
+    namespace, pod_name, container = kube.namespace or "", kube.pod_name or "", kube.trainer_container
+    context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": kube.pod_uid}
+    try:
+        identity = client.get_pod(namespace, pod_name, container)
+        context.update(
+            job=identity.job_name,
+            job_uid=identity.job_uid,
+            node=identity.node_name,
+            trainer_image=identity.trainer_image,
+        )
+    except SoakError as exc:
+        # Context only; the digest below is what the run identity needs, and it fails closed.
+        print(f"soak-sidecar: cannot read pod {namespace}/{pod_name}: {exc}", file=sys.stderr)
+
+    def image_digest() -> str | None:
+        # Asked once the launcher has announced itself: the trainer container runs, so the
+        # kubelet reports (or is about to report) its image digest.
+        try:
+            pod = client.wait_for_trainer_digest(namespace, pod_name, container)
+        except ForbiddenError as exc:
+            # RBAC that forbids reading our own pod will not heal on a retry.
+            raise RefusedError(f"cannot read the trainer image digest: {exc}") from exc
+        if pod.trainer_image_digest is None:
+            # The digest joins the identity: running without it would change the identity later.
+            raise TransientError(f"no image digest reported for container {container!r}")
+        return pod.trainer_image_digest
+
+    pod_ports = replace(
+        ports,
+        publisher=_PodPublication(publisher, progress_notes=kube.progress_annotations_s > 0),
+        image_digest=image_digest,
+    )
+    return Wiring(pod_ports, context=context, attempt_label=pod_name)

@@ -1,0 +1,115 @@
+"""The soak's conclusion from what the run left behind. Pure: every fact is an argument.
+
+The seed's post-run rules: a launcher that wrote no exit record, a trainer that could not be
+started, processes that outlived the trainer, and when a failure counts as the deadline's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar.core import verdict as verdicts
+from sidecar.core.launch_records import ExitRecord
+from sidecar.core.run_summary import SummaryOutcome
+from sidecar.core.samples import ProcessInfo
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the monitor, the launcher and the trainer's files say once the trainer has ended."""
+
+    monitor_failure: tuple[verdicts.MonitorKind, str] | None
+    gpu_fault: str | None
+    exit_record: ExitRecord | None
+    trainer_program: str
+    duration_s: float
+    min_duration_s: float
+    launcher_pid: int | None
+    # The processes of the last sample, and those of them still alive after the post-shutdown grace.
+    last_seen: tuple[ProcessInfo, ...]
+    still_alive: tuple[ProcessInfo, ...]
+    summary: SummaryOutcome
+    leaks: tuple[str, ...]
+    deadline_passed: bool
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    verdict: verdicts.Verdict
+    residual_pids: tuple[int, ...]
+    # What the artifact lists as residual: alive ones fresh, killed or unreaped ones as last seen.
+    residuals_reported: tuple[ProcessInfo, ...]
+
+
+def conclude(facts: RunFacts) -> Conclusion:
+    residual_pids = _residual_pids(facts)
+    alive_pids = {p.pid for p in facts.still_alive}
+    seen = {p.pid: p for p in facts.last_seen}
+    reported = (
+        *facts.still_alive,
+        *(seen[pid] for pid in sorted(set(residual_pids) - alive_pids) if pid in seen),
+    )
+    record = facts.exit_record
+    verdict = verdicts.decide(
+        monitor_failure=_monitor_failure(facts),
+        returncode=None if record is None else record.trainer_returncode,
+        duration_s=facts.duration_s,
+        min_duration_s=facts.min_duration_s,
+        residuals=[str(pid) for pid in residual_pids],
+        leaks=facts.leaks,
+        summary=facts.summary,
+        deadline_expired=deadline_expired(record, facts.summary, deadline_passed=facts.deadline_passed),
+        gpu_fault=facts.gpu_fault,
+        upload_error=None,
+    )
+    return Conclusion(verdict=verdict, residual_pids=residual_pids, residuals_reported=reported)
+
+
+def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None:
+    record = facts.exit_record
+    if facts.monitor_failure is not None:
+        return facts.monitor_failure
+    if record is None:
+        return ("monitor_failure", "launcher exited without writing exit.json")
+    if record.reason == "spawn_failed":
+        problem = "was not found" if record.exit_code == 127 else "is not executable"
+        return (
+            "trainer_not_started",
+            f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})",
+        )
+    return None
+
+
+def _residual_pids(facts: RunFacts) -> tuple[int, ...]:
+    """The launcher (a subreaper) kills what outlives the trainer before it exits, so a leaked
+    worker is rarely still alive here: what it had to kill after the trainer ended, or could not
+    reap, is residual too (the seed's rule; stricter: no grace before TERM)."""
+    pids = {p.pid for p in facts.still_alive}
+    if facts.exit_record is not None:
+        pids.update(k.pid for k in facts.exit_record.survivors_killed)
+        pids.update(facts.exit_record.unreaped)
+    if facts.launcher_pid is not None:
+        pids.discard(facts.launcher_pid)
+    return tuple(sorted(pids))
+
+
+def deadline_expired(record: ExitRecord | None, summary: SummaryOutcome, *, deadline_passed: bool) -> bool:
+    """Whether the run ended because of the deadline.
+
+    A trainer that died of the deadline's TERM (sent term_grace_s before the deadline) ended because
+    of the deadline even if the deadline itself had not passed yet. One stopped at the checkpoint
+    margin without completing ran out of budget: the deadline's verdict, not the trainer's (or an
+    external) cancellation.
+    """
+    if record is not None and record.deadline_expired:
+        return True
+    ended_by_deadline = (record is not None and record.reason == "deadline") or deadline_passed
+    if ended_by_deadline and (record is None or record.returncode != 0):
+        return True
+    return record is not None and record.soft_stop_sent and not summary.passed
+
+
+def residual_processes(processes: Sequence[ProcessInfo], launcher_pid: int | None) -> list[ProcessInfo]:
+    """The processes to check for survivors: all seen but the launcher (it exits last)."""
+    return [p for p in processes if p.pid != launcher_pid]

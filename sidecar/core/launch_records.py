@@ -1,0 +1,202 @@
+"""The launcher's records as the sidecar reads them (docs/run-dir-protocol.md): typed, validated.
+
+Pure: the run-dir adapter reads the JSON and hands the mapping here; a record of the wrong shape is a
+LauncherError, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sidecar.core.errors import LauncherError
+
+
+def _get(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    value = raw.get(key)
+    if value is None and optional:
+        return None
+    # bool is an int subclass: reject it where a number is expected.
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise LauncherError(f"run dir record: {key} has the wrong type ({value!r})")
+    if not isinstance(value, kind):
+        raise LauncherError(f"run dir record: {key} has the wrong type ({value!r})")
+    return value
+
+
+def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
+    value = _get(raw, key, (int, float), optional=optional)
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class LauncherInfo:
+    """launcher.json: who the launcher is (PID-reuse-safe through start_ticks and boot_id)."""
+
+    launch_id: str
+    pid: int
+    start_ticks: int | None
+    boot_id: str | None
+    hostname: str
+    command: tuple[str, ...]
+    python: str
+    python_version: str
+    subreaper: bool
+    owner_pid: int | None
+    go_timeout_s: float
+    started_unix: float
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> LauncherInfo:
+        command = _get(raw, "command", list)
+        return cls(
+            launch_id=_get(raw, "launch_id", str),
+            pid=_get(raw, "pid", int),
+            start_ticks=_get(raw, "start_ticks", int, optional=True),
+            boot_id=_get(raw, "boot_id", str, optional=True),
+            hostname=_get(raw, "hostname", str),
+            command=tuple(str(part) for part in command),
+            python=_get(raw, "python", str),
+            python_version=_get(raw, "python_version", str),
+            subreaper=_get(raw, "subreaper", bool),
+            owner_pid=_get(raw, "owner_pid", int, optional=True),
+            go_timeout_s=float(_get(raw, "go_timeout_s", (int, float))),
+            started_unix=float(_get(raw, "started_unix", (int, float))),
+        )
+
+
+@dataclass(frozen=True)
+class TrainerInfo:
+    """trainer.json: the trainer's process (leader of its own session and process group)."""
+
+    launch_id: str
+    pid: int
+    pgid: int
+    start_ticks: int | None
+    started_unix: float
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> TrainerInfo:
+        return cls(
+            launch_id=_get(raw, "launch_id", str),
+            pid=_get(raw, "pid", int),
+            pgid=_get(raw, "pgid", int),
+            start_ticks=_get(raw, "start_ticks", int, optional=True),
+            started_unix=float(_get(raw, "started_unix", (int, float))),
+        )
+
+
+@dataclass(frozen=True)
+class SoftStopRecord:
+    """soft-stop.json: the launcher told the trainer to checkpoint and stop."""
+
+    reason: str
+    deadline_unix: float
+    sent_unix: float
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> SoftStopRecord:
+        return cls(
+            reason=_get(raw, "reason", str),
+            deadline_unix=float(_get(raw, "deadline_unix", (int, float))),
+            sent_unix=float(_get(raw, "sent_unix", (int, float))),
+        )
+
+
+@dataclass(frozen=True)
+class KilledProcess:
+    pid: int
+    command: str
+
+
+@dataclass(frozen=True)
+class ControlAction:
+    seq: int
+    action: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """exit.json: how the trainer ended and what the launcher had to kill."""
+
+    launch_id: str | None
+    exit_code: int
+    reason: str
+    returncode: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    trainer_pid: int | None = None
+    deadline_expired: bool = False
+    heartbeat_lost: bool = False
+    owner_lost: bool = False
+    soft_stop_sent: bool = False
+    term_sent: bool = False
+    kill_sent: bool = False
+    control: tuple[ControlAction, ...] = ()
+    signals_forwarded: tuple[str, ...] = ()
+    killed_with_trainer: tuple[KilledProcess, ...] = ()
+    survivors_killed: tuple[KilledProcess, ...] = ()
+    unreaped: tuple[int, ...] = ()
+    stdout_dropped_bytes: int = 0
+    started_unix: float | None = None
+    ended_unix: float | None = None
+
+    @property
+    def trainer_started(self) -> bool:
+        return self.trainer_pid is not None
+
+    @property
+    def trainer_returncode(self) -> int | None:
+        """The seed's ``returncode``: negative signal number for a signalled trainer."""
+        if not self.trainer_started:
+            return None
+        if self.returncode is not None:
+            return self.returncode
+        return -self.signal if self.signal is not None else None
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ExitRecord:
+        def processes(key: str) -> tuple[KilledProcess, ...]:
+            return tuple(
+                KilledProcess(pid=_get(item, "pid", int), command=_get(item, "command", str))
+                for item in _get(raw, key, list, optional=True) or []
+            )
+
+        def flag(key: str) -> bool:
+            return bool(_get(raw, key, bool, optional=True))
+
+        reason = _get(raw, "reason", str)
+        return cls(
+            launch_id=_get(raw, "launch_id", str, optional=True),
+            exit_code=_get(raw, "exit_code", int),
+            reason=reason,
+            returncode=_get(raw, "returncode", int, optional=True),
+            signal=_get(raw, "signal", int, optional=True),
+            signal_name=_get(raw, "signal_name", str, optional=True),
+            trainer_pid=_get(raw, "trainer_pid", int, optional=True),
+            deadline_expired=flag("deadline_expired"),
+            heartbeat_lost=flag("heartbeat_lost"),
+            owner_lost=flag("owner_lost"),
+            soft_stop_sent=flag("soft_stop_sent"),
+            term_sent=flag("term_sent"),
+            kill_sent=flag("kill_sent"),
+            control=tuple(
+                ControlAction(
+                    seq=_get(item, "seq", int),
+                    action=_get(item, "action", str),
+                    reason=_get(item, "reason", str, optional=True),
+                )
+                for item in _get(raw, "control", list, optional=True) or []
+            ),
+            signals_forwarded=tuple(
+                str(name) for name in _get(raw, "signals_forwarded", list, optional=True) or []
+            ),
+            killed_with_trainer=processes("killed_with_trainer"),
+            survivors_killed=processes("survivors_killed"),
+            unreaped=tuple(int(pid) for pid in _get(raw, "unreaped", list, optional=True) or []),
+            stdout_dropped_bytes=_get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
+            started_unix=_number(raw, "started_unix", optional=True),
+            ended_unix=_number(raw, "ended_unix", optional=True),
+        )

@@ -1,0 +1,131 @@
+"""What the monitor does next, decided from the time and what it just observed. Pure.
+
+The monitoring loop (sidecar.app.monitoring) asks ``due(now)`` what to observe, observes it, and
+carries out the ``Action`` that ``step(now, observation)`` returns. Every rule of the seed's watch
+loop lives here: liveness, lock loss, GPU fault, deadline, and the kill fallback when the launcher
+does not act on a stop request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from sidecar.core.liveness import LivenessTracker, ProgressSignal
+from sidecar.core.samples import ProgressSample
+from sidecar.core.verdict import MonitorKind
+
+StopAction = Literal["terminate", "kill"]
+Due = Literal["sample", "liveness"] | None
+# How long the loop may sleep at most and at least between steps.
+MAX_SLEEP_S = 0.1
+MIN_SLEEP_S = 0.005
+
+
+@dataclass(frozen=True)
+class MonitorTimings:
+    """The monitor's settings, in seconds (monitor.* and launcher.kill_grace_s)."""
+
+    sample_interval_s: float
+    startup_timeout_s: float
+    stale_progress_s: float
+    progress_signal: ProgressSignal
+    # How long after a stop request the sidecar waits for the launcher before killing itself.
+    fallback_after_s: float
+
+    @property
+    def liveness_interval_s(self) -> float:
+        """Liveness is judged more often than full samples when its timeouts are short, so a stale
+        trainer is caught within a tenth of the timeout, not a whole sample interval late."""
+        shortest = min(self.stale_progress_s, self.startup_timeout_s)
+        return min(self.sample_interval_s, max(0.1, shortest / 10))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the loop saw at one step. ``progress`` is None when nothing was due."""
+
+    progress: ProgressSample | None = None
+    gpu_fault: str | None = None
+    lock_lost: str | None = None
+    deadline_expired: bool = False
+
+
+@dataclass(frozen=True)
+class Action:
+    """``stop``: ask the launcher to terminate or kill, for ``reason``. ``kill_remembered``: the
+    launcher did not act in time; kill what was seen and stop monitoring."""
+
+    stop: StopAction | None = None
+    reason: str = ""
+    kill_remembered: bool = False
+
+
+CONTINUE = Action()
+
+
+class MonitorPolicy:
+    """The watch loop's state machine. Time is always an argument (monotonic seconds)."""
+
+    def __init__(self, timings: MonitorTimings, *, started: float) -> None:
+        self._timings = timings
+        self._liveness = LivenessTracker(
+            timings.startup_timeout_s, timings.stale_progress_s, started, timings.progress_signal
+        )
+        self._next_sample = self._next_liveness = started
+        self._stop_by: float | None = None
+        self.failure: tuple[MonitorKind, str] | None = None
+        self.gpu_fault: str | None = None
+
+    def due(self, now: float) -> Due:
+        """What to observe now; a full sample also judges liveness."""
+        if now >= self._next_sample:
+            self._next_sample = now + self._timings.sample_interval_s
+            self._next_liveness = now + self._timings.liveness_interval_s
+            return "sample"
+        if now >= self._next_liveness:
+            self._next_liveness = now + self._timings.liveness_interval_s
+            return "liveness"
+        return None
+
+    def sleep_s(self, now: float) -> float:
+        return min(MAX_SLEEP_S, max(MIN_SLEEP_S, min(self._next_sample, self._next_liveness) - now))
+
+    def progress_age(self, now: float) -> float | None:
+        return self._liveness.last_progress_age(now)
+
+    def step(self, now: float, seen: Observation) -> Action:
+        stale = None if seen.progress is None else self._liveness.observe(seen.progress, now)
+        if stale is not None and self.failure is None:
+            self.failure = (cast("MonitorKind", stale[0]), stale[1])
+        if seen.gpu_fault is not None and self.gpu_fault is None:
+            self.gpu_fault = seen.gpu_fault
+        if self._stop_by is None:
+            return self._first_stop(now, seen, stale)
+        if now > self._stop_by:
+            return Action(kill_remembered=True, reason="the launcher did not stop the trainer in time")
+        return CONTINUE
+
+    def _first_stop(self, now: float, seen: Observation, stale: tuple[str, str] | None) -> Action:
+        """At most one stop request: the first of lock loss, GPU fault, staleness, deadline."""
+        if seen.lock_lost is not None:
+            # Another supervisor may take the run over: ours must stop now (fail closed).
+            reason = f"deadline lock lost: {seen.lock_lost}"
+            self.failure = self.failure or ("monitor_failure", reason)
+            return self._stop(now, "kill", reason)
+        if self.gpu_fault is not None:
+            return self._stop(now, "terminate", f"GPU fault: {self.gpu_fault}")
+        if stale is not None:
+            return self._stop(now, "terminate", stale[1])
+        if seen.deadline_expired:
+            # The launcher enforces the deadline itself; this is the second line.
+            return self._stop(now, "kill", "total-job deadline expired")
+        return CONTINUE
+
+    def _stop(self, now: float, action: StopAction, reason: str) -> Action:
+        self._stop_by = now + self._timings.fallback_after_s
+        return Action(stop=action, reason=reason)
+
+    def interrupted(self, kind: MonitorKind, reason: str) -> None:
+        """Cancellation or a failure of the monitor itself: it decides the verdict."""
+        self.failure = (kind, reason)

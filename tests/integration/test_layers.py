@@ -39,7 +39,9 @@ def test_the_package_keeps_its_layers() -> None:
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("core/liveness.py", "import sidecar.adapters.procfs", "cli > orchestration > adapters > core"),
+        ("core/liveness.py", "import sidecar.adapters.procfs", "cli > app > adapters > settings > core"),
+        ("adapters/procfs.py", "import sidecar.app.session", "cli > app > adapters > settings > core"),
+        ("core/conclusion.py", "import sidecar.settings", "cli > app > adapters > settings > core"),
         ("core/verdict.py", "import subprocess", "the core does no I/O"),
         ("adapters/kube.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
         ("launcher.py", "import sidecar.core.samples", "standard library only"),

@@ -1,0 +1,475 @@
+"""In-memory fakes of every port a run uses, driven by one simulated clock.
+
+``World`` holds the simulated time and a scripted launcher: the supervisor's sleeps advance the
+clock, and the launcher reacts to the go-ahead and to stop requests the way the real one does
+(docs/run-dir-protocol.md). No process, thread or socket is involved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from sidecar.app.ports import LockLoss, Ports, StopRequest
+from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
+from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
+from sidecar.core.ports import UploadedObject
+from sidecar.core.publication import Publication
+from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
+from sidecar.launcher import GoRequest
+
+LAUNCH_ID = "0123456789abcdef0123456789abcdef"
+LAUNCHER_PID, TRAINER_PID = 100, 101
+EPOCH = 1_700_000_000.0
+
+
+def process(pid: int, command: str) -> ProcessInfo:
+    return ProcessInfo(
+        pid=pid,
+        ppid=1,
+        start_time=EPOCH,
+        start_ticks=pid,
+        rss_kib=1024,
+        fd_count=4,
+        fd_classes={},
+        threads=1,
+        state="sleeping",
+        command=command,
+    )
+
+
+@dataclass
+class Script:
+    """How the simulated trainer behaves once it has its go-ahead."""
+
+    runs_s: float = 3.0  # then exits 0 with a run_summary
+    returncode: int = 0
+    progresses: bool = True
+    writes_summary: bool = True
+    obeys_stop: bool = True  # the launcher acts on terminate/kill requests
+    subreaper: bool = True
+    appears: bool = True
+    leaves_orphan: bool = False  # a worker that outlives the trainer
+    gpu_fault_at_s: float | None = None
+    interrupt_at_s: float | None = None  # a Ctrl-C reaches the sidecar
+
+
+class World:
+    """Simulated time plus the launcher's side of the run dir."""
+
+    def __init__(self, script: Script, summary: bytes) -> None:
+        self.script = script
+        self.summary = summary
+        self.now = 0.0
+        self.go: GoRequest | None = None
+        self.go_at: float | None = None
+        self.exit_record: ExitRecord | None = None
+        self.requests: list[tuple[StopRequest, str]] = []
+        self.aborted: tuple[str, int] | None = None
+        self.alive: dict[int, ProcessInfo] = {}
+        self.killed: list[int] = []
+        self.interrupted = False
+
+    # -- the clock
+
+    def wall(self) -> float:
+        return EPOCH + self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.tick()
+
+    # -- the launcher
+
+    def tick(self) -> None:
+        if self.go_at is None or self.exit_record is not None:
+            return
+        ran = self.now - self.go_at
+        if self.script.interrupt_at_s is not None and ran >= self.script.interrupt_at_s and not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        if ran >= self.script.runs_s:
+            self.trainer_exits("exited", returncode=self.script.returncode)
+
+    def started(self, go: GoRequest) -> None:
+        self.go, self.go_at = go, self.now
+        self.alive[TRAINER_PID] = process(TRAINER_PID, "python3 train.py")
+        if self.script.leaves_orphan:
+            self.alive[TRAINER_PID + 1] = process(TRAINER_PID + 1, "python3 worker.py")
+
+    def stop(self, action: StopRequest, reason: str) -> None:
+        self.requests.append((action, reason))
+        if self.script.obeys_stop and self.exit_record is None and self.go_at is not None:
+            self.trainer_exits("requested", returncode=None, signal=15 if action == "terminate" else 9)
+
+    def trainer_exits(self, reason: str, *, returncode: int | None, signal: int | None = None) -> None:
+        self.alive.pop(TRAINER_PID, None)
+        self.exit_record = ExitRecord(
+            launch_id=LAUNCH_ID,
+            exit_code=returncode if returncode is not None else 128 + (signal or 0),
+            reason=reason,
+            returncode=returncode,
+            signal=signal,
+            trainer_pid=TRAINER_PID,
+        )
+
+
+class FakeChannel:
+    def __init__(self, world: World, *, go_given: bool = False) -> None:
+        self.world = world
+        self._go_given = go_given
+        self.launch_id: str | None = None
+        self.heartbeats = 0
+        self.resets = 0
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        yield
+
+    def reset(self) -> None:
+        self.resets += 1
+
+    def wait_for_launcher(self, timeout_s: float, *, alive: Callable[[], bool] | None = None) -> LauncherInfo:
+        if not self.world.script.appears:
+            raise LauncherError(f"no launcher.json after {timeout_s:g}s")
+        self.launch_id = LAUNCH_ID
+        return LauncherInfo(
+            launch_id=LAUNCH_ID,
+            pid=LAUNCHER_PID,
+            start_ticks=LAUNCHER_PID,
+            boot_id="boot",
+            hostname="node-1",
+            command=("python3", "train.py"),
+            python="python3",
+            python_version="3.11.7",
+            subreaper=self.world.script.subreaper,
+            owner_pid=None,
+            go_timeout_s=300.0,
+            started_unix=EPOCH,
+        )
+
+    def go_given(self) -> bool:
+        return self._go_given or self.world.go is not None
+
+    def give_go(self, go: GoRequest, record: Mapping[str, Any] | None = None) -> None:
+        assert go.launch_id == self.launch_id and record is not None
+        self.world.started(go)
+
+    def abort(self, reason: str, exit_code: int) -> None:
+        self.world.aborted = (reason, exit_code)
+
+    def request(self, action: StopRequest, reason: str) -> int:
+        self.world.stop(action, reason)
+        return len(self.world.requests)
+
+    @contextlib.contextmanager
+    def heartbeat(self, interval_s: float) -> Iterator[object]:
+        self.heartbeats += 1
+        yield self
+
+    def trainer(self) -> TrainerInfo | None:
+        if self.world.go_at is None:
+            return None
+        return TrainerInfo(
+            launch_id=LAUNCH_ID, pid=TRAINER_PID, pgid=TRAINER_PID, start_ticks=TRAINER_PID, started_unix=EPOCH
+        )
+
+    def read_exit(self) -> ExitRecord | None:
+        return self.world.exit_record
+
+    def wait_exit(self, timeout_s: float) -> ExitRecord | None:
+        return self.world.exit_record
+
+    def exit_json(self) -> dict[str, Any] | None:
+        record = self.world.exit_record
+        return None if record is None else {"reason": record.reason, "exit_code": record.exit_code}
+
+    def console_logs(self) -> list[Path]:
+        return []
+
+
+class FakeLocalLauncher:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.stdout: IO[bytes] | None = None
+        self.killed = False
+
+    def poll(self) -> int | None:
+        record = self.world.exit_record
+        return None if record is None and not self.killed else 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+class FakeSpawner:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.spawned: list[tuple[str, ...]] = []
+        self.pass_fds: Sequence[int] = ()
+
+    def spawn(
+        self, command: Sequence[str], *, go_timeout_s: float, pass_fds: Sequence[int], capture_output: bool
+    ) -> FakeLocalLauncher:
+        self.spawned.append(tuple(command))
+        self.pass_fds = pass_fds
+        return FakeLocalLauncher(self.world)
+
+
+class FakeProcesses:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.groups_killed: list[tuple[int, float]] = []
+
+    def sample(self, root_pid: int) -> ProcessTreeSample:
+        processes = [process(LAUNCHER_PID, "launcher"), *self.world.alive.values()]
+        return ProcessTreeSample(process_count=len(processes), processes=processes)
+
+    def still_alive(self, known: Sequence[ProcessInfo]) -> list[ProcessInfo]:
+        return [p for p in known if p.pid in self.world.alive]
+
+    def kill(self, processes: Sequence[ProcessInfo]) -> None:
+        for info in processes:
+            if self.world.alive.pop(info.pid, None) is not None:
+                self.world.killed.append(info.pid)
+
+    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
+        if leader_pid in self.world.alive:
+            self.groups_killed.append((pgid, self.world.now))
+            self.world.alive.pop(leader_pid)
+
+    def is_alive(self, pid: int, start_ticks: int | None) -> bool:
+        return pid == LAUNCHER_PID and self.world.exit_record is None
+
+    def is_exiting(self, pid: int, start_ticks: int | None) -> bool:
+        return False
+
+    def environ(self, pid: int) -> Mapping[str, str] | None:
+        return {"NVIDIA_VISIBLE_DEVICES": "0"}
+
+
+class FakeProgress:
+    def __init__(self, world: World) -> None:
+        self.world = world
+
+    def sample(self) -> ProgressSample:
+        go_at = self.world.go_at
+        if go_at is None:
+            return ProgressSample()
+        grown = int((self.world.now - go_at) * 10) if self.world.script.progresses else 1
+        return ProgressSample(file_count=1, bytes_total=100 + grown, max_mtime=self.world.wall())
+
+    def read_file(self, name: str, max_bytes: int) -> tuple[bytes, float] | None:
+        if not self.world.script.writes_summary or self.world.exit_record is None:
+            return None
+        return self.world.summary[: max_bytes + 1], self.world.wall()
+
+
+class FakeGpu:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.closed = False
+        self.env: Mapping[str, str] | None = None
+
+    def devices(self) -> list[GpuDevice]:
+        return []
+
+    def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample:
+        at = self.world.script.gpu_fault_at_s
+        go_at = self.world.go_at
+        if at is not None and go_at is not None and self.world.now - go_at >= at:
+            return GpuSample(fault="GPU 0 fell off the bus")
+        return GpuSample()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class MemoryStore:
+    location = "memory://deadlines"
+
+    def __init__(self) -> None:
+        self.records: dict[str, bytes] = {}
+        self.attempts: dict[str, int] = {}
+        self.locked: list[str] = []
+
+    @contextlib.contextmanager
+    def lock(self, run_id: str) -> Iterator[None]:
+        self.locked.append(run_id)
+        yield
+
+    def load(self, run_id: str) -> bytes | None:
+        return self.records.get(run_id)
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        if run_id in self.records:
+            raise RecordExistsError(run_id)
+        self.records[run_id] = payload
+
+    def claim_attempt(self, run_id: str) -> int:
+        self.attempts[run_id] = self.attempts.get(run_id, 0) + 1
+        return self.attempts[run_id]
+
+    def inheritable_lock_fd(self, run_id: str) -> int | None:
+        return None
+
+
+class MemorySampleLog:
+    def __init__(self) -> None:
+        self.error: str | None = None
+        self.lines: list[str] = []
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryArtifactFiles:
+    """All attempts' files, keyed by directory then name."""
+
+    def __init__(self) -> None:
+        self.dirs: dict[Path, dict[str, bytes]] = {}
+        self.samples: dict[Path, MemorySampleLog] = {}
+
+    def __call__(self, path: Path) -> MemoryArtifactDir:
+        return MemoryArtifactDir(self, path)
+
+    def artifact(self) -> dict[str, Any]:
+        (written,) = [files["artifact.json"] for files in self.dirs.values() if "artifact.json" in files]
+        document: dict[str, Any] = json.loads(written)
+        return document
+
+
+class MemoryArtifactDir:
+    def __init__(self, owner: MemoryArtifactFiles, path: Path) -> None:
+        self._owner = owner
+        self.path = path
+
+    def create(self) -> None:
+        self._owner.dirs.setdefault(self.path, {})
+
+    def open_samples(self, name: str) -> MemorySampleLog:
+        log = self._owner.samples.setdefault(self.path, MemorySampleLog())
+        self._owner.dirs.setdefault(self.path, {})[name] = b""
+        return log
+
+    def write(self, name: str, data: bytes) -> Path:
+        self._owner.dirs.setdefault(self.path, {})[name] = data
+        return self.path / name
+
+    def keep_copies(self, files: Sequence[Path]) -> list[Path]:
+        return []
+
+    def existing(self, names: Sequence[str]) -> list[Path]:
+        files = self._owner.dirs.get(self.path, {})
+        return [self.path / name for name in names if name in files]
+
+    def sha256(self, name: str) -> str | None:
+        data = self._owner.dirs.get(self.path, {}).get(name)
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+class FakeProvenance:
+    def describe(self) -> dict[str, Any]:
+        return {"source": {"commit": None}, "software": {"python": "3"}, "hostname": "test", "boot_id": "boot"}
+
+
+@dataclass
+class FakePublisher:
+    published: list[Publication] = field(default_factory=list)
+    notes: int = 0
+
+    def publish(self, publication: Publication) -> list[str]:
+        self.published.append(publication)
+        return []
+
+    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
+        self.notes += 1
+        return True
+
+
+@dataclass
+class FakeSink:
+    fails: bool = False
+    uploaded: list[tuple[str, str]] = field(default_factory=list)
+    location: str = "s3://soaks"
+
+    def upload(self, files: Sequence[Path], key_prefix: str) -> list[UploadedObject]:
+        if self.fails:
+            raise UploadError("the bucket refused the upload")
+        self.uploaded.extend((key_prefix, path.name) for path in files)
+        return [
+            UploadedObject(
+                path=path,
+                uri=f"s3://soaks/{key_prefix}/{path.name}",
+                sha256="0" * 64,
+                size=1,
+                parts=1,
+                already_present=False,
+            )
+            for path in files
+        ]
+
+
+@dataclass
+class Fakes:
+    world: World
+    channel: FakeChannel
+    spawner: FakeSpawner
+    processes: FakeProcesses
+    gpu: FakeGpu
+    store: MemoryStore
+    files: MemoryArtifactFiles
+    publisher: FakePublisher
+    sink: FakeSink
+    lock_loss: LockLoss
+
+    def ports(self) -> Ports:
+        def open_gpu(env: Mapping[str, str] | None) -> FakeGpu:
+            self.gpu.env = env
+            return self.gpu
+
+        return Ports(
+            channel=self.channel,
+            spawner=self.spawner,
+            processes=self.processes,
+            progress=FakeProgress(self.world),
+            open_gpu=open_gpu,
+            store=self.store,
+            artifact_files=self.files,
+            provenance=FakeProvenance(),
+            sink=self.sink,
+            publisher=self.publisher,
+            lock_loss=self.lock_loss,
+            clock=self.world,
+            sleep=self.world.sleep,
+        )
+
+
+def fakes(script: Script, summary: bytes, *, go_given: bool = False, upload_fails: bool = False) -> Fakes:
+    world = World(script, summary)
+    return Fakes(
+        world=world,
+        channel=FakeChannel(world, go_given=go_given),
+        spawner=FakeSpawner(world),
+        processes=FakeProcesses(world),
+        gpu=FakeGpu(world),
+        store=MemoryStore(),
+        files=MemoryArtifactFiles(),
+        publisher=FakePublisher(),
+        sink=FakeSink(fails=upload_fails),
+        lock_loss=LockLoss(),
+    )

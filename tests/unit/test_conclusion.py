@@ -1,0 +1,130 @@
+"""The post-run rules, as the pure conclusion the supervisor calls with the run's facts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sidecar.core.conclusion import RunFacts, conclude, deadline_expired
+from sidecar.core.launch_records import ExitRecord, KilledProcess
+from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
+from sidecar.core.samples import ProcessInfo
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
+LAUNCHER = 10
+
+
+def completed_summary() -> SummaryOutcome:
+    raw = (DATA / "minimal_completed.json").read_bytes()
+    return evaluate_run_summary(raw, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None)
+
+
+def missing_summary() -> SummaryOutcome:
+    return evaluate_run_summary(None, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None)
+
+
+def process(pid: int, command: str = "python3 worker.py") -> ProcessInfo:
+    return ProcessInfo(
+        pid=pid, ppid=1, start_time=1.0, start_ticks=pid * 100, rss_kib=1, fd_count=3,
+        fd_classes={}, threads=1, state="sleeping", command=command,
+    )
+
+
+def exited(**fields: Any) -> ExitRecord:
+    values: dict[str, Any] = {"launch_id": "a" * 32, "exit_code": 0, "reason": "exited", "trainer_pid": 11}
+    values["returncode"] = 0
+    return ExitRecord(**{**values, **fields})
+
+
+def facts(**fields: Any) -> RunFacts:
+    values: dict[str, Any] = {
+        "monitor_failure": None,
+        "gpu_fault": None,
+        "exit_record": exited(),
+        "trainer_program": "python3",
+        "duration_s": 60.0,
+        "min_duration_s": 0.0,
+        "launcher_pid": LAUNCHER,
+        "last_seen": (process(LAUNCHER, "launcher"), process(11, "trainer")),
+        "still_alive": (),
+        "summary": completed_summary(),
+        "leaks": (),
+        "deadline_passed": False,
+    }
+    return RunFacts(**{**values, **fields})
+
+
+def test_a_clean_run_passes() -> None:
+    result = conclude(facts())
+    assert result.verdict.status == "passed" and result.residual_pids == ()
+
+
+def test_a_launcher_that_wrote_no_exit_record_is_a_monitor_failure() -> None:
+    result = conclude(facts(exit_record=None))
+    assert result.verdict.classification == "monitor_failure"
+    assert "launcher exited without writing exit.json" in (result.verdict.reason or "")
+
+
+def test_a_trainer_that_could_not_start_says_why() -> None:
+    missing = conclude(facts(exit_record=exited(reason="spawn_failed", exit_code=127, returncode=None)))
+    assert missing.verdict.classification == "trainer_not_started"
+    assert "'python3' was not found (launcher exit 127)" in (missing.verdict.reason or "")
+    denied = conclude(facts(exit_record=exited(reason="spawn_failed", exit_code=126, returncode=None)))
+    assert "is not executable" in (denied.verdict.reason or "")
+
+
+def test_a_monitor_failure_comes_before_what_the_exit_record_says() -> None:
+    failure = ("timeout/stale_tick", "training progress did not change for 31.0s")
+    result = conclude(facts(monitor_failure=failure, exit_record=None))
+    assert result.verdict.classification == "timeout/stale_tick"
+
+
+def test_residuals_are_the_survivors_and_what_the_launcher_had_to_kill_never_the_launcher() -> None:
+    record = exited(survivors_killed=(KilledProcess(pid=21, command="daemon"),), unreaped=(22, LAUNCHER))
+    result = conclude(facts(exit_record=record, still_alive=(process(20),), last_seen=(process(20), process(21))))
+    assert result.residual_pids == (20, 21, 22)
+    assert result.verdict.classification == "resource_leak"
+    assert "residual child processes after shutdown: 20, 21, 22" in (result.verdict.reason or "")
+    # Alive ones as they are now, killed ones as last seen; an unseen PID has nothing to show.
+    assert [p.pid for p in result.residuals_reported] == [20, 21]
+
+
+def test_deadline_expired_by_the_launcher_by_the_clock_or_at_the_margin() -> None:
+    summary, missing = completed_summary(), missing_summary()
+    assert deadline_expired(exited(deadline_expired=True), summary, deadline_passed=False)
+    # The deadline's TERM killed the trainer before the deadline itself passed.
+    assert deadline_expired(exited(reason="deadline", returncode=-15), summary, deadline_passed=False)
+    # A trainer that completed as the deadline passed did complete.
+    assert not deadline_expired(exited(reason="exited", returncode=0), summary, deadline_passed=True)
+    assert deadline_expired(None, summary, deadline_passed=True)
+    # Stopped at the checkpoint margin without completing: the budget ran out.
+    assert deadline_expired(exited(soft_stop_sent=True, returncode=0), missing, deadline_passed=False)
+    assert not deadline_expired(exited(soft_stop_sent=True, returncode=0), summary, deadline_passed=False)
+
+
+def test_the_deadline_is_the_verdict_even_over_a_monitor_failure() -> None:
+    result = conclude(
+        facts(
+            exit_record=exited(deadline_expired=True, returncode=-9),
+            monitor_failure=("monitor_failure", "lock lost"),
+        )
+    )
+    assert result.verdict.classification == "deadline_exhausted"
+
+
+def test_a_signalled_trainer_reports_the_negative_signal() -> None:
+    record = exited(returncode=None, signal=11)
+    assert record.trainer_returncode == -11
+    result = conclude(facts(exit_record=record))
+    assert result.verdict.classification is not None
+    assert "returncode -11" in (result.verdict.reason or "")
+    assert replace(record, trainer_pid=None).trainer_returncode is None  # never started
+
+
+def test_the_facts_are_all_it_needs() -> None:
+    # Same facts, same conclusion: nothing else (clock, files) is consulted.
+    first, second = conclude(facts(still_alive=(process(20),))), conclude(facts(still_alive=(process(20),)))
+    assert first == second
+    assert json.dumps(first.residual_pids) == "[20]"

@@ -1,0 +1,105 @@
+"""The watch loop's rules, as the pure policy the monitoring loop drives: time is an argument."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.core.monitor_policy import CONTINUE, MonitorPolicy, MonitorTimings, Observation
+from sidecar.core.samples import ProgressSample
+
+TIMINGS = MonitorTimings(
+    sample_interval_s=2.0,
+    startup_timeout_s=30.0,
+    stale_progress_s=10.0,
+    progress_signal="bytes",
+    fallback_after_s=5.0,
+)
+
+
+def progress(total: int) -> ProgressSample:
+    return ProgressSample(file_count=1 if total else 0, bytes_total=total, max_mtime=None)
+
+
+def test_samples_on_the_interval_and_judges_liveness_in_between() -> None:
+    policy = MonitorPolicy(TIMINGS, started=100.0)
+    assert TIMINGS.liveness_interval_s == 1.0  # a tenth of the shortest timeout, at most the interval
+    assert policy.due(100.0) == "sample"
+    assert policy.due(100.5) is None
+    assert policy.due(101.0) == "liveness"
+    assert policy.due(101.5) is None
+    assert policy.due(102.0) == "sample"
+    assert policy.sleep_s(102.0) == pytest.approx(0.1)  # never more than 0.1 s between steps
+    assert policy.sleep_s(102.999) == pytest.approx(0.005)  # nor less than 5 ms
+
+
+def test_progress_that_stops_changing_asks_for_a_terminate_once() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    assert policy.step(1.0, Observation(progress(10))) == CONTINUE
+    assert policy.step(11.0, Observation(progress(10))) == CONTINUE  # 10 s idle: not yet over
+    action = policy.step(11.5, Observation(progress(10)))
+    assert action.stop == "terminate" and "did not change for 10.5s" in action.reason
+    assert policy.failure is not None and policy.failure[0] == "timeout/stale_tick"
+    assert policy.step(12.0, Observation(progress(10))) == CONTINUE  # asked once, then waits
+
+
+def test_a_trainer_that_never_writes_fails_the_startup_timeout() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    assert policy.step(29.0, Observation(progress(0))) == CONTINUE
+    action = policy.step(31.0, Observation(progress(0)))
+    assert action.stop == "terminate"
+    assert policy.failure is not None and policy.failure[0] == "timeout/startup"
+
+
+def test_a_lost_lock_kills_at_once_and_is_the_monitor_failure() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    action = policy.step(1.0, Observation(progress(5), lock_lost="lease taken by pod-b"))
+    assert action.stop == "kill" and action.reason == "deadline lock lost: lease taken by pod-b"
+    assert policy.failure == ("monitor_failure", "deadline lock lost: lease taken by pod-b")
+
+
+def test_a_gpu_fault_is_kept_and_terminates() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    action = policy.step(1.0, Observation(progress(5), gpu_fault="Xid 79 on GPU 0"))
+    assert action.stop == "terminate" and action.reason == "GPU fault: Xid 79 on GPU 0"
+    assert policy.gpu_fault == "Xid 79 on GPU 0"
+    policy.step(2.0, Observation(progress(6), gpu_fault="Xid 48 on GPU 1"))
+    assert policy.gpu_fault == "Xid 79 on GPU 0"  # the first fault is the one reported
+
+
+def test_the_deadline_is_the_second_line_behind_the_launcher() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    assert policy.step(1.0, Observation(progress(5), deadline_expired=False)) == CONTINUE
+    action = policy.step(2.0, Observation(progress(6), deadline_expired=True))
+    assert action.stop == "kill" and action.reason == "total-job deadline expired"
+    assert policy.failure is None  # the deadline verdict comes from the conclusion, not from here
+
+
+def test_the_first_reason_wins_when_several_arrive_together() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    both = Observation(progress(5), gpu_fault="Xid 79", lock_lost="lease gone", deadline_expired=True)
+    action = policy.step(1.0, both)
+    assert action.stop == "kill" and action.reason.startswith("deadline lock lost")
+
+
+def test_a_launcher_that_does_not_act_in_time_gets_the_kill_fallback() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    assert policy.step(1.0, Observation(deadline_expired=True)).stop == "kill"
+    assert policy.step(6.0, Observation(deadline_expired=True)) == CONTINUE  # 5 s: the limit itself
+    action = policy.step(6.1, Observation(deadline_expired=True))
+    assert action.kill_remembered and action.stop is None
+
+
+def test_an_interruption_decides_the_failure_over_what_came_before() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    policy.step(11.0, Observation(progress(0)))
+    policy.step(31.0, Observation(progress(0)))
+    policy.interrupted("external_cancellation", "soak was interrupted")
+    assert policy.failure == ("external_cancellation", "soak was interrupted")
+
+
+def test_progress_age_counts_from_the_last_change() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    assert policy.progress_age(5.0) is None
+    policy.step(5.0, Observation(progress(1)))
+    policy.step(7.0, Observation(progress(1)))
+    assert policy.progress_age(8.0) == pytest.approx(3.0)

@@ -1,0 +1,193 @@
+"""The supervisor's phases with a fake for every port: no process, no sleep, simulated time.
+
+Each test scripts the launcher and the trainer (tests/fakes.py) and checks what the supervisor
+asked of its ports and the verdict it delivered.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.app.ports import Ports
+from sidecar.app.session import go_ahead
+from sidecar.app.supervisor import Supervisor
+from sidecar.app.values import Launched, RunRequest, RunResult
+from sidecar.core.deadline import DeadlineRecord
+from sidecar.core.errors import ConfigError
+from sidecar.settings import Settings, load_settings
+from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, Script, fakes
+
+SUMMARY = (Path(__file__).resolve().parents[1] / "data" / "run_summary" / "minimal_completed.json").read_bytes()
+RUN_ID = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+
+
+def settings(tmp_path: Path, **monitor: Any) -> Settings:
+    (tmp_path / "progress").mkdir(exist_ok=True)
+    return load_settings(
+        monitor={
+            "progress_dir": tmp_path / "progress",
+            "sample_interval_s": 1.0,
+            "startup_timeout_s": 30.0,
+            "stale_progress_s": 10.0,
+            "post_shutdown_grace_s": 0.5,
+            "status_line": "off",
+            **monitor,
+        },
+        deadline={"budget_s": 600.0, "checkpoint_margin_s": 10.0, "store_dir": tmp_path / "deadlines"},
+        launcher={"run_dir": tmp_path / "run", "kill_grace_s": 1.0},
+        artifact={"output_dir": tmp_path / "out"},
+        s3={"bucket": "soaks"},
+        gpu={"backend": "none"},
+    )
+
+
+def run(
+    tmp_path: Path, script: Script, *, mode: str = "local", upload_fails: bool = False, **monitor: Any
+) -> tuple[RunResult, Fakes, dict[str, Any]]:
+    world = fakes(script, SUMMARY, upload_fails=upload_fails)
+    request = RunRequest(mode=mode, run_id=RUN_ID, command=("python3", "train.py") if mode == "local" else ())  # type: ignore[arg-type]
+    result = Supervisor(settings(tmp_path, **monitor), world.ports(), request).run()
+    return result, world, world.files.artifact()
+
+
+def test_a_passing_run_goes_through_every_phase(tmp_path: Path) -> None:
+    result, world, artifact = run(tmp_path, Script(runs_s=5.0))
+    assert result.verdict.status == "passed" and result.exit_code == 0
+    # preflight: the attempt was numbered under the store's lock and the record created
+    assert world.store.locked == [RUN_ID] and world.store.attempts == {RUN_ID: 1}
+    record = json.loads(world.store.records[RUN_ID])
+    assert record["budget_seconds"] == 600.0
+    # launch session: local launcher spawned, heartbeat on, go with the record's deadline
+    assert world.spawner.spawned == [("python3", "train.py")] and world.channel.heartbeats == 1
+    assert world.world.go is not None and world.world.go.deadline_unix == record["deadline_unix"]
+    assert world.gpu.env == {"NVIDIA_VISIBLE_DEVICES": "0"} and world.gpu.closed
+    # monitoring sampled about once a second while the trainer ran five
+    assert 4 <= artifact["monitor"]["sample_count"] <= 7 and world.publisher.notes >= 4
+    # delivery: samples, then the artifact naming their URIs; then the publication
+    assert [name for _, name in world.sink.uploaded] == ["samples.jsonl.gz", "artifact.json"]
+    assert artifact["upload"]["uris"]["samples.jsonl.gz"].startswith("s3://soaks/")
+    (published,) = world.publisher.published
+    assert published.status == "passed" and published.attempt == 1
+    assert published.artifact_uri is not None and published.artifact_uri.endswith("/artifact.json")
+    assert artifact["context"] == {"mode": "local", "run_id": RUN_ID, "attempt": 1}
+    assert artifact["started_at_utc"] == "2023-11-14T22:13:20Z"
+
+
+def test_progress_that_stalls_is_stopped_and_judged(tmp_path: Path) -> None:
+    result, world, _ = run(tmp_path, Script(runs_s=1000.0, progresses=False))
+    assert result.verdict.classification == "timeout/stale_tick"
+    assert world.world.requests == [("terminate", world.world.requests[0][1])]
+    assert "did not change" in world.world.requests[0][1]
+    assert world.world.now < 20.0  # caught within the stale timeout plus a liveness step
+
+
+def test_a_launcher_that_ignores_the_stop_gets_the_kill_fallback(tmp_path: Path) -> None:
+    script = Script(runs_s=1000.0, progresses=False, obeys_stop=False)
+    result, world, _ = run(tmp_path, script, post_shutdown_grace_s=5.0)
+    assert result.verdict.classification == "timeout/stale_tick"
+    # kill_grace_s (1) + 10 s of slack after the request, then the sidecar kills by itself, at
+    # once (not only when concluding, after the post-shutdown grace)
+    ((pgid, killed_at),) = world.processes.groups_killed
+    assert pgid == TRAINER_PID
+    requested_at = 10.0  # stale once progress has not changed for 10 s
+    assert requested_at + 11.0 < killed_at < requested_at + 11.0 + 1.5
+
+
+def test_a_worker_that_outlives_the_trainer_is_a_resource_leak(tmp_path: Path) -> None:
+    result, world, artifact = run(tmp_path, Script(runs_s=3.0, leaves_orphan=True))
+    assert result.verdict.classification == "resource_leak"
+    assert [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]] == [TRAINER_PID + 1]
+    assert world.world.killed == [TRAINER_PID + 1]  # and it does not outlive the run
+
+
+def test_a_gpu_fault_terminates_the_trainer(tmp_path: Path) -> None:
+    result, world, _ = run(tmp_path, Script(runs_s=1000.0, gpu_fault_at_s=2.0))
+    assert result.verdict.classification == "gpu_fault"
+    assert world.world.requests[0] == ("terminate", "GPU fault: GPU 0 fell off the bus")
+
+
+def test_a_lost_deadline_lock_kills_the_trainer(tmp_path: Path) -> None:
+    script = Script(runs_s=1000.0)
+    world = fakes(script, SUMMARY)
+    ports = world.ports()
+    original_sleep = world.world.sleep
+
+    def sleep_then_lose(seconds: float) -> None:
+        original_sleep(seconds)
+        if world.world.now > 3.0:
+            world.lock_loss("lease taken over by another pod")
+
+    ports = Ports(**{**vars(ports), "sleep": sleep_then_lose})
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    result = Supervisor(settings(tmp_path), ports, request).run()
+    assert result.verdict.classification == "monitor_failure"
+    assert world.world.requests[0] == ("kill", "deadline lock lost: lease taken over by another pod")
+
+
+def test_ctrl_c_while_running_is_an_external_cancellation(tmp_path: Path) -> None:
+    result, world, _ = run(tmp_path, Script(runs_s=1000.0, interrupt_at_s=2.0))
+    assert result.verdict.classification == "external_cancellation"
+    assert world.world.requests[0][0] == "terminate"
+
+
+def test_a_launcher_without_the_subreaper_is_refused_before_the_go(tmp_path: Path) -> None:
+    result, world, artifact = run(tmp_path, Script(subreaper=False))
+    assert result.verdict.classification == "refused"
+    assert world.world.go is None and world.world.aborted is not None
+    assert world.world.aborted[1] == result.exit_code
+    assert artifact["deadline"] is None and artifact["monitor"]["sample_count"] == 0
+
+
+def test_a_launcher_that_never_appears_is_launcher_missing(tmp_path: Path) -> None:
+    result, world, _ = run(tmp_path, Script(appears=False), mode="pod")
+    assert result.verdict.classification == "launcher_missing"
+    assert world.world.go is None
+
+
+def test_an_upload_failure_turns_a_pass_into_evidence_lost(tmp_path: Path) -> None:
+    result, world, artifact = run(tmp_path, Script(runs_s=2.0), upload_fails=True)
+    assert result.verdict.classification == "evidence_lost"
+    assert artifact["upload"]["error"] == "the bucket refused the upload"
+    assert world.publisher.published[0].classification == "evidence_lost"
+
+
+def test_a_trainer_without_a_run_summary_fails(tmp_path: Path) -> None:
+    result, _, _ = run(tmp_path, Script(runs_s=2.0, writes_summary=False))
+    assert result.verdict.status == "failed"
+
+
+def test_local_mode_needs_a_command(tmp_path: Path) -> None:
+    world = fakes(Script(), SUMMARY)
+    with pytest.raises(ConfigError, match="needs a trainer command"):
+        Supervisor(settings(tmp_path), world.ports(), RunRequest(mode="local", run_id=RUN_ID))
+
+
+def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_path: Path) -> None:
+    world = fakes(Script(), SUMMARY)
+    info = world.channel.wait_for_launcher(1.0)
+    record = DeadlineRecord.__new__(DeadlineRecord)
+    object.__setattr__(record, "deadline_unix", EPOCH + 600)
+    object.__setattr__(record, "checkpoint_margin_seconds", 10.0)
+    conf = settings(tmp_path)
+    from sidecar.app.values import Preflight, Started
+
+    preflight = Preflight(
+        record=record,
+        clock=None,  # type: ignore[arg-type]  # not consulted by go_ahead
+        resumed=False,
+        remaining_at_start_s=600.0,
+        resume_checkpoint="/ck/step-9",
+        extra_args=("--resume", "/ck/step-9"),
+    )
+    started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
+    go = go_ahead(conf, Launched(info, ("t",)), started, preflight)
+    assert go.launch_id == LAUNCH_ID and go.deadline_unix == EPOCH + 600
+    assert go.soft_stop_unix == EPOCH + 590 and go.kill_grace_s == 1.0
+    assert go.extra_args == ("--resume", "/ck/step-9")
+    env = go.trainer_env()
+    assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"
+    assert env["SOAK_PROGRESS_DIR"] == str((tmp_path / "progress").resolve())

@@ -245,7 +245,9 @@ class SampleRecorder:
             return
         s.max_gpu_used_memory_mib = _max(s.max_gpu_used_memory_mib, gpu.used_memory_mib_total)
         s.nvml_time_ms_max = _max(s.nvml_time_ms_max, gpu.nvml_time_ms)
-        if gpu.attribution != "not_sampled":
+        # A sample taken after the trainer exited (the launcher still cleaning up) finds no
+        # trainer PID to attribute to: the run's attribution is that of the samples while it ran.
+        if gpu.attribution != "not_sampled" and (steady or s.gpu_attribution is None):
             s.gpu_attribution = gpu.attribution
         if gpu.fault and s.gpu_fault is None:
             s.gpu_fault = gpu.fault

@@ -476,7 +476,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sidecar.core.run_summary import evaluate_run_summary, resolve_manifest_validator
+    from sidecar.adapters.validators import resolve_manifest_validator
+    from sidecar.core.run_summary import evaluate_run_summary
 
     settings = load_settings()
     spec = args.manifest_validator or settings.summary.manifest_validator

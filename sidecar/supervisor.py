@@ -44,6 +44,7 @@ from sidecar.adapters.rundir import (
     TrainerInfo,
     spawn_local_launcher,
 )
+from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.core import verdict as verdicts
 from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.artifact import (
@@ -78,11 +79,7 @@ from sidecar.core.ports import (
     ProgressProbe,
 )
 from sidecar.core.publication import Publication
-from sidecar.core.run_summary import (
-    SummaryOutcome,
-    evaluate_run_summary,
-    resolve_manifest_validator,
-)
+from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import GpuSample, ProcessInfo, Sample
 from sidecar.core.status import status_json, status_line
 from sidecar.launcher import GO_FILE

@@ -10,8 +10,9 @@ checks pass so a generic schema error cannot hide the actionable replay-ingress 
 Deliberate differences from the seed, all stricter or clearer, never more permissive:
 
 - The seed imported one hard-coded producer validator (``unilab.rl``). Here the generic
-  validator is a plug-in (``resolve_manifest_validator``): ``module:function`` from the
-  settings, or the single entry point of the ``soak_sidecar.manifest_validators`` group. With
+  validator is a plug-in (``ManifestValidator``, loaded by ``sidecar.adapters.validators``):
+  ``module:function`` from the settings, or the single entry point of the
+  ``soak_sidecar.manifest_validators`` group. With
   neither configured the generic step is skipped: that is not a failure, since the checks above
   are the soak's own contract. A configured validator that cannot be imported is a validation
   failure with the seed's text (``runtime_manifest validation requires ...: <exc>``); one that
@@ -33,13 +34,11 @@ access; their validators run the explicit checks, so the models and the checks c
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
@@ -54,11 +53,10 @@ from pydantic import (
     model_validator,
 )
 
-from sidecar.core.errors import ConfigError, InvalidRunSummaryError
+from sidecar.core.errors import InvalidRunSummaryError
 
 SUPPORTED_METRIC_SCHEMA_VERSION = 1
 SUPPORTED_RUNTIME_MANIFEST_SCHEMA_VERSION = 2
-DEFAULT_VALIDATOR_GROUP = "soak_sidecar.manifest_validators"
 
 SHUTDOWN_CLASSIFICATIONS: tuple[str, ...] = (
     "normal_completion",
@@ -96,14 +94,14 @@ _MAX_SHOWN = 500
 _MANIFEST_VERSION_TEXT = f"v{SUPPORTED_RUNTIME_MANIFEST_SCHEMA_VERSION}"
 
 
+def clip(text: str) -> str:
+    """A message fragment shortened so one huge value cannot flood the reason."""
+    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
+
+
 def _show(value: object) -> str:
-    """``repr`` as the seed quoted it, shortened so one huge value cannot flood the reason."""
-    text = repr(value)
-    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
+    """``repr`` as the seed quoted it, shortened."""
+    return clip(repr(value))
 
 
 def _finite_number(value: object) -> float | None:
@@ -376,60 +374,6 @@ class ValidatorUnavailable:
     message: str
 
 
-def _load_validator(
-    target: str, load: Callable[[], object]
-) -> ManifestValidator | ValidatorUnavailable:
-    try:
-        func = load()
-    except ImportError as exc:
-        return ValidatorUnavailable(f"runtime_manifest validation requires {target}: {exc}")
-    except Exception as exc:  # a broken plug-in module fails validation, not the sidecar
-        return ValidatorUnavailable(
-            f"runtime_manifest validation requires {target}: {type(exc).__name__}: {exc}"
-        )
-    if not callable(func):
-        return ValidatorUnavailable(
-            f"runtime_manifest validation requires {target}: {_show(func)} is not callable"
-        )
-    validator: ManifestValidator = func
-    return validator
-
-
-def _import_attribute(module_name: str, attribute: str) -> object:
-    value: object = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def resolve_manifest_validator(
-    spec: str | None, *, entry_point_group: str = DEFAULT_VALIDATOR_GROUP
-) -> ManifestValidator | ValidatorUnavailable | None:
-    """The generic runtime-manifest validator to run, from ``module:function`` or an entry point.
-
-    ``None``: nothing configured (the generic step is skipped). ``ValidatorUnavailable``: it is
-    configured but cannot be loaded, which fails every validation as in the seed. Raises
-    ``ConfigError`` for a malformed spec or an ambiguous entry point group.
-    """
-    if spec is not None:
-        module_name, sep, attribute = spec.partition(":")
-        if not sep or not module_name.strip() or not attribute.strip():
-            raise ConfigError(f"summary.manifest_validator must be 'module:function', got {spec!r}")
-        return _load_validator(
-            spec, lambda: _import_attribute(module_name.strip(), attribute.strip())
-        )
-    found = sorted(entry_points(group=entry_point_group), key=lambda ep: ep.name)
-    if not found:
-        return None
-    if len(found) > 1:
-        names = ", ".join(f"{ep.name} ({ep.value})" for ep in found)
-        raise ConfigError(
-            f"several runtime_manifest validators in entry point group {entry_point_group!r}: "
-            f"{names}; choose one with summary.manifest_validator"
-        )
-    return _load_validator(found[0].value, found[0].load)
-
-
 def manifest_contract_failure(
     summary: Mapping[str, Any],
     *,
@@ -445,9 +389,9 @@ def manifest_contract_failure(
     try:
         validator(manifest, completed=completed)
     except (TypeError, ValueError) as exc:
-        return f"runtime_manifest violates {_MANIFEST_VERSION_TEXT} contract: {_clip(str(exc))}"
+        return f"runtime_manifest violates {_MANIFEST_VERSION_TEXT} contract: {clip(str(exc))}"
     except Exception as exc:  # a crashing plug-in is a failed validation, never a lost verdict
-        return f"runtime_manifest validator failed: {type(exc).__name__}: {_clip(str(exc))}"
+        return f"runtime_manifest validator failed: {type(exc).__name__}: {clip(str(exc))}"
     return None
 
 
@@ -513,7 +457,7 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
         raise InvalidRunSummaryError("run_summary.json is nested too deeply to parse") from exc
     except ValueError as exc:  # JSONDecodeError, and integers over Python's digit limit
         raise InvalidRunSummaryError(
-            f"run_summary.json is not valid JSON: {_clip(str(exc))}"
+            f"run_summary.json is not valid JSON: {clip(str(exc))}"
         ) from exc
 
 

@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sidecar import __version__
 from sidecar.core.errors import (
@@ -23,10 +23,13 @@ from sidecar.core.errors import (
     TransientError,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
-from sidecar.core.ports import ArtifactSink, DeadlineStore
+from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend
 from sidecar.core.publication import Publication
-from sidecar.settings import Settings, load_settings
+from sidecar.settings import GpuSettings, Settings, load_settings
 from sidecar.supervisor import LockLoss, Ports
+
+if TYPE_CHECKING:
+    from sidecar.adapters.nvml import MockNvml
 
 EPILOG_RUN = """\
 examples:
@@ -218,7 +221,6 @@ def _read_environ(pid: int) -> Mapping[str, str] | None:
 def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any], str | None]:
     """Adapters for this run, chosen by the settings. Returns ports, context, attempt label."""
     from sidecar.adapters.filestore import FileDeadlineStore
-    from sidecar.adapters.nvml import open_gpu_backend
     from sidecar.adapters.procfs import PsutilProcessSampler
     from sidecar.adapters.progress import DirectoryProgressProbe
     from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
@@ -256,7 +258,7 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
     ports = Ports(
         sampler=PsutilProcessSampler(),
         progress=progress,
-        open_gpu=lambda env: open_gpu_backend(gpu, env),
+        open_gpu=lambda env: open_gpu(gpu, env),
         store=store,
         sink=sink,
         publish=publish,
@@ -267,6 +269,24 @@ def build_ports(settings: Settings, *, pod: bool) -> tuple[Ports, dict[str, Any]
         status_stream=sys.stderr,
     )
     return ports, context, label
+
+
+def open_gpu(settings: GpuSettings, trainer_env: Mapping[str, str] | None) -> GpuBackend:
+    """The GPU backend the settings ask for; backend mock's library and scenario come from
+    sidecar.nvml_mock, prepared only if GPUs are opened at all."""
+    from sidecar.adapters.nvml import open_gpu_backend
+
+    return open_gpu_backend(settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch))
+
+
+def _mock_nvml(settings: GpuSettings, scratch: Path) -> MockNvml:
+    from sidecar.adapters.nvml import MockNvml
+    from sidecar.nvml_mock.build import mock_library
+    from sidecar.nvml_mock.scenario import compile_scenario
+
+    assert settings.mock_scenario is not None  # enforced by GpuSettings
+    library = mock_library(settings.mock_library_dir)
+    return MockNvml(library, compile_scenario(settings.mock_scenario, scratch))
 
 
 def _no_image_digest() -> None:

@@ -43,6 +43,7 @@ def test_the_package_keeps_its_layers() -> None:
         ("core/verdict.py", "import subprocess", "the core does no I/O"),
         ("adapters/kube.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
         ("launcher.py", "import sidecar.core.samples", "standard library only"),
+        ("adapters/nvml.py", "import sidecar.nvml_mock.build", "never build it"),
     ],
 )
 def test_a_violation_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:

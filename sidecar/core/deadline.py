@@ -20,7 +20,7 @@ import contextlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -45,9 +45,6 @@ CONSISTENCY_TOLERANCE_S = 1e-5
 
 _NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")
 _RECORD_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
-
-Phase = Literal["running", "soft_stop", "term", "expired"]
-
 
 @dataclass(frozen=True)
 class DeadlineRecord:
@@ -258,31 +255,8 @@ class DeadlineClock:
     def remaining(self, now_wall: float, now_monotonic: float) -> float:
         return min(self.record.deadline_unix - now_wall, self.monotonic_end - now_monotonic)
 
-    def soft_stop_due(self, now_wall: float, now_monotonic: float) -> bool:
-        return self.remaining(now_wall, now_monotonic) <= self.checkpoint_margin_s
-
-    def term_due(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> bool:
-        return self.remaining(now_wall, now_monotonic) <= term_grace_s
-
     def expired(self, now_wall: float, now_monotonic: float) -> bool:
         return self.remaining(now_wall, now_monotonic) <= 0
-
-    def phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> Phase:
-        """The strongest escalation due now: expired (KILL), term, soft_stop, or running."""
-        remaining = self.remaining(now_wall, now_monotonic)
-        if remaining <= 0:
-            return "expired"
-        if remaining <= term_grace_s:
-            return "term"
-        if remaining <= self.checkpoint_margin_s:
-            return "soft_stop"
-        return "running"
-
-    def until_next_phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> float:
-        """Seconds until the next escalation threshold (0 once expired): how long to sleep."""
-        remaining = self.remaining(now_wall, now_monotonic)
-        upcoming = [t for t in (self.checkpoint_margin_s, term_grace_s, 0.0) if t < remaining]
-        return remaining - max(upcoming) if upcoming else 0.0
 
 
 def check_startable(clock: DeadlineClock, now_wall: float, now_monotonic: float) -> None:

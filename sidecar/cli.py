@@ -548,35 +548,23 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def classes_text(classes: object) -> str:
-    return ", ".join(str(c) for c in classes) if isinstance(classes, list) and classes else "-"
-
-
 def cmd_exit_codes(args: argparse.Namespace) -> int:
-    from sidecar.core.verdict import CLASSIFICATION_EXIT_CODES
+    from sidecar.core.verdict import classifications_for, exit_code_table_markdown
 
-    rows = []
-    for code in ExitCode:
-        classes = sorted(k for k, v in CLASSIFICATION_EXIT_CODES.items() if v == code)
-        rows.append(
-            {
-                "code": int(code),
-                "name": code.name,
-                "retryable": code.retryable,
-                "meaning": EXIT_CODE_DESCRIPTIONS[code],
-                "classifications": classes,
-            }
-        )
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if not args.json:
+        print(exit_code_table_markdown())
         return 0
-    print("| code | name | retryable | meaning | classifications |")
-    print("|---:|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['code']} | {row['name']} | {'yes' if row['retryable'] else 'no'} | "
-            f"{row['meaning']} | {classes_text(row['classifications'])} |"
-        )
+    rows = [
+        {
+            "code": int(code),
+            "name": code.name,
+            "retryable": code.retryable,
+            "meaning": EXIT_CODE_DESCRIPTIONS[code],
+            "classifications": classifications_for(code),
+        }
+        for code in ExitCode
+    ]
+    print(json.dumps(rows, indent=2))
     return 0
 
 

@@ -81,20 +81,22 @@ ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
 DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
 
 
+def classifications_for(code: ExitCode) -> list[str]:
+    """The verdict classifications that exit with ``code``, sorted."""
+    return sorted(name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code)
+
+
 def exit_code_table_markdown() -> str:
-    """The README's exit-code table, generated from the two tables so it cannot drift."""
-    rows = [
-        "| exit code | name | retryable | classifications | meaning |",
-        "|---|---|---|---|---|",
-    ]
+    """The exit-code table `soak-sidecar exit-codes` prints and the README embeds, generated from
+    the two tables so it cannot drift."""
+    rows = ["| code | name | retryable | meaning | classifications |", "|---:|---|---|---|---|"]
     for code in ExitCode:
-        names = [name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code]
-        shown = ", ".join(f"`{name}`" for name in names) or "-"
+        shown = ", ".join(f"`{name}`" for name in classifications_for(code)) or "-"
         rows.append(
-            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | {shown} "
-            f"| {EXIT_CODE_DESCRIPTIONS[code]} |"
+            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | "
+            f"{EXIT_CODE_DESCRIPTIONS[code]} | {shown} |"
         )
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows)
 
 
 def exit_code_for(classification: str | None) -> ExitCode:

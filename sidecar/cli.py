@@ -202,6 +202,12 @@ def _local_layout(settings: Settings, explicit: set[str], run_id: str) -> dict[s
     return {key: path for key, path in layout.items() if key not in explicit}
 
 
+def _command(args: argparse.Namespace) -> list[str]:
+    """The trainer command given after the flags, without the ``--`` that separates it."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
+
+
 def demo_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.examples.trainer"]
 
@@ -438,9 +444,7 @@ def _run(args: argparse.Namespace) -> int:
     from sidecar.core.identity import new_run_id, parse_run_id
     from sidecar.supervisor import Supervisor, cancellation_on_sigterm
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     pod = bool(args.pod)
     overrides = _run_overrides(args)
     if pod and command:
@@ -588,9 +592,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from sidecar.core.approval import render_approval
     from sidecar.core.identity import parse_run_id
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     if not command:
         raise ConfigError("approve needs the trainer command after --")
     overrides = _run_overrides(args)

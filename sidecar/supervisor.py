@@ -31,11 +31,8 @@ from typing import IO, Any, Literal, cast
 import psutil
 
 from sidecar import __version__
-from sidecar.adapters.filestore import (
-    canonical_path,
-    fsync_dir,
-    identity_from_settings,
-)
+from sidecar.adapters.filestore import canonical_path, identity_from_settings
+from sidecar.adapters.fsutil import fsync_dir
 from sidecar.adapters.rundir import (
     ExitRecord,
     Heartbeat,

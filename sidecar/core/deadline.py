@@ -107,6 +107,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
     """Validate stored bytes; anything doubtful raises DeadlineRecordError (fail closed)."""
+    value = _record_object(data)
+    started, deadline, budget, margin = _record_numbers(value, max_budget_s=max_budget_s)
+    return DeadlineRecord(
+        started_unix=started,
+        deadline_unix=deadline,
+        budget_seconds=budget,
+        checkpoint_margin_seconds=margin,
+        identity=_record_identity(value, budget=budget, margin=margin),
+        identity_sha256=value["identity_sha256"],
+    )
+
+
+def _record_object(data: bytes) -> dict[str, Any]:
+    """The record's JSON object, in this format and with exactly the record's keys."""
     if len(data) > MAX_RECORD_BYTES:
         raise DeadlineRecordError(f"deadline record is larger than {MAX_RECORD_BYTES} bytes")
     try:
@@ -125,6 +139,13 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
     unknown = sorted(value.keys() - _RECORD_KEYS)
     if missing or unknown:
         raise DeadlineRecordError(f"deadline record keys: missing {missing}, unknown {unknown}")
+    return value
+
+
+def _record_numbers(
+    value: dict[str, Any], *, max_budget_s: float
+) -> tuple[float, float, float, float]:
+    """Started, deadline, budget and margin: finite, in range and consistent with each other."""
     for key in _NUMBER_KEYS:
         number = value[key]
         if (
@@ -146,6 +167,11 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
             f"inconsistent deadline: deadline_unix - started_unix = {deadline - started}, "
             f"budget_seconds = {budget}"
         )
+    return started, deadline, budget, margin
+
+
+def _record_identity(value: dict[str, Any], *, budget: float, margin: float) -> RunIdentity:
+    """The stored identity, matching its digest and the record's budget and margin."""
     try:
         identity = RunIdentity.model_validate(value["identity"])
     except ValidationError as exc:
@@ -160,14 +186,7 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
         raise DeadlineRecordError(
             "deadline record budget/margin disagree with its identity (tampered)"
         )
-    return DeadlineRecord(
-        started_unix=started,
-        deadline_unix=deadline,
-        budget_seconds=budget,
-        checkpoint_margin_seconds=margin,
-        identity=identity,
-        identity_sha256=value["identity_sha256"],
-    )
+    return identity
 
 
 def _short(value: Any) -> str:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pynvml
 
-from sidecar.adapters.nvml import NvmlGpuBackend, open_gpu_backend
+from sidecar.adapters.nvml import NvmlGpuBackend
+from sidecar.app.wiring import open_gpu
 from sidecar.nvml_mock.build import build_mock_library
 from sidecar.nvml_mock.scenario import Scenario
 from sidecar.settings import GpuSettings
@@ -84,7 +85,7 @@ def main() -> None:
                 "process_interval_s": 1.0,
             }
         )
-        backend = open_gpu_backend(settings, None)
+        backend = open_gpu(settings, None)
         assert isinstance(backend, NvmlGpuBackend), backend.sample(set(), 0.0).reason
         try:
             tree = {1000 + i for i in range(DEVICES)}

@@ -193,6 +193,12 @@ def _local_layout(settings: Settings, explicit: set[str], run_id: str) -> dict[s
     return {key: path for key, path in layout.items() if key not in explicit}
 
 
+def _command(args: argparse.Namespace) -> list[str]:
+    """The trainer command given after the flags, without the ``--`` that separates it."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command
+
+
 def demo_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.examples.trainer"]
 
@@ -294,9 +300,7 @@ def _run(args: argparse.Namespace) -> int:
     from sidecar.app.wiring import build_ports
     from sidecar.core.identity import new_run_id, parse_run_id
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     pod = bool(args.pod)
     overrides = _run_overrides(args)
     if pod and command:
@@ -351,7 +355,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from sidecar.core.run_summary import evaluate_run_summary, resolve_manifest_validator
+    from sidecar.adapters.validators import resolve_manifest_validator
+    from sidecar.core.run_summary import evaluate_run_summary
 
     settings = load_settings()
     spec = args.manifest_validator or settings.summary.manifest_validator
@@ -402,35 +407,23 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def classes_text(classes: object) -> str:
-    return ", ".join(str(c) for c in classes) if isinstance(classes, list) and classes else "-"
-
-
 def cmd_exit_codes(args: argparse.Namespace) -> int:
-    from sidecar.core.verdict import CLASSIFICATION_EXIT_CODES
+    from sidecar.core.verdict import classifications_for, exit_code_table_markdown
 
-    rows = []
-    for code in ExitCode:
-        classes = sorted(k for k, v in CLASSIFICATION_EXIT_CODES.items() if v == code)
-        rows.append(
-            {
-                "code": int(code),
-                "name": code.name,
-                "retryable": code.retryable,
-                "meaning": EXIT_CODE_DESCRIPTIONS[code],
-                "classifications": classes,
-            }
-        )
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    if not args.json:
+        print(exit_code_table_markdown())
         return 0
-    print("| code | name | retryable | meaning | classifications |")
-    print("|---:|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['code']} | {row['name']} | {'yes' if row['retryable'] else 'no'} | "
-            f"{row['meaning']} | {classes_text(row['classifications'])} |"
-        )
+    rows = [
+        {
+            "code": int(code),
+            "name": code.name,
+            "retryable": code.retryable,
+            "meaning": EXIT_CODE_DESCRIPTIONS[code],
+            "classifications": classifications_for(code),
+        }
+        for code in ExitCode
+    ]
+    print(json.dumps(rows, indent=2))
     return 0
 
 
@@ -454,9 +447,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
     from sidecar.core.approval import render_approval
     from sidecar.core.identity import parse_run_id
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     if not command:
         raise ConfigError("approve needs the trainer command after --")
     overrides = _run_overrides(args)
@@ -481,6 +472,29 @@ class UsageParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _add_approve(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    approve = sub.add_parser(
+        "approve",
+        help="print the approval record for a run, to review and pass as --approval",
+        description="Compute the run identity exactly as `run` would and print the approval record.",
+    )
+    # The identity's inputs; the other run flags do not change an approval.
+    approve_flags = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir")
+    for dest in approve_flags:
+        flag, _setting, kind, text = RUN_FLAGS[dest]
+        if dest == "run_id":
+            text = "run UUID the approval binds (required)"
+        approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
+    approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
+    approve.set_defaults(resume=None, require_approval=None)
+    approve.add_argument(
+        "--code-file", dest="code_files", action="append", type=Path, default=None,
+        help="file hashed into the identity (repeatable; as given to run)",
+    )
+    approve.add_argument("--store-location", help="deadline store location as `run` reports it")
+    approve.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -528,26 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
 
-    approve = sub.add_parser(
-        "approve",
-        help="print the approval record for a run, to review and pass as --approval",
-        description="Compute the run identity exactly as `run` would and print the approval record.",
-    )
-    # The identity's inputs; the other run flags do not change an approval.
-    approve_flags = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir")
-    for dest in approve_flags:
-        flag, _setting, kind, text = RUN_FLAGS[dest]
-        if dest == "run_id":
-            text = "run UUID the approval binds (required)"
-        approve.add_argument(flag, dest=dest, type=kind, default=None, help=text)
-    approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
-    approve.set_defaults(resume=None, require_approval=None)
-    approve.add_argument(
-        "--code-file", dest="code_files", action="append", type=Path, default=None,
-        help="file hashed into the identity (repeatable; as given to run)",
-    )
-    approve.add_argument("--store-location", help="deadline store location as `run` reports it")
-    approve.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    _add_approve(sub)
 
     from sidecar import verdict_cli
 

@@ -992,8 +992,8 @@ class Launcher:
 
     def supervise(self) -> None:
         """Run until the trainer is reaped, enforcing deadline, heartbeat, owner and control."""
-        go, clock = self.go, self.clock
-        assert go is not None and clock is not None and self.trainer is not None
+        clock = self.clock
+        assert self.go is not None and clock is not None and self.trainer is not None
         signals: list[int] = []
         while self.trainer_status is None:
             for signum in signals:
@@ -1001,50 +1001,72 @@ class Launcher:
                 self._signal_group(signum)
             now = time.monotonic()
             remaining = clock.remaining()
-            if remaining <= 0 and not self.deadline_expired:
-                self.deadline_expired = True
-                self.stop("deadline", hard=True)
-            if self.owner_lost_now() and not self.owner_lost:
-                log("owner process lost: killing the trainer")
-                self.owner_lost = True
-                self.stop("owner_lost", hard=True)
-            if now - self.hb_changed_at >= go.heartbeat_timeout_s and not self.heartbeat_lost:
-                self.check_heartbeat()
-                if time.monotonic() - self.hb_changed_at >= go.heartbeat_timeout_s:
-                    log(f"no heartbeat for {go.heartbeat_timeout_s:g}s: killing the trainer")
-                    self.heartbeat_lost = True
-                    self.stop("heartbeat_lost", hard=True)
-            if self.escalate_at is not None and now >= self.escalate_at and not self.kill_sent:
-                self.kill_everything(self.killed_with_trainer)
-            if remaining <= go.checkpoint_margin_s and not (self.soft_stop_sent or self.kill_sent):
-                self.send_soft_stop("checkpoint_margin")
-            if remaining <= go.term_grace_s and not (self.term_sent or self.kill_sent):
-                # The deadline's TERM: the trainer stopping now stopped because of the deadline.
-                self.reason = self.reason or "deadline"
-                self.term_sent = True
-                self._signal_group(signal.SIGTERM)
-            if HEARTBEAT_FILE in self._dirty:
-                self.check_heartbeat()
-            fallback_due = now - self.last_fallback >= FALLBACK_POLL_S
-            if CONTROL_FILE in self._dirty or fallback_due:
-                self.check_control()
-            if fallback_due:
-                self.check_heartbeat()
-                self.last_fallback = now
-            self._dirty.clear()
-            if self.kill_sent:
-                # SIGCHLD wakes us as victims die; the timeout re-scans for stragglers.
-                timeout = 0.05
-                if self.killed_at is None:
-                    self.killed_at = now
-                elif now - self.killed_at > REAP_LIMIT_S:
-                    log("the trainer does not die after SIGKILL (uninterruptible sleep?)")
-                    return
-            else:
-                timeout = self._next_timeout(clock.remaining(), time.monotonic())
+            self._enforce_kills(remaining, now)
+            self._deadline_stops(remaining)
+            self._read_changes(now)
+            timeout = self._wait_timeout(now)
+            if timeout is None:
+                return
             signals = self.wait(timeout)
             if self.kill_sent and self.trainer_status is None:
                 self.kill_everything(self.killed_with_trainer)
+
+    def _enforce_kills(self, remaining: float, now: float) -> None:
+        """KILL at the deadline, when the owner or its heartbeat is lost, and when TERM's grace is up."""
+        go = self.go
+        assert go is not None
+        if remaining <= 0 and not self.deadline_expired:
+            self.deadline_expired = True
+            self.stop("deadline", hard=True)
+        if self.owner_lost_now() and not self.owner_lost:
+            log("owner process lost: killing the trainer")
+            self.owner_lost = True
+            self.stop("owner_lost", hard=True)
+        if now - self.hb_changed_at >= go.heartbeat_timeout_s and not self.heartbeat_lost:
+            self.check_heartbeat()
+            if time.monotonic() - self.hb_changed_at >= go.heartbeat_timeout_s:
+                log(f"no heartbeat for {go.heartbeat_timeout_s:g}s: killing the trainer")
+                self.heartbeat_lost = True
+                self.stop("heartbeat_lost", hard=True)
+        if self.escalate_at is not None and now >= self.escalate_at and not self.kill_sent:
+            self.kill_everything(self.killed_with_trainer)
+
+    def _deadline_stops(self, remaining: float) -> None:
+        """The soft stop at the checkpoint margin, then TERM at term_grace_s before the deadline."""
+        go = self.go
+        assert go is not None
+        if remaining <= go.checkpoint_margin_s and not (self.soft_stop_sent or self.kill_sent):
+            self.send_soft_stop("checkpoint_margin")
+        if remaining <= go.term_grace_s and not (self.term_sent or self.kill_sent):
+            # The deadline's TERM: the trainer stopping now stopped because of the deadline.
+            self.reason = self.reason or "deadline"
+            self.term_sent = True
+            self._signal_group(signal.SIGTERM)
+
+    def _read_changes(self, now: float) -> None:
+        """Heartbeat and control: when inotify reports a change, and on the fallback poll."""
+        if HEARTBEAT_FILE in self._dirty:
+            self.check_heartbeat()
+        fallback_due = now - self.last_fallback >= FALLBACK_POLL_S
+        if CONTROL_FILE in self._dirty or fallback_due:
+            self.check_control()
+        if fallback_due:
+            self.check_heartbeat()
+            self.last_fallback = now
+        self._dirty.clear()
+
+    def _wait_timeout(self, now: float) -> float | None:
+        """How long to wait for the next event; None once a KILLed trainer outlives REAP_LIMIT_S."""
+        if not self.kill_sent:
+            assert self.clock is not None
+            return self._next_timeout(self.clock.remaining(), time.monotonic())
+        # SIGCHLD wakes us as victims die; the timeout re-scans for stragglers.
+        if self.killed_at is None:
+            self.killed_at = now
+        elif now - self.killed_at > REAP_LIMIT_S:
+            log("the trainer does not die after SIGKILL (uninterruptible sleep?)")
+            return None
+        return 0.05
 
     def _next_timeout(self, remaining: float, now: float) -> float:
         go = self.go
@@ -1062,30 +1084,9 @@ class Launcher:
     def cleanup(self) -> None:
         """After the trainer: TERM survivors, KILL them after kill_grace_s (at once past the
         deadline or when the run was killed), reap everything."""
-        grace = self.go.kill_grace_s if self.go else DEFAULT_KILL_GRACE_S
         survivors = alive_descendants(self.pid)
         if survivors and not self.kill_sent:
-            for pid in survivors:
-                self.survivors_killed[pid] = command_of(pid)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGTERM)
-            self._signal_group(signal.SIGTERM)
-            end = time.monotonic() + grace
-            while survivors:
-                left = end - time.monotonic()
-                if self.clock is not None and self.clock.remaining() <= 0:
-                    self.deadline_expired = True
-                    break
-                if left <= 0:
-                    break
-                if self.clock is not None:
-                    left = min(left, max(0.0, self.clock.remaining()))
-                # SIGCHLD wakes us: adopted survivors are our children, others die with them.
-                self.wait(min(left, 0.05))
-                survivors = alive_descendants(self.pid)
-                for pid in survivors:
-                    if pid not in self.survivors_killed:
-                        self.survivors_killed[pid] = command_of(pid)
+            self._term_survivors(survivors)
         if alive_descendants(self.pid):
             self.kill_everything(self.survivors_killed)
         end = time.monotonic() + REAP_LIMIT_S
@@ -1095,6 +1096,31 @@ class Launcher:
                 self.kill_everything(self.survivors_killed)
         self.unreaped = alive_descendants(self.pid)
         self._drain_output()
+
+    def _term_survivors(self, survivors: list[int]) -> None:
+        """TERM what outlived the trainer and wait kill_grace_s, never past the deadline, for it."""
+        grace = self.go.kill_grace_s if self.go else DEFAULT_KILL_GRACE_S
+        for pid in survivors:
+            self.survivors_killed[pid] = command_of(pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        self._signal_group(signal.SIGTERM)
+        end = time.monotonic() + grace
+        while survivors:
+            left = end - time.monotonic()
+            if self.clock is not None and self.clock.remaining() <= 0:
+                self.deadline_expired = True
+                break
+            if left <= 0:
+                break
+            if self.clock is not None:
+                left = min(left, max(0.0, self.clock.remaining()))
+            # SIGCHLD wakes us: adopted survivors are our children, others die with them.
+            self.wait(min(left, 0.05))
+            survivors = alive_descendants(self.pid)
+            for pid in survivors:
+                if pid not in self.survivors_killed:
+                    self.survivors_killed[pid] = command_of(pid)
 
     def _drain_output(self) -> None:
         end = time.monotonic() + 1.0

@@ -204,7 +204,8 @@ class LauncherSettings(_Group):
     @field_validator("soft_stop_signal")
     @classmethod
     def _known_signal(cls, value: str) -> str:
-        # The launcher's own parser: a name it cannot use is refused before any record exists.
+        # The launcher's own parser (it reads this value from go.json), so the two cannot disagree;
+        # a name it cannot use is refused before any record exists.
         signal_number(value)
         return value
 

@@ -243,6 +243,11 @@ def _terminated(container_status: Any) -> Any:
 
 
 def _why_no_verdict(pod: Any, sidecar: Any, terminated: Any) -> str:
+    return _ended_without_verdict(pod, terminated) or _not_done_yet(pod.status, sidecar)
+
+
+def _ended_without_verdict(pod: Any, terminated: Any) -> str | None:
+    """Why a pod or sidecar that ended (evicted, deleted, exited, finished) left no verdict."""
     status = pod.status
     phase = status.phase if status is not None else None
     pod_reason = status.reason if status is not None else None
@@ -259,7 +264,11 @@ def _why_no_verdict(pod: Any, sidecar: Any, terminated: Any) -> str:
     if phase in ("Failed", "Succeeded"):
         detail = f": {pod_reason or ''} {pod_message}".rstrip(": ")
         return f"pod {phase.lower()} without a verdict{detail}"
-    if phase == "Pending":
+    return None
+
+
+def _not_done_yet(status: Any, sidecar: Any) -> str:
+    if status is not None and status.phase == "Pending":
         stuck = _waiting(status)
         return f"pending: {stuck}" if stuck else "pending: not running yet"
     if sidecar is not None and sidecar.state is not None and sidecar.state.waiting is not None:

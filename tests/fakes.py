@@ -93,7 +93,8 @@ class World:
         if self.go_at is None or self.exit_record is not None:
             return
         ran = self.now - self.go_at
-        if self.script.interrupt_at_s is not None and ran >= self.script.interrupt_at_s and not self.interrupted:
+        interrupt_at = self.script.interrupt_at_s
+        if interrupt_at is not None and ran >= interrupt_at and not self.interrupted:
             self.interrupted = True
             raise KeyboardInterrupt
         if ran >= self.script.runs_s:
@@ -179,7 +180,11 @@ class FakeChannel:
         if self.world.go_at is None:
             return None
         return TrainerInfo(
-            launch_id=LAUNCH_ID, pid=TRAINER_PID, pgid=TRAINER_PID, start_ticks=TRAINER_PID, started_unix=EPOCH
+            launch_id=LAUNCH_ID,
+            pid=TRAINER_PID,
+            pgid=TRAINER_PID,
+            start_ticks=TRAINER_PID,
+            started_unix=EPOCH,
         )
 
     def read_exit(self) -> ExitRecord | None:
@@ -384,7 +389,7 @@ class MemoryArtifactDir:
 
 class FakeProvenance:
     def describe(self) -> dict[str, Any]:
-        return {"source": {"commit": None}, "software": {"python": "3"}, "hostname": "test", "boot_id": "boot"}
+        return {"source": {}, "software": {"python": "3"}, "hostname": "test", "boot_id": "boot"}
 
 
 @dataclass

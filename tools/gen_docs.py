@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
-from sidecar.core.verdict import CLASSIFICATION_EXIT_CODES
+from sidecar.core.verdict import exit_code_table_markdown
 from sidecar.settings import Settings
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -40,19 +39,8 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def exit_code_table() -> str:
-    rows = ["| code | name | retryable | meaning | classifications |", "|---:|---|---|---|---|"]
-    for code in ExitCode:
-        classes = sorted(k for k, v in CLASSIFICATION_EXIT_CODES.items() if v == code)
-        rows.append(
-            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | "
-            f"{EXIT_CODE_DESCRIPTIONS[code]} | {', '.join(f'`{c}`' for c in classes) or '-'} |"
-        )
-    return "\n".join(rows)
-
-
 def render(readme: str) -> str:
-    for marker, table in (("settings", settings_table()), ("exit-codes", exit_code_table())):
+    for marker, table in (("settings", settings_table()), ("exit-codes", exit_code_table_markdown())):
         begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
         head, _, rest = readme.partition(begin)
         _, _, tail = rest.partition(end)

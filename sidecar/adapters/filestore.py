@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from sidecar.adapters.fsutil import fsync_dir, write_fsync
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
 from sidecar.core.errors import (
     AlreadySupervisedError,
@@ -28,23 +29,6 @@ from sidecar.core.errors import (
     StoreUnavailableError,
 )
 from sidecar.core.identity import parse_run_id
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a directory entry (create, rename, link, unlink) durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_fsync(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-    os.fsync(fd)
 
 
 class FileDeadlineStore:
@@ -131,7 +115,7 @@ class FileDeadlineStore:
             # Read-only: a record is never rewritten, and editing it by hand fails closed anyway.
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
             try:
-                _write_fsync(fd, payload)
+                write_fsync(fd, payload)
             finally:
                 os.close(fd)
             try:
@@ -158,7 +142,7 @@ class FileDeadlineStore:
                 except FileExistsError:
                     continue
                 try:
-                    _write_fsync(fd, note.encode())
+                    write_fsync(fd, note.encode())
                 finally:
                     os.close(fd)
                 fsync_dir(directory)

@@ -1,4 +1,4 @@
-"""Durable file writes shared by the adapters that write files (no adapter state, no policy)."""
+"""Durable local file writes, one home for every adapter (the launcher keeps its own stdlib copy)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_fsync(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (a write may be short) and fsync it."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    os.fsync(fd)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

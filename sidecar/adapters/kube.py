@@ -24,6 +24,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from sidecar.adapters.fsutil import write_fsync
 from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
@@ -377,10 +378,7 @@ def write_termination_message(path: Path, text: str) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            write_fsync(fd, data)
         finally:
             os.close(fd)
     except OSError as exc:

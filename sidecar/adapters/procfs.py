@@ -31,7 +31,8 @@ _PROC = "/proc"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Indexes into the stat fields after the command name: field N of proc(5) is index N - 3.
-_STATE, _PPID, _NUM_THREADS, _STARTTIME, _RSS = 0, 1, 17, 19, 21
+_STATE, _PPID, _FLAGS, _NUM_THREADS, _STARTTIME, _RSS = 0, 1, 6, 17, 19, 21
+_PF_EXITING = 0x4  # task flag: the process is inside exit()
 
 # Prefix rules of the seed's ``_fd_class`` plus "/memfd:", which is how Linux actually names a
 # memfd target ("/memfd:<name> (deleted)"; the seed's "memfd:" never matches, so the seed counts
@@ -103,6 +104,38 @@ def classify_fds(links: list[str]) -> dict[str, int]:
     if len(links) > matched:
         counts["other"] = len(links) - matched
     return dict(sorted(counts.items()))
+
+
+def _stat_fields(stat: bytes) -> list[bytes]:
+    """The fields of a ``stat`` file after the command name, state first."""
+    # The command name may hold spaces and parentheses: split after its closing one.
+    return stat.rsplit(b")", 1)[-1].split()
+
+
+def _read_stat(pid: int) -> list[bytes] | None:
+    try:
+        with open(f"{_PROC}/{pid}/stat", "rb") as handle:
+            return _stat_fields(handle.read())
+    except OSError:
+        return None
+
+
+def same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    """True while ``pid`` runs and is not a zombie; with ``start_ticks``, only as that process."""
+    fields = _read_stat(pid)
+    if not fields or fields[_STATE] == b"Z":
+        return False
+    return start_ticks is None or (len(fields) > _STARTTIME and int(fields[_STARTTIME]) == start_ticks)
+
+
+def is_exiting(pid: int, start_ticks: int | None) -> bool:
+    """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
+    fields = _read_stat(pid)
+    if fields is None or len(fields) <= _STARTTIME or fields[_STATE] in (b"Z", b"X", b"x"):
+        return True
+    if start_ticks is not None and int(fields[_STARTTIME]) != start_ticks:
+        return True
+    return bool(int(fields[_FLAGS]) & _PF_EXITING)
 
 
 def _read_at(dir_fd: int, name: str) -> bytes:
@@ -292,8 +325,7 @@ class ProcfsProcessTable:
         except OSError:
             return None
         try:
-            # The command name may hold spaces and parentheses: split after its closing one.
-            fields = _read_at(pid_fd, "stat").rsplit(b")", 1)[-1].split()
+            fields = _stat_fields(_read_at(pid_fd, "stat"))
             ticks = int(fields[_STARTTIME])
             if expected_ticks is not None and ticks != expected_ticks:
                 return None
@@ -343,33 +375,3 @@ def _tree(processes: list[ProcessInfo]) -> ProcessTreeSample:
         processes=processes,
     )
 
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first); None when gone."""
-    try:
-        with open(f"{_PROC}/{pid}/stat", encoding="utf-8") as handle:
-            return handle.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-
-
-def same_process_alive(pid: int, start_ticks: int | None) -> bool:
-    """``pid`` runs, is not a zombie and (when ``start_ticks`` is given) is that process."""
-    fields = _stat_fields(pid)
-    if not fields or fields[_STATE] == "Z":
-        return False
-    return start_ticks is None or (len(fields) > _STARTTIME and int(fields[_STARTTIME]) == start_ticks)
-
-
-_PF_EXITING = 0x4  # task flag: the process is inside exit()
-_FLAGS = 6
-
-
-def is_exiting(pid: int, start_ticks: int | None) -> bool:
-    """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
-    fields = _stat_fields(pid)
-    if fields is None or len(fields) <= _STARTTIME or fields[_STATE] in ("Z", "X", "x"):
-        return True
-    if start_ticks is not None and int(fields[_STARTTIME]) != start_ticks:
-        return True
-    return bool(int(fields[_FLAGS]) & _PF_EXITING)

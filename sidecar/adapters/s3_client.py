@@ -189,6 +189,11 @@ def describe(exc: BaseException, settings: S3Settings, attempts: int | None = No
     if isinstance(exc, UNREACHABLE_ERRORS):
         tried = f" after {attempts} HTTP attempts" if attempts else ""
         return f"S3 endpoint unreachable{tried} ({where}): {exc}"
+    return _describe_answer(exc, where)
+
+
+def _describe_answer(exc: BaseException, where: str) -> str:
+    """What S3 answered (or botocore made of it): permissions, checksum, bucket, anything else."""
     code = error_code(exc)
     if is_auth_failure(exc):
         message = (

@@ -305,15 +305,7 @@ class S3DeadlineStore:
         poll = min(1.0, self._settings.lock_renew_interval_s / 2)
         watched: tuple[str, float] | None = None  # (ETag, first seen on our monotonic clock)
         try:
-            while True:
-                sent = self._clock.monotonic()
-                try:
-                    lease.etag = self._put_lease(lease, IfNoneMatch="*")
-                    lease.last_ok_sent = sent
-                    return lease
-                except botocore.exceptions.ClientError as exc:
-                    if not is_precondition_failed(exc):
-                        raise
+            while not self._create_lease(lease):
                 current = self._read_lease(key)
                 if current is None:
                     continue  # released between our PUT and GET: try to create it again
@@ -326,23 +318,40 @@ class S3DeadlineStore:
                         f"another supervisor holds run {run_id} and renews its lease ({uri}; {_holder(note)})"
                     )
                 elif now - watched[1] >= self._settings.lock_lease_s:
-                    log.warning("taking over the stale lease %s (%s)", uri, _holder(note))
-                    sent = self._clock.monotonic()
-                    try:
-                        lease.etag = self._put_lease(lease, IfMatch=etag)
-                    except botocore.exceptions.ClientError as exc:
-                        if is_precondition_failed(exc):
-                            raise AlreadySupervisedError(
-                                f"another supervisor took over run {run_id} first ({uri})"
-                            ) from exc
-                        raise
-                    lease.last_ok_sent = sent
+                    self._take_over(lease, etag, uri, note)
                     return lease
                 time.sleep(poll)
+            return lease
         except SoakError:
             raise
         except BotoErrors as exc:
             raise self._error(exc, f"cannot take the supervisor lock {uri}") from exc
+
+    def _create_lease(self, lease: _Lease) -> bool:
+        """Create the lease object unless one exists (then False)."""
+        sent = self._clock.monotonic()
+        try:
+            lease.etag = self._put_lease(lease, IfNoneMatch="*")
+        except botocore.exceptions.ClientError as exc:
+            if not is_precondition_failed(exc):
+                raise
+            return False
+        lease.last_ok_sent = sent
+        return True
+
+    def _take_over(self, lease: _Lease, stale_etag: str, uri: str, note: dict[str, Any]) -> None:
+        """Replace the stale lease only if it is still the one watched: of two takers, one wins."""
+        log.warning("taking over the stale lease %s (%s)", uri, _holder(note))
+        sent = self._clock.monotonic()
+        try:
+            lease.etag = self._put_lease(lease, IfMatch=stale_etag)
+        except botocore.exceptions.ClientError as exc:
+            if is_precondition_failed(exc):
+                raise AlreadySupervisedError(
+                    f"another supervisor took over run {lease.run_id} first ({uri})"
+                ) from exc
+            raise
+        lease.last_ok_sent = sent
 
     def _renew_loop(self, lease: _Lease) -> None:
         interval = self._settings.lock_renew_interval_s

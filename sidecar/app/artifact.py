@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
 from sidecar.app.ports import ArtifactFiles, Ports
@@ -17,6 +16,7 @@ from sidecar.core.artifact import (
     MonitorConfig,
     PostShutdown,
     SampleRecorder,
+    utc_timestamp,
 )
 from sidecar.core.launch_records import ExitRecord
 from sidecar.core.run_summary import SummaryOutcome
@@ -40,10 +40,6 @@ class Evidence:
     duration_s: float = 0.0
     gpu_devices: tuple[GpuDevice, ...] = ()
     trainer_env: Mapping[str, str] = field(default_factory=dict)
-
-
-def utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def build_artifact(
@@ -71,8 +67,8 @@ def build_artifact(
             "run_id": request.run_id,
             "attempt": started.attempt,
         },
-        started_at_utc=utc(started.wall),
-        ended_at_utc=utc(ports.clock.wall()),
+        started_at_utc=utc_timestamp(started.wall),
+        ended_at_utc=utc_timestamp(ports.clock.wall()),
         duration_s=round(evidence.duration_s, 6),
         returncode=None if evidence.exit_record is None else evidence.exit_record.trainer_returncode,
         monitor=MonitorConfig(

@@ -10,18 +10,20 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sidecar.adapters.artifact_dir import ArtifactDir
 from sidecar.adapters.filestore import FileDeadlineStore
-from sidecar.adapters.nvml import open_gpu_backend
+from sidecar.adapters.nvml import MockNvml, open_gpu_backend
 from sidecar.adapters.procfs import ProcfsProcessTable
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.adapters.provenance import HostProvenance
 from sidecar.adapters.rundir import LocalLauncherSpawner, RunDir
+from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.app.ports import LockLoss, Ports
-from sidecar.core.errors import ForbiddenError, RefusedError, SoakError, TransientError
+from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend
 from sidecar.core.publication import Publication
-from sidecar.core.run_summary import resolve_manifest_validator
 from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
-from sidecar.settings import Settings
+from sidecar.nvml_mock.build import mock_library
+from sidecar.nvml_mock.scenario import compile_scenario
+from sidecar.settings import GpuSettings, Settings
 
 if TYPE_CHECKING:
     from sidecar.adapters.kube import PodPublisher
@@ -67,10 +69,23 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
 def _gpu_opener(settings: Settings) -> Callable[[Mapping[str, str] | None], GpuBackend]:
     gpu = settings.gpu
 
-    def open_gpu(env: Mapping[str, str] | None) -> GpuBackend:
-        return open_gpu_backend(gpu, env)
+    def open_for(env: Mapping[str, str] | None) -> GpuBackend:
+        return open_gpu(gpu, env)
 
-    return open_gpu
+    return open_for
+
+
+def open_gpu(settings: GpuSettings, trainer_env: Mapping[str, str] | None) -> GpuBackend:
+    """The GPU backend the settings ask for; backend mock's library and scenario come from
+    sidecar.nvml_mock, prepared only if GPUs are opened at all."""
+    return open_gpu_backend(settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch))
+
+
+def _mock_nvml(settings: GpuSettings, scratch: Path) -> MockNvml:
+    if settings.mock_scenario is None:
+        raise ConfigError("gpu.backend=mock needs gpu.mock_scenario")
+    library = mock_library(settings.mock_library_dir)
+    return MockNvml(library, compile_scenario(settings.mock_scenario, scratch))
 
 
 def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from sidecar.core.samples import GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
 
 ARTIFACT_SCHEMA_VERSION = "1.0.0"
+
+
+def utc_timestamp(epoch: float) -> str:
+    """An epoch time as the artifact's ``*_at_utc`` fields hold it (UTC, whole seconds)."""
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _Model(BaseModel):

@@ -20,7 +20,7 @@ import contextlib
 import json
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -45,9 +45,6 @@ CONSISTENCY_TOLERANCE_S = 1e-5
 
 _NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")
 _RECORD_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
-
-Phase = Literal["running", "soft_stop", "term", "expired"]
-
 
 @dataclass(frozen=True)
 class DeadlineRecord:
@@ -110,6 +107,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
     """Validate stored bytes; anything doubtful raises DeadlineRecordError (fail closed)."""
+    value = _record_object(data)
+    started, deadline, budget, margin = _record_numbers(value, max_budget_s=max_budget_s)
+    return DeadlineRecord(
+        started_unix=started,
+        deadline_unix=deadline,
+        budget_seconds=budget,
+        checkpoint_margin_seconds=margin,
+        identity=_record_identity(value, budget=budget, margin=margin),
+        identity_sha256=value["identity_sha256"],
+    )
+
+
+def _record_object(data: bytes) -> dict[str, Any]:
+    """The record's JSON object, in this format and with exactly the record's keys."""
     if len(data) > MAX_RECORD_BYTES:
         raise DeadlineRecordError(f"deadline record is larger than {MAX_RECORD_BYTES} bytes")
     try:
@@ -128,6 +139,13 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
     unknown = sorted(value.keys() - _RECORD_KEYS)
     if missing or unknown:
         raise DeadlineRecordError(f"deadline record keys: missing {missing}, unknown {unknown}")
+    return value
+
+
+def _record_numbers(
+    value: dict[str, Any], *, max_budget_s: float
+) -> tuple[float, float, float, float]:
+    """Started, deadline, budget and margin: finite, in range and consistent with each other."""
     for key in _NUMBER_KEYS:
         number = value[key]
         if (
@@ -149,6 +167,11 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
             f"inconsistent deadline: deadline_unix - started_unix = {deadline - started}, "
             f"budget_seconds = {budget}"
         )
+    return started, deadline, budget, margin
+
+
+def _record_identity(value: dict[str, Any], *, budget: float, margin: float) -> RunIdentity:
+    """The stored identity, matching its digest and the record's budget and margin."""
     try:
         identity = RunIdentity.model_validate(value["identity"])
     except ValidationError as exc:
@@ -163,14 +186,7 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
         raise DeadlineRecordError(
             "deadline record budget/margin disagree with its identity (tampered)"
         )
-    return DeadlineRecord(
-        started_unix=started,
-        deadline_unix=deadline,
-        budget_seconds=budget,
-        checkpoint_margin_seconds=margin,
-        identity=identity,
-        identity_sha256=value["identity_sha256"],
-    )
+    return identity
 
 
 def _short(value: Any) -> str:
@@ -258,31 +274,8 @@ class DeadlineClock:
     def remaining(self, now_wall: float, now_monotonic: float) -> float:
         return min(self.record.deadline_unix - now_wall, self.monotonic_end - now_monotonic)
 
-    def soft_stop_due(self, now_wall: float, now_monotonic: float) -> bool:
-        return self.remaining(now_wall, now_monotonic) <= self.checkpoint_margin_s
-
-    def term_due(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> bool:
-        return self.remaining(now_wall, now_monotonic) <= term_grace_s
-
     def expired(self, now_wall: float, now_monotonic: float) -> bool:
         return self.remaining(now_wall, now_monotonic) <= 0
-
-    def phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> Phase:
-        """The strongest escalation due now: expired (KILL), term, soft_stop, or running."""
-        remaining = self.remaining(now_wall, now_monotonic)
-        if remaining <= 0:
-            return "expired"
-        if remaining <= term_grace_s:
-            return "term"
-        if remaining <= self.checkpoint_margin_s:
-            return "soft_stop"
-        return "running"
-
-    def until_next_phase(self, now_wall: float, now_monotonic: float, term_grace_s: float) -> float:
-        """Seconds until the next escalation threshold (0 once expired): how long to sleep."""
-        remaining = self.remaining(now_wall, now_monotonic)
-        upcoming = [t for t in (self.checkpoint_margin_s, term_grace_s, 0.0) if t < remaining]
-        return remaining - max(upcoming) if upcoming else 0.0
 
 
 def check_startable(clock: DeadlineClock, now_wall: float, now_monotonic: float) -> None:

@@ -16,7 +16,6 @@ from sidecar.core.errors import ConfigError
 
 DEFAULT_KEY_TEMPLATE = "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/"
 PLACEHOLDERS = frozenset({"prefix", "namespace", "job", "run_id", "attempt", "pod"})
-LOCAL_VALUE = "local"
 # S3's hard limit on key length, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
 # Longest sanitised identity value; keeps one odd label from eating the key budget.
@@ -124,22 +123,3 @@ def object_key(key_prefix: str, name: str) -> str:
         raise ConfigError(f"file name {name!r} must not contain '/'")
     return validate_key(key_prefix + name)
 
-
-def key_values(
-    *,
-    prefix: str,
-    run_id: str,
-    attempt: int | str,
-    namespace: str | None = None,
-    job: str | None = None,
-    pod: str | None = None,
-) -> dict[str, str | int]:
-    """The template's values; what is unknown (local mode: no pod) reads ``local``."""
-    return {
-        "prefix": prefix,
-        "namespace": namespace or LOCAL_VALUE,
-        "job": job or LOCAL_VALUE,
-        "run_id": run_id,
-        "attempt": attempt,
-        "pod": pod or LOCAL_VALUE,
-    }

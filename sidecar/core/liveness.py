@@ -13,7 +13,6 @@ measured from the start. After that, what counts as progress is the ``signal``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 from sidecar.core.samples import ProgressSample
@@ -71,17 +70,3 @@ class LivenessTracker:
             return None
         return now_monotonic - self._last_change
 
-
-def min_duration_failure(duration_s: float, min_duration_s: float) -> str | None:
-    """The seed's minimum-duration rule: a soak that ended too early fails."""
-    if duration_s < min_duration_s:
-        return f"soak completed before min_duration_seconds={min_duration_s:.1f}"
-    return None
-
-
-def residual_failure(residual_pids: Sequence[int]) -> str | None:
-    """The seed's residual rule: any process of the tree alive after shutdown fails the soak."""
-    if not residual_pids:
-        return None
-    pids = ", ".join(str(pid) for pid in residual_pids)
-    return f"residual child processes after shutdown: {pids}"

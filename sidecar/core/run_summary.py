@@ -10,8 +10,9 @@ checks pass so a generic schema error cannot hide the actionable replay-ingress 
 Deliberate differences from the seed, all stricter or clearer, never more permissive:
 
 - The seed imported one hard-coded producer validator (``unilab.rl``). Here the generic
-  validator is a plug-in (``resolve_manifest_validator``): ``module:function`` from the
-  settings, or the single entry point of the ``soak_sidecar.manifest_validators`` group. With
+  validator is a plug-in (``ManifestValidator``, loaded by ``sidecar.adapters.validators``):
+  ``module:function`` from the settings, or the single entry point of the
+  ``soak_sidecar.manifest_validators`` group. With
   neither configured the generic step is skipped: that is not a failure, since the checks above
   are the soak's own contract. A configured validator that cannot be imported is a validation
   failure with the seed's text (``runtime_manifest validation requires ...: <exc>``); one that
@@ -33,13 +34,11 @@ access; their validators run the explicit checks, so the models and the checks c
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from importlib.metadata import entry_points
 from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
@@ -54,11 +53,10 @@ from pydantic import (
     model_validator,
 )
 
-from sidecar.core.errors import ConfigError, InvalidRunSummaryError
+from sidecar.core.errors import InvalidRunSummaryError
 
 SUPPORTED_METRIC_SCHEMA_VERSION = 1
 SUPPORTED_RUNTIME_MANIFEST_SCHEMA_VERSION = 2
-DEFAULT_VALIDATOR_GROUP = "soak_sidecar.manifest_validators"
 
 SHUTDOWN_CLASSIFICATIONS: tuple[str, ...] = (
     "normal_completion",
@@ -96,14 +94,14 @@ _MAX_SHOWN = 500
 _MANIFEST_VERSION_TEXT = f"v{SUPPORTED_RUNTIME_MANIFEST_SCHEMA_VERSION}"
 
 
+def clip(text: str) -> str:
+    """A message fragment shortened so one huge value cannot flood the reason."""
+    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
+
+
 def _show(value: object) -> str:
-    """``repr`` as the seed quoted it, shortened so one huge value cannot flood the reason."""
-    text = repr(value)
-    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_SHOWN else f"{text[: _MAX_SHOWN - 3]}..."
+    """``repr`` as the seed quoted it, shortened."""
+    return clip(repr(value))
 
 
 def _finite_number(value: object) -> float | None:
@@ -189,6 +187,14 @@ def shutdown_contract_failure(
             if require_normal_completion
             else None
         )
+    return (
+        _shutdown_identity_failure(shutdown)
+        or _shutdown_details_failure(shutdown)
+        or _shutdown_outcome_failure(shutdown, require_normal_completion=require_normal_completion)
+    )
+
+
+def _shutdown_identity_failure(shutdown: Mapping[str, Any]) -> str | None:
     classification = shutdown.get("classification")
     owner = shutdown.get("owner")
     phase = shutdown.get("phase")
@@ -198,6 +204,10 @@ def shutdown_contract_failure(
         return f"shutdown has invalid owner {_show(owner)}"
     if not isinstance(phase, str) or not phase:
         return f"shutdown has invalid phase {_show(phase)}"
+    return None
+
+
+def _shutdown_details_failure(shutdown: Mapping[str, Any]) -> str | None:
     exception = shutdown.get("exception")
     if exception is not None and not isinstance(exception, Mapping):
         return f"shutdown has invalid exception {_show(exception)}"
@@ -208,19 +218,28 @@ def shutdown_contract_failure(
     cleanup = shutdown.get("cleanup")
     if not isinstance(cleanup, Mapping):
         return f"shutdown has invalid cleanup {_show(cleanup)}"
-    cleanup_errors = cleanup.get("errors")
-    if not isinstance(cleanup_errors, list):
+    if not isinstance(cleanup.get("errors"), list):
         return "shutdown cleanup.errors must be a list"
-    if not require_normal_completion and classification == "normal_completion":
-        return "abnormal run shutdown classification cannot be normal_completion"
-    if require_normal_completion:
-        if classification != "normal_completion":
-            return (
-                "completed run shutdown classification must be normal_completion, "
-                f"got {_show(classification)}"
-            )
-        if cleanup_errors:
-            return f"completed run reported shutdown cleanup errors: {_show(cleanup_errors)}"
+    return None
+
+
+def _shutdown_outcome_failure(
+    shutdown: Mapping[str, Any], *, require_normal_completion: bool
+) -> str | None:
+    """Whether the (well-formed) shutdown matches how the run ended."""
+    classification = shutdown.get("classification")
+    if not require_normal_completion:
+        if classification == "normal_completion":
+            return "abnormal run shutdown classification cannot be normal_completion"
+        return None
+    if classification != "normal_completion":
+        return (
+            "completed run shutdown classification must be normal_completion, "
+            f"got {_show(classification)}"
+        )
+    cleanup_errors = shutdown["cleanup"]["errors"]
+    if cleanup_errors:
+        return f"completed run reported shutdown cleanup errors: {_show(cleanup_errors)}"
     return None
 
 
@@ -274,6 +293,19 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
     replay_ingress = _mapping(manifest.get("replay_ingress"))
     if replay_ingress is None:
         return "completed runtime_manifest is missing replay_ingress"
+    values = _ingress_values(replay_ingress)
+    if isinstance(values, str):
+        return values
+    return (
+        _ingress_sequence_failure(values)
+        or _ingress_occupancy_failure(values)
+        or _ingress_returns_failure(values)
+        or _ingress_totals_failure(values, summary.get("total_env_steps"))
+    )
+
+
+def _ingress_values(replay_ingress: Mapping[str, Any]) -> dict[str, int] | str:
+    """The integer fields, all nonnegative, once backpressure_wait_s is valid; else the failure."""
     values: dict[str, int] = {}
     for name in REPLAY_INGRESS_INTEGER_FIELDS:
         raw = replay_ingress.get(name)
@@ -290,14 +322,15 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
     for name in REPLAY_INGRESS_INTEGER_FIELDS:
         if values[name] < 0:
             return f"replay_ingress.{name} must be nonnegative, got {values[name]}"
+    return values
+
+
+def _ingress_sequence_failure(values: Mapping[str, int]) -> str | None:
     depth = values["ingress_depth"]
     slot_rows = values["ingress_slot_rows"]
     published = values["published_sequence"]
     released = values["release_sequence"]
     occupancy = values["occupancy"]
-    high_water = values["high_water_occupancy"]
-    early = values["early_returns"]
-    dropped = values["dropped_batches"]
     if depth <= 0:
         return f"replay_ingress.ingress_depth must be positive, got {depth}"
     if slot_rows <= 0:
@@ -311,6 +344,13 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
             "replay_ingress occupancy does not match publication sequences: "
             f"{occupancy} != {published - released}"
         )
+    return None
+
+
+def _ingress_occupancy_failure(values: Mapping[str, int]) -> str | None:
+    depth = values["ingress_depth"]
+    occupancy = values["occupancy"]
+    high_water = values["high_water_occupancy"]
     if occupancy > depth:
         return f"replay_ingress occupancy exceeds ingress_depth: {occupancy} > {depth}"
     if high_water > depth:
@@ -320,6 +360,12 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
             "replay_ingress high_water_occupancy is below final occupancy: "
             f"{high_water} < {occupancy}"
         )
+    return None
+
+
+def _ingress_returns_failure(values: Mapping[str, int]) -> str | None:
+    early = values["early_returns"]
+    dropped = values["dropped_batches"]
     if early != dropped:
         return f"replay_ingress early_returns and dropped_batches disagree: {early} != {dropped}"
     if values["closed_returns"] + values["stop_returns"] != early:
@@ -327,13 +373,18 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
             "replay_ingress shutdown return counters disagree with early_returns: "
             f"{values['closed_returns']} + {values['stop_returns']} != {early}"
         )
-    if occupancy != 0:
-        return f"final replay ingress occupancy is nonzero: {occupancy}"
+    if values["occupancy"] != 0:
+        return f"final replay ingress occupancy is nonzero: {values['occupancy']}"
     if dropped != 0:
         return f"replay ingress dropped batches during normal run: {dropped}"
     # The seed's "early returns during normal run" check is omitted: early_returns equals
     # dropped_batches, which is 0 here, so it could never fire.
-    total_env_steps = summary.get("total_env_steps")
+    return None
+
+
+def _ingress_totals_failure(values: Mapping[str, int], total_env_steps: object) -> str | None:
+    slot_rows = values["ingress_slot_rows"]
+    published = values["published_sequence"]
     total_steps = _integer(total_env_steps)
     if total_steps is None:
         return f"completed total_env_steps must be an integer, got {_show(total_env_steps)}"
@@ -352,7 +403,7 @@ def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
         )
     # The seed's release_sequence counterpart is omitted: occupancy = published - released = 0
     # was enforced above, so released equals published here and it could never fire.
-    if high_water <= 0:
+    if values["high_water_occupancy"] <= 0:
         return "completed replay_ingress high_water_occupancy must be positive"
     return None
 
@@ -376,60 +427,6 @@ class ValidatorUnavailable:
     message: str
 
 
-def _load_validator(
-    target: str, load: Callable[[], object]
-) -> ManifestValidator | ValidatorUnavailable:
-    try:
-        func = load()
-    except ImportError as exc:
-        return ValidatorUnavailable(f"runtime_manifest validation requires {target}: {exc}")
-    except Exception as exc:  # a broken plug-in module fails validation, not the sidecar
-        return ValidatorUnavailable(
-            f"runtime_manifest validation requires {target}: {type(exc).__name__}: {exc}"
-        )
-    if not callable(func):
-        return ValidatorUnavailable(
-            f"runtime_manifest validation requires {target}: {_show(func)} is not callable"
-        )
-    validator: ManifestValidator = func
-    return validator
-
-
-def _import_attribute(module_name: str, attribute: str) -> object:
-    value: object = importlib.import_module(module_name)
-    for part in attribute.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def resolve_manifest_validator(
-    spec: str | None, *, entry_point_group: str = DEFAULT_VALIDATOR_GROUP
-) -> ManifestValidator | ValidatorUnavailable | None:
-    """The generic runtime-manifest validator to run, from ``module:function`` or an entry point.
-
-    ``None``: nothing configured (the generic step is skipped). ``ValidatorUnavailable``: it is
-    configured but cannot be loaded, which fails every validation as in the seed. Raises
-    ``ConfigError`` for a malformed spec or an ambiguous entry point group.
-    """
-    if spec is not None:
-        module_name, sep, attribute = spec.partition(":")
-        if not sep or not module_name.strip() or not attribute.strip():
-            raise ConfigError(f"summary.manifest_validator must be 'module:function', got {spec!r}")
-        return _load_validator(
-            spec, lambda: _import_attribute(module_name.strip(), attribute.strip())
-        )
-    found = sorted(entry_points(group=entry_point_group), key=lambda ep: ep.name)
-    if not found:
-        return None
-    if len(found) > 1:
-        names = ", ".join(f"{ep.name} ({ep.value})" for ep in found)
-        raise ConfigError(
-            f"several runtime_manifest validators in entry point group {entry_point_group!r}: "
-            f"{names}; choose one with summary.manifest_validator"
-        )
-    return _load_validator(found[0].value, found[0].load)
-
-
 def manifest_contract_failure(
     summary: Mapping[str, Any],
     *,
@@ -445,9 +442,9 @@ def manifest_contract_failure(
     try:
         validator(manifest, completed=completed)
     except (TypeError, ValueError) as exc:
-        return f"runtime_manifest violates {_MANIFEST_VERSION_TEXT} contract: {_clip(str(exc))}"
+        return f"runtime_manifest violates {_MANIFEST_VERSION_TEXT} contract: {clip(str(exc))}"
     except Exception as exc:  # a crashing plug-in is a failed validation, never a lost verdict
-        return f"runtime_manifest validator failed: {type(exc).__name__}: {_clip(str(exc))}"
+        return f"runtime_manifest validator failed: {type(exc).__name__}: {clip(str(exc))}"
     return None
 
 
@@ -513,7 +510,7 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
         raise InvalidRunSummaryError("run_summary.json is nested too deeply to parse") from exc
     except ValueError as exc:  # JSONDecodeError, and integers over Python's digit limit
         raise InvalidRunSummaryError(
-            f"run_summary.json is not valid JSON: {_clip(str(exc))}"
+            f"run_summary.json is not valid JSON: {clip(str(exc))}"
         ) from exc
 
 
@@ -568,64 +565,85 @@ def evaluate_parsed(
             failures=(f"run_summary must be a JSON object, got {type(value).__name__}",),
         )
     summary: dict[str, Any] = value
-    failures: list[str] = []
-    kind: str | None = None
-    status_failure: str | None = None
-    overrides = False
-    status = summary.get("status")
-    completed = status == "completed"
+    completed = summary.get("status") == "completed"
     shutdown = shutdown_diagnostics(summary)
-
+    found = _Findings()
     schema = schema_failure(summary, completed=completed)
-    if schema is not None:
-        failures.append(schema)
-        kind = "schema_violation"
-    if not completed:
-        if not failures:
-            status_failure = f"run_summary status is {_show(status)}, expected 'completed'"
-            failures.append(status_failure)
-        manifest = manifest_contract_failure(summary, completed=False, validator=manifest_validator)
-        if manifest is not None:
-            failures.append(manifest)
-        contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
-        if contract is not None:
-            failures.append(contract)
-            kind = kind or "shutdown_contract_violation"
-        elif shutdown is not None:
-            failures.append(describe_shutdown(shutdown))
-            # the contract held, so the classification is one of the six abnormal ones
-            kind = str(shutdown.get("classification"))
-            overrides = True
-        else:
-            failures.append("shutdown diagnostics are unavailable")
+    found.add(schema, "schema_violation")
+    if completed:
+        _judge_completed(found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator)
     else:
-        if schema is None:
-            flight = inference_flight_failure(summary)
-            if flight is not None:
-                failures.append(flight)
-                kind = kind or "unknown_failure"
-        ingress = replay_ingress_failure(summary) or manifest_contract_failure(
-            summary, completed=True, validator=manifest_validator
-        )
-        if ingress is not None:
-            failures.append(ingress)
-            kind = kind or "schema_violation"
-        contract = shutdown_contract_failure(shutdown, require_normal_completion=True)
-        if contract is not None:
-            failures.append(contract)
-            kind = kind or "shutdown_contract_violation"
-    if failures and kind is None:
-        kind = "unknown_failure"
+        _judge_abnormal(found, summary, shutdown, validator=manifest_validator)
     return SummaryOutcome(
         present=True,
         data=summary,
-        classification=kind,
+        classification=found.kind or ("unknown_failure" if found.failures else None),
         shutdown=shutdown,
-        failures=tuple(failures),
-        status_failure=status_failure,
-        classification_overrides=overrides,
+        failures=tuple(found.failures),
+        status_failure=found.status_failure,
+        classification_overrides=found.overrides,
         completed=completed,
     )
+
+
+@dataclass
+class _Findings:
+    """What ``evaluate_parsed`` has found so far; the first failure with a kind classifies."""
+
+    failures: list[str] = field(default_factory=list)
+    kind: str | None = None
+    status_failure: str | None = None
+    overrides: bool = False
+
+    def add(self, failure: str | None, kind: str | None = None) -> None:
+        if failure is not None:
+            self.failures.append(failure)
+            self.kind = self.kind or kind
+
+
+def _judge_completed(
+    found: _Findings,
+    summary: Mapping[str, Any],
+    shutdown: Mapping[str, Any] | None,
+    *,
+    schema_ok: bool,
+    validator: ManifestValidator | ValidatorUnavailable | None,
+) -> None:
+    if schema_ok:
+        found.add(inference_flight_failure(summary), "unknown_failure")
+    ingress = replay_ingress_failure(summary) or manifest_contract_failure(
+        summary, completed=True, validator=validator
+    )
+    found.add(ingress, "schema_violation")
+    found.add(
+        shutdown_contract_failure(shutdown, require_normal_completion=True),
+        "shutdown_contract_violation",
+    )
+
+
+def _judge_abnormal(
+    found: _Findings,
+    summary: Mapping[str, Any],
+    shutdown: Mapping[str, Any] | None,
+    *,
+    validator: ManifestValidator | ValidatorUnavailable | None,
+) -> None:
+    if not found.failures:
+        found.status_failure = (
+            f"run_summary status is {_show(summary.get('status'))}, expected 'completed'"
+        )
+        found.add(found.status_failure)
+    found.add(manifest_contract_failure(summary, completed=False, validator=validator))
+    contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
+    if contract is not None:
+        found.add(contract, "shutdown_contract_violation")
+    elif shutdown is not None:
+        found.add(describe_shutdown(shutdown))
+        # the contract held, so the classification is one of the six abnormal ones
+        found.kind = str(shutdown.get("classification"))
+        found.overrides = True
+    else:
+        found.add("shutdown diagnostics are unavailable")
 
 
 # --- typed models: the same contract for JSON Schema export and typed access -------------------

@@ -81,20 +81,22 @@ ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
 DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
 
 
+def classifications_for(code: ExitCode) -> list[str]:
+    """The verdict classifications that exit with ``code``, sorted."""
+    return sorted(name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code)
+
+
 def exit_code_table_markdown() -> str:
-    """The README's exit-code table, generated from the two tables so it cannot drift."""
-    rows = [
-        "| exit code | name | retryable | classifications | meaning |",
-        "|---|---|---|---|---|",
-    ]
+    """The exit-code table `soak-sidecar exit-codes` prints and the README embeds, generated from
+    the two tables so it cannot drift."""
+    rows = ["| code | name | retryable | meaning | classifications |", "|---:|---|---|---|---|"]
     for code in ExitCode:
-        names = [name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code]
-        shown = ", ".join(f"`{name}`" for name in names) or "-"
+        shown = ", ".join(f"`{name}`" for name in classifications_for(code)) or "-"
         rows.append(
-            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | {shown} "
-            f"| {EXIT_CODE_DESCRIPTIONS[code]} |"
+            f"| {int(code)} | {code.name} | {'yes' if code.retryable else 'no'} | "
+            f"{EXIT_CODE_DESCRIPTIONS[code]} | {shown} |"
         )
-    return "\n".join(rows) + "\n"
+    return "\n".join(rows)
 
 
 def exit_code_for(classification: str | None) -> ExitCode:
@@ -151,31 +153,15 @@ def decide(
     ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
     something else already failed.
     """
-    parts: list[str] = []
-    kind: str | None = None
-    if deadline_expired:
-        parts.append(DEADLINE_REASON)
-    if gpu_fault is not None:
-        parts.append(f"GPU fault: {gpu_fault}")
-    if monitor_failure is not None:
-        monitor_kind, monitor_reason = monitor_failure
-        if monitor_kind not in get_args(MonitorKind):
-            raise ValueError(f"unknown monitor failure kind {monitor_kind!r}")
-        kind = monitor_kind
-        parts.append(monitor_reason)
+    parts, kind = _run_failures(deadline_expired, gpu_fault, monitor_failure)
     if not parts:
-        if returncode is None:
-            parts.append("trainer exit status is unknown")
-        elif returncode != 0:
-            parts.append(f"trainer exited with returncode {returncode}")
-    if not parts and duration_s < min_duration_s:
-        parts.append(f"soak completed before min_duration_seconds={min_duration_s:.1f}")
-    if not parts and residuals:
-        parts.append(f"residual child processes after shutdown: {', '.join(residuals)}")
-        kind = "resource_leak"
-    if not parts and leaks:
-        parts.extend(leaks)
-        kind = "resource_leak"
+        parts, kind = _trainer_failure(
+            returncode=returncode,
+            duration_s=duration_s,
+            min_duration_s=min_duration_s,
+            residuals=residuals,
+            leaks=leaks,
+        )
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
     if summary.classification is not None and (summary.classification_overrides or kind is None):
         kind = summary.classification
@@ -188,6 +174,46 @@ def decide(
         return _failed(kind or "unknown_failure", "; ".join(parts), upload_error)
     passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
     return passed if upload_error is None else with_upload_error(passed, upload_error)
+
+
+def _run_failures(
+    deadline_expired: bool, gpu_fault: str | None, monitor_failure: tuple[MonitorKind, str] | None
+) -> tuple[list[str], str | None]:
+    """What ended or broke the run itself (deadline, GPU, monitor), all of it, and the monitor's kind."""
+    parts: list[str] = []
+    if deadline_expired:
+        parts.append(DEADLINE_REASON)
+    if gpu_fault is not None:
+        parts.append(f"GPU fault: {gpu_fault}")
+    if monitor_failure is None:
+        return parts, None
+    monitor_kind, monitor_reason = monitor_failure
+    if monitor_kind not in get_args(MonitorKind):
+        raise ValueError(f"unknown monitor failure kind {monitor_kind!r}")
+    parts.append(monitor_reason)
+    return parts, monitor_kind
+
+
+def _trainer_failure(
+    *,
+    returncode: int | None,
+    duration_s: float,
+    min_duration_s: float,
+    residuals: Sequence[str],
+    leaks: Sequence[str],
+) -> tuple[list[str], str | None]:
+    """The first of the seed's trainer-side rules that fails (each only if nothing failed yet)."""
+    if returncode is None:
+        return ["trainer exit status is unknown"], None
+    if returncode != 0:
+        return [f"trainer exited with returncode {returncode}"], None
+    if duration_s < min_duration_s:
+        return [f"soak completed before min_duration_seconds={min_duration_s:.1f}"], None
+    if residuals:
+        return [f"residual child processes after shutdown: {', '.join(residuals)}"], "resource_leak"
+    if leaks:
+        return list(leaks), "resource_leak"
+    return [], None
 
 
 def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:

@@ -90,7 +90,7 @@ def _spawn_orphan() -> None:
     os.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -111,60 +111,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ignore-term", action="store_true")
     parser.add_argument("--no-summary", action="store_true")
     parser.add_argument("--bad-summary", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
 
-    soft_stop = {"requested": False}
-    signal.signal(signal.SIGUSR1, lambda *_: soft_stop.update(requested=True))
-    if args.ignore_term:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
 
-    progress = args.progress_dir
-    progress.mkdir(parents=True, exist_ok=True)
-    summary_path = progress / "run_summary.json"
-    leaked: list[Any] = []
-    if args.spawn_orphan:
-        _spawn_orphan()
-    first_step = 1
-    if args.resume is not None:
-        first_step = int(json.loads(args.resume.read_text(encoding="utf-8"))["step"])
-        print(f"resumed from {args.resume} at step {first_step}", flush=True)
-    for step in range(first_step, args.steps + 1):
-        if soft_stop["requested"] or (soft_stop_file and Path(soft_stop_file).exists()):
-            _write_atomic(progress / "checkpoint.json", {"step": step})
-            _write_atomic(
-                summary_path,
-                run_summary(
-                    steps=step,
-                    completed=False,
-                    classification="external_cancellation",
-                    error="soft stop before the deadline",
-                ),
-            )
-            print(f"soft stop at step {step}: checkpoint written", flush=True)
-            return 0
-        if args.crash and step > args.steps // 2:
-            if not args.no_summary:
-                _write_atomic(
-                    summary_path,
-                    run_summary(
-                        steps=step,
-                        completed=False,
-                        classification="learner_failure",
-                        error="example crash requested",
-                    ),
-                )
-            print("crashing as requested", file=sys.stderr, flush=True)
-            return 3
-        for _ in range(args.leak_fds):
-            leaked.extend(os.pipe())
-        if args.leak_rss:
-            leaked.append(bytearray(args.leak_rss * 1024 * 1024))
-        if not args.hang or step == 1:
-            with (progress / "progress.jsonl").open("a", encoding="utf-8") as log:
-                log.write(json.dumps({"step": step, "t": time.time()}) + "\n")
-        print(f"step {step}/{args.steps}", flush=True)
-        time.sleep(args.step_s)
+def _soft_stop(args: argparse.Namespace, step: int) -> int:
+    """Checkpoint, then an abnormal-but-valid summary: the soak resumes from here."""
+    _write_atomic(args.progress_dir / "checkpoint.json", {"step": step})
+    _write_atomic(
+        args.progress_dir / "run_summary.json",
+        run_summary(
+            steps=step,
+            completed=False,
+            classification="external_cancellation",
+            error="soft stop before the deadline",
+        ),
+    )
+    print(f"soft stop at step {step}: checkpoint written", flush=True)
+    return 0
+
+
+def _crash(args: argparse.Namespace, step: int) -> int:
+    if not args.no_summary:
+        _write_atomic(
+            args.progress_dir / "run_summary.json",
+            run_summary(
+                steps=step,
+                completed=False,
+                classification="learner_failure",
+                error="example crash requested",
+            ),
+        )
+    print("crashing as requested", file=sys.stderr, flush=True)
+    return 3
+
+
+def _train_step(args: argparse.Namespace, step: int, leaked: list[Any]) -> None:
+    for _ in range(args.leak_fds):
+        leaked.extend(os.pipe())
+    if args.leak_rss:
+        leaked.append(bytearray(args.leak_rss * 1024 * 1024))
+    if not args.hang or step == 1:
+        with (args.progress_dir / "progress.jsonl").open("a", encoding="utf-8") as log:
+            log.write(json.dumps({"step": step, "t": time.time()}) + "\n")
+    print(f"step {step}/{args.steps}", flush=True)
+    time.sleep(args.step_s)
+
+
+def _finish(args: argparse.Namespace) -> int:
     if args.hang:
         while True:
             time.sleep(1)
@@ -174,8 +167,33 @@ def main(argv: list[str] | None = None) -> int:
         )
         if args.bad_summary:
             summary["runtime_manifest"]["replay_ingress"]["occupancy"] = 1
-        _write_atomic(summary_path, summary)
+        _write_atomic(args.progress_dir / "run_summary.json", summary)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    soft_stop = {"requested": False}
+    signal.signal(signal.SIGUSR1, lambda *_: soft_stop.update(requested=True))
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
+
+    args.progress_dir.mkdir(parents=True, exist_ok=True)
+    leaked: list[Any] = []
+    if args.spawn_orphan:
+        _spawn_orphan()
+    first_step = 1
+    if args.resume is not None:
+        first_step = int(json.loads(args.resume.read_text(encoding="utf-8"))["step"])
+        print(f"resumed from {args.resume} at step {first_step}", flush=True)
+    for step in range(first_step, args.steps + 1):
+        if soft_stop["requested"] or (soft_stop_file and Path(soft_stop_file).exists()):
+            return _soft_stop(args, step)
+        if args.crash and step > args.steps // 2:
+            return _crash(args, step)
+        _train_step(args, step, leaked)
+    return _finish(args)
 
 
 if __name__ == "__main__":

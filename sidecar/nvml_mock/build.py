@@ -74,6 +74,14 @@ def cached_mock_library(cache_root: Path) -> Path:
     return build_mock_library(out_dir)
 
 
+def mock_library(library_dir: Path | None) -> Path:
+    """The library to load: the one in ``library_dir`` as given, else the user cache's (built now if
+    missing)."""
+    if library_dir is not None:
+        return library_dir / LIBRARY_NAME
+    return cached_mock_library(default_cache_root())
+
+
 def default_cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "soak-sidecar" / "nvml-mock"

@@ -515,95 +515,120 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
     tee to it must not block the loop, so deadline KILL, owner loss and control still act in time;
     console.log keeps everything, stdout gets what fits and the rest is counted as dropped.
     stderr_too: `2>&1 | less`, the launcher's own messages go to the same stalled pipe."""
-    script = tmp_path / "flood.py"
-    script.write_text(FLOOD_TRAINER)
-    ready = tmp_path / "flood.ready"
-    command = [sys.executable, str(script), str(ready), str(FLOOD_LINES)]
     rd = RunDir(tmp_path / "run")
     rd.reset()
-    stderr_path = tmp_path / "launcher.stderr"
     read_end, write_end = os.pipe()  # the read end stays open and is never read until the end
     procs: list[subprocess.Popen[bytes]] = []
     launcher_pid: int | None = None
     try:
-        with stderr_path.open("wb") as err:
-            if trigger == "owner":
-                driver_py = tmp_path / "owner.py"
-                driver_py.write_text(OWNER_DRIVER)
-                argv = [sys.executable, str(driver_py), str(launcher_path()), str(rd.path), *command]
-            else:
-                argv = [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", *command]
-            stderr: int | IO[bytes] = write_end if stderr_too else err
-            procs.append(subprocess.Popen(argv, stdout=write_end, stderr=stderr, start_new_session=True))
+        procs.append(_start_flooded_launcher(trigger, rd, tmp_path, stdout=write_end, stderr_too=stderr_too))
         info = rd.wait_for_launcher(30, alive=lambda: procs[0].poll() is None)
         launcher_pid = info.pid
-        deadline_in = 4.0 if trigger == "deadline" else 300.0
-        deadline = time.time() + deadline_in
-        rd.give_go(
-            GoRequest(
-                launch_id=str(rd.launch_id),
-                deadline_unix=deadline,
-                checkpoint_margin_s=2.0,
-                term_grace_s=1.0,
-                heartbeat_timeout_s=300.0,
-                kill_grace_s=1.0,
-                console_log_bytes=64 << 20,  # no rotation: console.log must hold every byte
-            )
-        )
-        # The trainer writes everything only if the launcher keeps reading its pipe.
-        with contextlib.suppress(AssertionError):
-            wait_until("trainer ready", ready.exists, timeout_s=15)
-        trainer = rd.trainer()
-        assert trainer is not None
-        acted_at = time.time()
-        if trigger == "owner":
-            procs[0].kill()
-            procs[0].wait(timeout=10)
-        elif trigger == "control":
-            rd.request("kill", "stalled stdout test")
-        else:
-            acted_at = deadline
-        record = rd.wait_exit(max(0.0, acted_at - time.time()) + 5.0)
-        assert record is not None, f"{trigger}: the launcher did not act with its stdout stalled"
-        assert record.ended_unix is not None and record.ended_unix - acted_at < 4.0
-        expected_reason = {"deadline": "deadline", "owner": "owner_lost", "control": "control"}
-        assert record.reason == expected_reason[trigger] and record.kill_sent
-        wait_until("trainer gone", lambda: gone(trainer.pid), timeout_s=5)
+        record = _stop_while_stdout_stalls(trigger, rd, procs[0], tmp_path / "flood.ready")
         if trigger != "owner":
             assert procs[0].wait(timeout=5) == record.exit_code
         # It exits too: flushing to the stalled pipe is bounded, and so is interpreter shutdown
         # with a writer thread still blocked in write().
         wait_until("launcher gone", lambda: gone(info.pid), timeout_s=5)
 
-        output = _flood_output()
-        assert ready.exists(), "the trainer got to write all its output"
-        assert [p.name for p in rd.console_logs()] == ["console.log"]
-        assert rd.file(proto.CONSOLE_LOG).read_bytes() == output, "console.log keeps everything"
-        raw = json.loads(rd.file(proto.EXIT_FILE).read_text())
-        dropped = raw["stdout_dropped_bytes"]
-        assert ExitRecord.parse(raw).stdout_dropped_bytes == dropped
+        assert (tmp_path / "flood.ready").exists(), "the trainer got to write all its output"
         assert os.get_blocking(write_end), "the launcher must not set O_NONBLOCK on its stdout"
-        if stderr_too:
-            assert 0 < dropped < len(output)
-            return
-        os.set_blocking(read_end, False)
-        shown = b""
-        with contextlib.suppress(BlockingIOError):
-            while chunk := os.read(read_end, 1 << 16):
-                shown += chunk
-        assert shown and output.startswith(shown), "stdout got an in-order prefix, then nothing"
-        assert len(shown) + dropped == len(output), "every byte is shown or counted as dropped"
-        notes = [int(n) for n in DROP_NOTE.findall(stderr_path.read_bytes())]
-        assert notes and sum(notes) == dropped, "the drop notes on stderr add up to the count"
+        _check_every_byte_kept_or_counted(rd, read_end, tmp_path / "launcher.stderr", stderr_too)
     finally:
         for proc in procs:
             reap_tree(proc)
         if launcher_pid is not None:
-            family = [launcher_pid]
-            with contextlib.suppress(psutil.NoSuchProcess):
-                family += [c.pid for c in psutil.Process(launcher_pid).children(True)]
-            for pid in family:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            _kill_family(launcher_pid)
         os.close(read_end)
         os.close(write_end)
+
+
+def _start_flooded_launcher(
+    trigger: str, rd: RunDir, tmp_path: Path, *, stdout: int, stderr_too: bool
+) -> subprocess.Popen[bytes]:
+    """The launcher running the flooding trainer with ``stdout``; for trigger owner, under
+    OWNER_DRIVER (the process returned), else directly."""
+    script = tmp_path / "flood.py"
+    script.write_text(FLOOD_TRAINER)
+    command = [sys.executable, str(script), str(tmp_path / "flood.ready"), str(FLOOD_LINES)]
+    if trigger == "owner":
+        driver_py = tmp_path / "owner.py"
+        driver_py.write_text(OWNER_DRIVER)
+        argv = [sys.executable, str(driver_py), str(launcher_path()), str(rd.path), *command]
+    else:
+        argv = [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", *command]
+    with (tmp_path / "launcher.stderr").open("wb") as err:
+        stderr: int | IO[bytes] = stdout if stderr_too else err
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
+
+
+def _stop_while_stdout_stalls(
+    trigger: str, rd: RunDir, started: subprocess.Popen[bytes], ready: Path
+) -> ExitRecord:
+    """Give the go, let the trainer flood, then stop it by ``trigger``: the launcher must act in
+    time, with the right reason, and the trainer must be gone."""
+    deadline_in = 4.0 if trigger == "deadline" else 300.0
+    deadline = time.time() + deadline_in
+    rd.give_go(
+        GoRequest(
+            launch_id=str(rd.launch_id),
+            deadline_unix=deadline,
+            checkpoint_margin_s=2.0,
+            term_grace_s=1.0,
+            heartbeat_timeout_s=300.0,
+            kill_grace_s=1.0,
+            console_log_bytes=64 << 20,  # no rotation: console.log must hold every byte
+        )
+    )
+    # The trainer writes everything only if the launcher keeps reading its pipe.
+    with contextlib.suppress(AssertionError):
+        wait_until("trainer ready", ready.exists, timeout_s=15)
+    trainer = rd.trainer()
+    assert trainer is not None
+    acted_at = time.time()
+    if trigger == "owner":
+        started.kill()
+        started.wait(timeout=10)
+    elif trigger == "control":
+        rd.request("kill", "stalled stdout test")
+    else:
+        acted_at = deadline
+    record = rd.wait_exit(max(0.0, acted_at - time.time()) + 5.0)
+    assert record is not None, f"{trigger}: the launcher did not act with its stdout stalled"
+    assert record.ended_unix is not None and record.ended_unix - acted_at < 4.0
+    expected_reason = {"deadline": "deadline", "owner": "owner_lost", "control": "control"}
+    assert record.reason == expected_reason[trigger] and record.kill_sent
+    wait_until("trainer gone", lambda: gone(trainer.pid), timeout_s=5)
+    return record
+
+
+def _check_every_byte_kept_or_counted(
+    rd: RunDir, read_end: int, stderr_path: Path, stderr_too: bool
+) -> None:
+    output = _flood_output()
+    assert [p.name for p in rd.console_logs()] == ["console.log"]
+    assert rd.file(proto.CONSOLE_LOG).read_bytes() == output, "console.log keeps everything"
+    raw = json.loads(rd.file(proto.EXIT_FILE).read_text())
+    dropped = raw["stdout_dropped_bytes"]
+    assert ExitRecord.parse(raw).stdout_dropped_bytes == dropped
+    if stderr_too:
+        assert 0 < dropped < len(output)
+        return
+    os.set_blocking(read_end, False)
+    shown = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(read_end, 1 << 16):
+            shown += chunk
+    assert shown and output.startswith(shown), "stdout got an in-order prefix, then nothing"
+    assert len(shown) + dropped == len(output), "every byte is shown or counted as dropped"
+    notes = [int(n) for n in DROP_NOTE.findall(stderr_path.read_bytes())]
+    assert notes and sum(notes) == dropped, "the drop notes on stderr add up to the count"
+
+
+def _kill_family(pid: int) -> None:
+    family = [pid]
+    with contextlib.suppress(psutil.NoSuchProcess):
+        family += [c.pid for c in psutil.Process(pid).children(True)]
+    for member in family:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(member, signal.SIGKILL)

@@ -1,5 +1,5 @@
 """The import-linter contracts (.importlinter) hold for the package, and they can fail: a core module
-that imports an adapter, or the launcher importing the core, breaks them."""
+that imports an adapter, the launcher importing the core, or an import cycle breaks them."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def test_the_package_keeps_its_layers() -> None:
         ("core/verdict.py", "import subprocess", "the core does no I/O"),
         ("adapters/kube.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
         ("launcher.py", "import sidecar.core.samples", "standard library only"),
+        ("adapters/nvml.py", "import sidecar.nvml_mock.build", "never build it"),
+        ("settings.py", "import sidecar.app.supervisor", "no import cycles"),
     ],
 )
 def test_a_violation_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:

@@ -54,7 +54,7 @@ SCENARIO: dict[str, Any] = {
 @pytest.fixture
 def nvml(nvml_mock_dir: Path, tmp_path: Path) -> Iterator[Any]:
     """pynvml initialised on the mock with SCENARIO; shut down afterwards."""
-    library = load_mock_library(nvml_mock_dir)
+    library = load_mock_library(nvml_mock_dir / LIBRARY_NAME)
     flat = compile_scenario(Scenario.model_validate(SCENARIO), tmp_path)
     library.soak_nvml_mock_set_scenario(str(flat).encode())
     try:
@@ -125,7 +125,7 @@ def test_process_lists_ecc_and_retired_pages(nvml: Any) -> None:
 def test_a_second_scenario_is_refused_while_the_first_is_in_use(
     nvml: Any, tmp_path: Path, nvml_mock_dir: Path
 ) -> None:
-    library = load_mock_library(nvml_mock_dir)
+    library = load_mock_library(nvml_mock_dir / LIBRARY_NAME)
     other = compile_scenario(Scenario.model_validate({"devices": []}), tmp_path / "other")
     library.soak_nvml_mock_set_scenario(str(other).encode())
     try:
@@ -137,7 +137,7 @@ def test_a_second_scenario_is_refused_while_the_first_is_in_use(
 
 
 def test_a_malformed_scenario_file_fails_init(nvml_mock_dir: Path, tmp_path: Path) -> None:
-    library = load_mock_library(nvml_mock_dir)
+    library = load_mock_library(nvml_mock_dir / LIBRARY_NAME)
     flat = tmp_path / "broken.nvmlmock"
     flat.write_text("format=soak-nvml-mock/1\ndevice_count=1\nd0.bogus=1\n", encoding="utf-8")
     library.soak_nvml_mock_set_scenario(str(flat).encode())

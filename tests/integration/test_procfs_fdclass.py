@@ -19,22 +19,24 @@ pytestmark = pytest.mark.integration
 
 
 def seed_fd_class(link: str) -> str:
-    """The seed's ``_fd_class``, verbatim: the oracle the product must agree with."""
+    """The seed's ``_fd_class``, its conditions in its order: the oracle the product must agree with."""
     if link.startswith("pipe:"):
-        return "pipe"
-    if link.startswith("socket:"):
-        return "socket"
-    if link.startswith("memfd:"):
-        return "memfd"
-    if link == "anon_inode:[eventfd]":
-        return "eventfd"
-    if link == "anon_inode:[eventpoll]":
-        return "eventpoll"
-    if link.startswith("/dev/nvidia") or link.startswith("/dev/nvidia-cuda"):
-        return "nvidia"
-    if link.startswith("/dev/shm/") or link.startswith("/run/shm/"):
-        return "shared_memory"
-    return "other"
+        kind = "pipe"
+    elif link.startswith("socket:"):
+        kind = "socket"
+    elif link.startswith("memfd:"):
+        kind = "memfd"
+    elif link == "anon_inode:[eventfd]":
+        kind = "eventfd"
+    elif link == "anon_inode:[eventpoll]":
+        kind = "eventpoll"
+    elif link.startswith("/dev/nvidia") or link.startswith("/dev/nvidia-cuda"):
+        kind = "nvidia"
+    elif link.startswith("/dev/shm/") or link.startswith("/run/shm/"):
+        kind = "shared_memory"
+    else:
+        kind = "other"
+    return kind
 
 
 SAMPLE_LINKS = [

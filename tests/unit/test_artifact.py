@@ -13,6 +13,7 @@ from sidecar.core.artifact import (
     SampleRecorder,
     leak_failures,
     run_summary_figures,
+    utc_timestamp,
 )
 from sidecar.core.samples import (
     GpuDevice,
@@ -301,3 +302,8 @@ def test_status_json_fields() -> None:
     assert fields["fds"] == 7
     assert fields["gpu_used_mib"] is None
     assert fields["progress_age_s"] == 0.3
+
+
+def test_utc_timestamps_are_whole_seconds_with_a_z() -> None:
+    assert utc_timestamp(0.0) == "1970-01-01T00:00:00Z"
+    assert utc_timestamp(1_700_000_000.9) == "2023-11-14T22:13:20Z"

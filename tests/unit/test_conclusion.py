@@ -16,13 +16,18 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 LAUNCHER = 10
 
 
+def summary_of(raw: bytes | None) -> SummaryOutcome:
+    return evaluate_run_summary(
+        raw, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
+    )
+
+
 def completed_summary() -> SummaryOutcome:
-    raw = (DATA / "minimal_completed.json").read_bytes()
-    return evaluate_run_summary(raw, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None)
+    return summary_of((DATA / "minimal_completed.json").read_bytes())
 
 
 def missing_summary() -> SummaryOutcome:
-    return evaluate_run_summary(None, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None)
+    return summary_of(None)
 
 
 def process(pid: int, command: str = "python3 worker.py") -> ProcessInfo:
@@ -83,7 +88,8 @@ def test_a_monitor_failure_comes_before_what_the_exit_record_says() -> None:
 
 def test_residuals_are_the_survivors_and_what_the_launcher_had_to_kill_never_the_launcher() -> None:
     record = exited(survivors_killed=(KilledProcess(pid=21, command="daemon"),), unreaped=(22, LAUNCHER))
-    result = conclude(facts(exit_record=record, still_alive=(process(20),), last_seen=(process(20), process(21))))
+    seen = (process(20), process(21))
+    result = conclude(facts(exit_record=record, still_alive=(process(20),), last_seen=seen))
     assert result.residual_pids == (20, 21, 22)
     assert result.verdict.classification == "resource_leak"
     assert "residual child processes after shutdown: 20, 21, 22" in (result.verdict.reason or "")

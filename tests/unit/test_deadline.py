@@ -346,7 +346,7 @@ def test_wall_clock_rollback_does_not_extend() -> None:
     assert clock.remaining(T0 + 1000 + 3600 - 7200, M0 + 3600) == pytest.approx(7200 - 1000 - 3600)
     assert not clock.expired(T0 - 10**6, M0 + 6199.999)
     assert clock.expired(T0 - 10**6, M0 + 6200)
-    assert clock.phase(T0 - 10**6, M0 + 6200 - 3, term_grace_s=5) == "term"
+    assert clock.remaining(T0 - 10**6, M0 + 6200 - 3) == pytest.approx(3)
 
 
 def test_wall_clock_jump_forward_shortens() -> None:
@@ -361,28 +361,14 @@ def test_resumed_clock_starts_from_the_original_deadline() -> None:
     assert clock.remaining(T0 + 7000, M0) == 200
 
 
-def test_phases_and_next_phase() -> None:
+def test_expired_once_nothing_is_left() -> None:
     clock = clock_at(T0, M0)
-    grace = 5.0
 
-    def at(remaining: float) -> tuple[str, float, bool, bool, bool]:
+    def expired_with(remaining: float) -> bool:
         elapsed = 7200 - remaining
-        wall, mono = T0 + elapsed, M0 + elapsed
-        return (
-            clock.phase(wall, mono, grace),
-            clock.until_next_phase(wall, mono, grace),
-            clock.soft_stop_due(wall, mono),
-            clock.term_due(wall, mono, grace),
-            clock.expired(wall, mono),
-        )
+        return clock.expired(T0 + elapsed, M0 + elapsed)
 
-    assert at(7200) == ("running", 7080, False, False, False)
-    assert at(120) == ("soft_stop", 115, True, False, False)
-    assert at(6) == ("soft_stop", 1, True, False, False)
-    assert at(5) == ("term", 5, True, True, False)
-    assert at(0.5) == ("term", 0.5, True, True, False)
-    assert at(0) == ("expired", 0, True, True, True)
-    assert at(-3) == ("expired", 0, True, True, True)
+    assert [expired_with(left) for left in (7200, 120, 0.5, 0, -3)] == [False, False, False, True, True]
 
 
 def test_check_startable_accepts_enough_budget() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.adapters.nvml import NullGpuBackend, open_gpu_backend
+from sidecar.app.wiring import open_gpu
 from sidecar.core.errors import ConfigError, GpuUnavailableError
 from sidecar.settings import GpuSettings, load_settings
 
@@ -47,4 +48,4 @@ def test_a_missing_mock_library_dir_is_a_config_error(tmp_path: Path) -> None:
         {"backend": "mock", "mock_library_dir": tmp_path / "nope", "mock_scenario": scenario}
     )
     with pytest.raises(ConfigError, match="NVML mock library not found"):
-        open_gpu_backend(settings, None)
+        open_gpu(settings, None)

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.core.liveness import (
-    KIND_STALE,
-    KIND_STARTUP,
-    LivenessTracker,
-    min_duration_failure,
-    residual_failure,
-)
+from sidecar.core.liveness import KIND_STALE, KIND_STARTUP, LivenessTracker
 from sidecar.core.samples import ProgressSample
 
 NOTHING = ProgressSample()
@@ -107,13 +101,3 @@ def test_last_progress_age() -> None:
     tracker.observe(progress(5), 3.0)  # no change: age keeps growing from the change
     assert tracker.last_progress_age(4.0) == 2.0
 
-
-def test_min_duration() -> None:
-    assert min_duration_failure(9.9, 10.0) == "soak completed before min_duration_seconds=10.0"
-    assert min_duration_failure(10.0, 10.0) is None
-    assert min_duration_failure(0.0, 0.0) is None
-
-
-def test_residual_processes() -> None:
-    assert residual_failure([1, 2]) == "residual child processes after shutdown: 1, 2"
-    assert residual_failure([]) is None

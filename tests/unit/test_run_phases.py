@@ -21,7 +21,8 @@ from sidecar.core.errors import ConfigError
 from sidecar.settings import Settings, load_settings
 from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, Script, fakes
 
-SUMMARY = (Path(__file__).resolve().parents[1] / "data" / "run_summary" / "minimal_completed.json").read_bytes()
+DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
+SUMMARY = (DATA / "minimal_completed.json").read_bytes()
 RUN_ID = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
 
 

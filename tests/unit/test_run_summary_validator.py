@@ -11,12 +11,9 @@ from typing import Any
 
 import pytest
 
+from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.core.errors import ConfigError
-from sidecar.core.run_summary import (
-    ValidatorUnavailable,
-    evaluate_parsed,
-    resolve_manifest_validator,
-)
+from sidecar.core.run_summary import ValidatorUnavailable, evaluate_parsed
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 

@@ -10,7 +10,6 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.keys import (
     DEFAULT_KEY_TEMPLATE,
     MAX_KEY_BYTES,
-    key_values,
     object_key,
     render_key_prefix,
     sanitize_value,
@@ -23,21 +22,21 @@ RUN = "6f1c2d3e-0000-4000-8000-000000000001"
 
 
 def test_default_template_in_pod_mode() -> None:
-    values = key_values(
-        prefix="soak", run_id=RUN, attempt=3, namespace="ml-team", job="soak-llm", pod="soak-llm-abcde"
-    )
+    values: dict[str, str | int] = {
+        "prefix": "soak",
+        "run_id": RUN,
+        "attempt": 3,
+        "namespace": "ml-team",
+        "job": "soak-llm",
+        "pod": "soak-llm-abcde",
+    }
     assert render_key_prefix(DEFAULT_KEY_TEMPLATE, values) == (
         f"soak/ml-team/soak-llm/{RUN}/3-soak-llm-abcde/"
     )
 
 
-def test_local_mode_fills_unknown_parts_with_local() -> None:
-    key = render_key_prefix(DEFAULT_KEY_TEMPLATE, key_values(prefix="soak", run_id=RUN, attempt=0))
-    assert key == f"soak/local/local/{RUN}/0-local/"
-
-
 def test_prefix_may_nest_and_trailing_slash_is_added() -> None:
-    key = render_key_prefix("{prefix}/{run_id}", key_values(prefix="a/b", run_id="r", attempt=1))
+    key = render_key_prefix("{prefix}/{run_id}", {"prefix": "a/b", "run_id": "r"})
     assert key == "a/b/r/"
 
 
@@ -65,7 +64,8 @@ def test_values_empty_or_dots_after_sanitising_are_refused(value: str) -> None:
 
 @given(st.text())
 def test_any_value_renders_to_a_valid_key_or_a_config_error(value: str) -> None:
-    values = key_values(prefix="soak", run_id=value, attempt=value, namespace=value, job=value, pod=value)
+    values = {name: value for name in ("run_id", "attempt", "namespace", "job", "pod")}
+    values["prefix"] = "soak"
     try:
         key = render_key_prefix(DEFAULT_KEY_TEMPLATE, values)
     except ConfigError:
@@ -116,7 +116,7 @@ def test_rendered_keys_that_could_escape_or_break_are_refused(
     template: str, prefix: str, message: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        render_key_prefix(template, key_values(prefix=prefix, run_id="r", attempt=1))
+        render_key_prefix(template, {"prefix": prefix, "run_id": "r"})
 
 
 def test_key_length_counts_utf8_bytes() -> None:

@@ -408,14 +408,16 @@ def test_decide_is_total_and_consistent(
 
 
 def test_markdown_table_lists_every_code_and_classification_once() -> None:
-    lines = exit_code_table_markdown().splitlines()
-    assert lines[0] == "| exit code | name | retryable | classifications | meaning |"
-    rows = [line.split(" | ") for line in lines[2:]]
-    assert [int(row[0].lstrip("| ")) for row in rows] == [int(code) for code in ExitCode]
-    listed = [name.strip("` ") for row in rows for name in row[3].split(", ") if name != "-"]
+    table = exit_code_table_markdown()
+    lines = table.splitlines()
+    assert lines[0] == "| code | name | retryable | meaning | classifications |"
+    rows = [line.strip("| ").split(" | ") for line in lines[2:]]
+    assert [int(row[0]) for row in rows] == [int(code) for code in ExitCode]
+    listed = [name.strip("`") for row in rows for name in row[4].split(", ") if name != "-"]
     assert sorted(listed) == sorted(ALL_CLASSIFICATIONS)
-    assert "| 150 | GPU_FAULT | yes | `gpu_fault` |" in exit_code_table_markdown()
-    assert "| 0 | PASSED | no | - | soak passed every check |" in exit_code_table_markdown()
+    assert "| 150 | GPU_FAULT | yes | a GPU was lost or needs a reset" in table
+    assert "(retryable on another node) | `gpu_fault` |" in table
+    assert "| 0 | PASSED | no | soak passed every check | - |" in table
 
 
 def test_leak_checks_report_like_residuals() -> None:

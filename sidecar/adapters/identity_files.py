@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from sidecar.core.errors import ConfigError
+from sidecar.core.errors import ConfigError, RefusedError
 from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
 from sidecar.settings import DeadlineSettings
 
@@ -59,3 +59,15 @@ def identity_from_settings(
             None if settings.checkpoint_path is None else canonical_path(settings.checkpoint_path)
         ),
     )
+
+
+def read_approval(path: Path) -> bytes:
+    """The approval record as the user wrote it; an unreadable one refuses the run."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise RefusedError(f"cannot read approval file {path}: {exc}") from exc
+
+
+def is_file(path: str) -> bool:
+    return Path(path).is_file()

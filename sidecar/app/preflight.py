@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from sidecar.adapters.identity_files import canonical_path, identity_from_settings
+from sidecar.adapters.identity_files import canonical_path, identity_from_settings, is_file, read_approval
+from sidecar.adapters.workdirs import require_dirs
 from sidecar.app.ports import Ports
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume
-from sidecar.core.errors import ConfigError, RefusedError
-from sidecar.settings import DeadlineSettings, Settings
+from sidecar.settings import Settings
 
 
 def prepare_dirs(settings: Settings, mode: Mode) -> None:
@@ -20,19 +17,12 @@ def prepare_dirs(settings: Settings, mode: Mode) -> None:
     The sidecar writes the run dir and its output; the progress dir it only reads (in a pod it is
     the trainer's volume, mounted read-only into the sidecar), and creates it only locally.
     """
-    writable = [settings.launcher.run_dir, settings.artifact.output_dir]
+    own = [settings.launcher.run_dir, settings.artifact.output_dir]
     progress = settings.monitor.progress_dir
     if mode == "local":
-        writable.insert(0, progress)
-    for directory in writable:
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot use directory {directory}: {exc}") from exc
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise ConfigError(f"directory {directory} is not writable")
-    if mode == "pod" and not (progress.is_dir() and os.access(progress, os.R_OK | os.X_OK)):
-        raise ConfigError(f"progress directory {progress} is missing or not readable")
+        require_dirs(writable=[progress, *own], readable=[])
+    else:
+        require_dirs(writable=own, readable=[progress])
 
 
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
@@ -48,11 +38,11 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
     )
     resume_checkpoint = None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
     check_approval(
-        _approval(dset),
+        None if dset.approval_file is None else read_approval(dset.approval_file),
         identity,
         required=dset.require_approval or dset.approval_file is not None,
         resume_checkpoint=resume_checkpoint,
-        resume_checkpoint_exists=None if resume_checkpoint is None else Path(resume_checkpoint).is_file(),
+        resume_checkpoint_exists=None if resume_checkpoint is None else is_file(resume_checkpoint),
     )
     extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
         len(identity.command) :
@@ -78,11 +68,3 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         extra_args=tuple(extra_args),
     )
 
-
-def _approval(dset: DeadlineSettings) -> bytes | None:
-    if dset.approval_file is None:
-        return None
-    try:
-        return dset.approval_file.read_bytes()
-    except OSError as exc:
-        raise RefusedError(f"cannot read approval file {dset.approval_file}: {exc}") from exc

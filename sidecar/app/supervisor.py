@@ -10,6 +10,7 @@ A run that cannot start still ends in a verdict with an artifact (``_unstarted``
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
 from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
-from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started
+from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.errors import (
@@ -61,21 +62,25 @@ class Supervisor:
         self._signals = DeferredSignals()
 
     def run(self) -> RunResult:
+        """The pipeline inside its guards: one sidecar per run dir, the store's lock from before the
+        launcher starts to the verdict (the seed's rule), and a verdict for every way a run ends."""
         prepare_dirs(self._settings, self._started.request.mode)
         self._started = replace(self._started, artifact_dir=self._artifact_dir(0))
         try:
-            with contextlib.ExitStack() as stack:
-                # Before anything touches the run dir: a second sidecar must not reset or abort the
-                # first one's launcher.
-                stack.enter_context(self._ports.channel.exclusive())
-                if self._started.request.mode == "pod" and self._ports.channel.go_given():
-                    # A restarted sidecar: the trainer already runs. Keep its launcher fed while the
-                    # store's lock is re-acquired (an S3 lease may take lock_lease_s).
-                    self._started = replace(self._started, already_going=True)
-                    stack.enter_context(
-                        self._ports.channel.heartbeat(self._settings.launcher.heartbeat_interval_s)
-                    )
-                return self._locked()
+            with contextlib.ExitStack() as held:
+                self._hold_run_dir(held)
+                try:
+                    held.enter_context(self._ports.store.lock(self._started.request.run_id))
+                    held.callback(self._session.reap, self._unstarted_reap_s)
+                    return self._pipeline()
+                except ConfigError as exc:
+                    # A usage error (exit 64): the launcher must not wait for a go that never comes.
+                    self._release_launcher(str(exc), int(exc.exit_code))
+                    raise
+                except (RefusedError, InsufficientBudgetError, TransientError) as exc:
+                    refusal = verdicts.refused(str(exc), classification=_refusal_kind(exc))
+                    self._release_launcher(str(exc), int(refusal.exit_code) or 1)
+                    return self._unstarted(refusal)
         except (KeyboardInterrupt, Cancelled):
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.
@@ -85,59 +90,69 @@ class Supervisor:
             self._signals.restore()
             self._console.close()
 
-    def _locked(self) -> RunResult:
-        """The store's lock is held from before the launcher starts to the verdict (the seed's rule)."""
-        run_id = self._started.request.run_id
+    def _pipeline(self) -> RunResult:
+        attempt = self._ports.store.claim_attempt(self._started.request.run_id)
+        self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
+        files = self._ports.artifact_files(self._started.artifact_dir)
+        files.create()
         try:
-            with self._ports.store.lock(run_id):
-                attempt = self._ports.store.claim_attempt(run_id)
-                self._started = replace(
-                    self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt)
-                )
-                self._ports.artifact_files(self._started.artifact_dir).create()
-                try:
-                    launched = self._session.start(self._console)
-                except LauncherError as exc:
-                    return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
-                return self._launched(launched)
-        except ConfigError as exc:
-            # A usage error (exit 64): the launcher must not wait for a go that never comes.
-            self._release_launcher(str(exc), int(exc.exit_code))
-            raise
-        except (RefusedError, InsufficientBudgetError, TransientError) as exc:
-            refusal = verdicts.refused(str(exc), classification=_refusal_kind(exc))
-            self._release_launcher(str(exc), int(refusal.exit_code) or 1)
-            return self._unstarted(refusal)
-        finally:
-            self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
-
-    def _launched(self, launched: Launched) -> RunResult:
+            launched = self._session.start(self._console)
+        except LauncherError as exc:
+            return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
         checked: Preflight | None = None
         try:
             checked = preflight(self._settings, self._ports, self._started, launched)
             # The trainer inherits the launcher's environment (go.json names no GPUs), so the
             # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's. Opened before the go-ahead, so a
             # broken GPU setup stops the run before the trainer starts.
-            trainer_env = self._ports.processes.environ(launched.launcher.pid)
-            gpu = self._ports.open_gpu(trainer_env)
+            trainer_env = dict(self._ports.processes.environ(launched.launcher.pid) or {})
+            gpu = self._ports.open_gpu(trainer_env or None)
+            going = Going(self._settings, self._ports, self._started, launched, checked)
+            with self._stopping_on_failure():
+                watched, recorder, devices = self._watch(going, gpu, files)
+                concluded = conclude_run(going, watched, session=self._session, recorder=recorder)
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
-        going = Going(self._settings, self._ports, self._started, launched, checked)
+        evidence = Evidence(
+            started=self._started,
+            launched=launched,
+            preflight=checked,
+            summary=concluded.summary,
+            exit_record=watched.exit_record,
+            residuals=concluded.conclusion.residuals_reported,
+            duration_s=concluded.duration_s,
+            gpu_devices=devices,
+            trainer_env=trainer_env,
+        )
+        return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
+
+    def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
+        # Before anything touches the run dir: a second sidecar must not reset or abort the first
+        # one's launcher.
+        held.enter_context(self._ports.channel.exclusive())
+        if self._started.request.mode == "pod" and self._ports.channel.go_given():
+            # A restarted sidecar: the trainer already runs. Keep its launcher fed while the store's
+            # lock is re-acquired (an S3 lease may take lock_lease_s).
+            self._started = replace(self._started, already_going=True)
+            held.enter_context(self._ports.channel.heartbeat(self._settings.launcher.heartbeat_interval_s))
+
+    @contextlib.contextmanager
+    def _stopping_on_failure(self) -> Iterator[None]:
+        """The seed's guardian kills the owned group when its supervisor fails: so do we, rather
+        than leave the trainer to the heartbeat timeout."""
         try:
-            return self._going(going, gpu, dict(trainer_env or {}))
-        except LauncherError as exc:
-            self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, ())
-            return self._run_dir_broke(exc, launched, checked)
+            yield
         except BaseException:
             self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, ())
             raise
 
-    def _going(self, going: Going, gpu: GpuBackend, trainer_env: dict[str, str]) -> RunResult:
-        files = self._ports.artifact_files(self._started.artifact_dir)
-        series_points = self._settings.monitor.series_points
+    def _watch(
+        self, going: Going, gpu: GpuBackend, files: ArtifactFiles
+    ) -> tuple[Watched, SampleRecorder, tuple[GpuDevice, ...]]:
+        """Heartbeat and go-ahead, then monitoring until the launcher exits; samples streamed."""
         with self._session.going(self._settings, self._started, going.preflight):
             samples = files.open_samples(SAMPLES_FILE)
-            recorder = SampleRecorder(samples.write_line, series_points)
+            recorder = SampleRecorder(samples.write_line, self._settings.monitor.series_points)
             try:
                 watched = watch(
                     going,
@@ -152,19 +167,11 @@ class Supervisor:
                 samples.close()
         if samples.error is not None and watched.failure is None:
             watched = replace(watched, failure=("monitor_failure", f"soak monitor failed: {samples.error}"))
-        concluded = conclude_run(going, watched, session=self._session, recorder=recorder)
-        evidence = Evidence(
-            started=self._started,
-            launched=going.launched,
-            preflight=going.preflight,
-            summary=concluded.summary,
-            exit_record=watched.exit_record,
-            residuals=concluded.conclusion.residuals_reported,
-            duration_s=concluded.duration_s,
-            gpu_devices=devices,
-            trainer_env=trainer_env,
-        )
-        return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
+        return watched, recorder, devices
+
+    @property
+    def _unstarted_reap_s(self) -> float:
+        return self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S
 
     def _run_dir_broke(self, exc: LauncherError, launched: Launched, checked: Preflight | None) -> RunResult:
         """The run dir broke mid-protocol (unwritable, malformed record): the trainer has been
@@ -177,12 +184,12 @@ class Supervisor:
         self._session.abort(INTERRUPTED_REASON, int(decision.exit_code))
         if self._ports.channel.launch_id is not None:
             self._session.request_stop("kill", INTERRUPTED_REASON)
-        self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
+        self._session.reap(self._unstarted_reap_s)
         return self._unstarted(decision)
 
     def _release_launcher(self, reason: str, exit_code: int) -> None:
         self._session.abort(reason, exit_code)
-        self._session.reap(self._settings.launcher.kill_grace_s + UNSTARTED_REAP_SLACK_S)
+        self._session.reap(self._unstarted_reap_s)
 
     def _unstarted(
         self, verdict: verdicts.Verdict, launched: Launched | None = None, checked: Preflight | None = None

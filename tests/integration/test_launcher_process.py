@@ -252,7 +252,7 @@ def test_control_kill_and_stale_requests_ignored(launch: Callable[..., Run], tmp
         str(run.rd.file(proto.CONTROL_FILE)),
         {"protocol": 1, "launch_id": "someone-else", "seq": 99, "action": "kill", "reason": "x"},
     )
-    time.sleep(1.0)
+    time.sleep(1.0)  # an absence is checked over a while: the stale request must not act
     assert run.proc.poll() is None
     run.rd.request("kill", "verdict already known")
     record = run.finish()

@@ -13,6 +13,7 @@ from sidecar import launcher as proto
 from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
 from sidecar.core.errors import ConfigError, LauncherError
 from sidecar.core.launch_records import ExitRecord, KilledProcess
+from tests.waiting import wait_until
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
 
@@ -186,12 +187,10 @@ def test_beats_always_change_content(tmp_path: Path) -> None:
 def test_heartbeat_thread_beats_until_closed(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
     with Heartbeat(rd, 0.02) as beat:
-        end = time.monotonic() + 10
-        while beat.beats < 4 and time.monotonic() < end:
-            time.sleep(0.01)
-        assert beat.beats >= 4 and beat.last_error is None
+        wait_until("four heartbeats", lambda: beat.beats >= 4, timeout_s=10)
+        assert beat.last_error is None
     after = rd.file(proto.HEARTBEAT_FILE).read_bytes()
-    time.sleep(0.1)
+    time.sleep(0.1)  # an absence is checked over a while: five intervals without a beat
     assert rd.file(proto.HEARTBEAT_FILE).read_bytes() == after, "no beats after exit"
     with pytest.raises(ConfigError):
         Heartbeat(rd, 0)

@@ -222,21 +222,27 @@ def test_fd_table_changes_are_seen_every_sample(spawn: Spawner) -> None:
 
 
 def test_descendants_of_an_exited_parent_stay_in_the_tree(spawn: Spawner, tmp_path: Path) -> None:
+    # The middle process exits when told to (a line on the stdin it shares with the root), so the
+    # first sample sees the whole chain.
     code = (
         "import subprocess, sys, time\n"
         "m = subprocess.Popen([sys.executable, '-c', "
         '\'import subprocess, sys; p = subprocess.Popen([sys.executable, "-c", '
-        '"import time; time.sleep(600)"]); print(p.pid, flush=True)\'], stdout=subprocess.PIPE)\n'
+        '"import time; time.sleep(600)"], stdin=subprocess.DEVNULL); print(p.pid, flush=True); '
+        "sys.stdin.readline()\'], stdout=subprocess.PIPE)\n"
         "print(m.pid, m.stdout.readline().decode().strip(), flush=True)\n"
         "m.wait()\n"
         "time.sleep(600)\n"
     )
-    root = spawn([PYTHON, "-c", code], stdout=subprocess.PIPE)
-    assert root.stdout is not None
+    root = spawn([PYTHON, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert root.stdin is not None and root.stdout is not None
     middle, orphan = (int(v) for v in root.stdout.readline().split())
     sampler = ProcfsProcessTable()
     try:
         first = sampler.sample(root.pid)
+        assert {middle, orphan} <= pids_of(first)
+        root.stdin.write(b"exit\n")
+        root.stdin.flush()
         eventually(
             lambda: not psutil.pid_exists(middle) or psutil.Process(middle).status() == psutil.STATUS_ZOMBIE
         )

@@ -7,7 +7,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -294,7 +293,7 @@ def _early_exit_message(path: Path, exc: BaseException) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from sidecar.app.signals import cancellation_on_sigterm
+    from sidecar.app.signals import cancellation_on_signals, ignore_stop_signals
     from sidecar.app.supervisor import Supervisor
     from sidecar.app.values import RunRequest
     from sidecar.app.wiring import build_ports
@@ -330,24 +329,18 @@ def _run(args: argparse.Namespace) -> int:
     supervisor = Supervisor(settings, wiring.ports, request)
     shown = " ".join(command) if command else "(the launcher's command)"
     print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
-    with cancellation_on_sigterm():
+    with cancellation_on_signals():
         result = supervisor.run()
-        # The verdict is decided and the artifact written. From here to the process exit
-        # (interpreter shutdown included) a late Ctrl-C or SIGTERM (pod deletion) must not turn
-        # the verdict's exit code into a traceback or a death by signal (143): both are ignored
-        # and stay so, since the command ends here.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # leaving the block restored the default
+        # The verdict is decided and the artifact written: a late signal is ignored from here on.
+        ignore_stop_signals()
+    ignore_stop_signals()  # leaving the block restored the defaults
     verdict = result.verdict
     line = f"soak-sidecar: {verdict.status.upper()}"
     if verdict.classification:
         line += f" [{verdict.classification}] {verdict.reason}"
     print(line, file=sys.stderr)
-    print(
-        f"soak-sidecar: artifact {result.artifact_path} (exit code {result.exit_code})",
-        file=sys.stderr,
-    )
+    where = result.artifact_path or "not written (the reason is above)"
+    print(f"soak-sidecar: artifact {where} (exit code {result.exit_code})", file=sys.stderr)
     return result.exit_code
 
 

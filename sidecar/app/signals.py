@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM: an external cancellation while the trainer runs, noted once concluding."""
+"""Ctrl-C and the other stop signals: an external cancellation while the trainer runs, noted once
+concluding. A sidecar killed by a signal would leave no artifact and no verdict."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+# Signals whose default action ends the process: each becomes an external cancellation (exit 17).
+CANCELLING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+
 
 class Cancelled(BaseException):
-    """SIGTERM to the sidecar: treated like Ctrl-C (external cancellation)."""
+    """A stop signal to the sidecar: treated like Ctrl-C (external cancellation)."""
 
 
 def raise_cancelled(signum: int, _frame: object) -> None:
@@ -19,17 +23,26 @@ def raise_cancelled(signum: int, _frame: object) -> None:
 
 
 @contextlib.contextmanager
-def cancellation_on_sigterm() -> Iterator[None]:
-    """SIGTERM (pod deletion, kill) becomes an external cancellation, like Ctrl-C."""
-    previous = signal.signal(signal.SIGTERM, raise_cancelled)
+def cancellation_on_signals() -> Iterator[None]:
+    """SIGTERM (pod deletion, kill), SIGHUP (a closed terminal), SIGQUIT and SIGUSR1/2 become an
+    external cancellation, like Ctrl-C (SIGINT)."""
+    previous = {signum: signal.signal(signum, raise_cancelled) for signum in CANCELLING_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def ignore_stop_signals() -> None:
+    """Once the verdict is decided: a late signal must not turn its exit code into a traceback or a
+    death by signal, up to the process exit (interpreter shutdown included)."""
+    for signum in (signal.SIGINT, *CANCELLING_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 class DeferredSignals:
-    """From ``defer()`` until ``restore()``, SIGINT and SIGTERM are noted instead of raised: the
+    """From ``defer()`` until ``restore()``, SIGINT and the stop signals are noted instead of raised: the
     artifact comes first. Only the main thread can change signal handlers; elsewhere a no-op."""
 
     def __init__(self) -> None:
@@ -43,7 +56,7 @@ class DeferredSignals:
             name = signal.Signals(signum).name
             print(f"soak-sidecar: {name} while concluding: writing the artifact first", file=sys.stderr)
 
-        self._saved = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, signal.SIGTERM)}
+        self._saved = {signum: signal.signal(signum, note) for signum in (signal.SIGINT, *CANCELLING_SIGNALS)}
 
     def restore(self) -> None:
         saved, self._saved = self._saved, None

@@ -72,6 +72,14 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
         return facts.monitor_failure
     if record is None:
         return ("monitor_failure", "launcher exited without writing exit.json")
+    if record.heartbeat_lost or record.owner_lost:
+        # The sidecar stalled or died, not the trainer: the launcher failed closed. Retryable.
+        lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"
+        return (
+            "supervisor_lost",
+            f"the launcher lost the sidecar's {lost} and killed the trainer: the sidecar stalled or "
+            "died, the trainer's own outcome is unknown",
+        )
     if record.reason == "spawn_failed":
         problem = "was not found" if record.exit_code == 127 else "is not executable"
         return (

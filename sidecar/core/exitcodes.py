@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     INTERNAL = 70
     GPU_FAULT = 150
     TRANSIENT_INFRA = 151
+    SUPERVISOR_LOST = 152
 
     @property
     def retryable(self) -> bool:
@@ -34,8 +35,9 @@ class ExitCode(IntEnum):
 
 EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.PASSED: "soak passed every check",
-    ExitCode.TRAINER_FAILED: "trainer exited non-zero, reported an abnormal shutdown, or failed a "
-    "rule without a class of its own (e.g. min duration)",
+    ExitCode.TRAINER_FAILED: "trainer exited non-zero or died of a signal (a missing or abnormal "
+    "run_summary is then supporting evidence), reported an abnormal shutdown, or failed a rule "
+    "without a class of its own (e.g. min duration)",
     ExitCode.CONTRACT_VIOLATION: "run_summary.json missing, invalid, or violating its contract",
     ExitCode.STALLED: "no progress before the startup timeout, or progress went stale",
     ExitCode.RESOURCE_LEAK: "processes survived shutdown, or a resource leak check failed",
@@ -43,7 +45,8 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second "
     "supervisor",
     ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
-    ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM)",
+    ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, "
+    "SIGUSR1/2 to the sidecar)",
     ExitCode.INSUFFICIENT_BUDGET: "less than the checkpoint margin was left: refused to start",
     ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared, or the trainer command could not be "
     "started (not found, not executable)",
@@ -51,4 +54,6 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.INTERNAL: "internal error of soak-sidecar (monitor failure)",
     ExitCode.GPU_FAULT: "a GPU was lost or needs a reset (retryable on another node)",
     ExitCode.TRANSIENT_INFRA: "transient infrastructure failure (store or API unreachable)",
+    ExitCode.SUPERVISOR_LOST: "the launcher stopped the trainer because the sidecar's heartbeat was "
+    "lost (the sidecar stalled or died; retryable)",
 }

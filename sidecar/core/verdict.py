@@ -3,7 +3,9 @@
 ``decide`` keeps the soak monitor seed's order for composing the failure reason (``; ``-joined):
 
 1. the monitor's own failure (startup/stale timeout, cancellation, monitor crash, ...);
-2. ``trainer exited with returncode N``, only if nothing failed yet;
+2. ``trainer exited with returncode N``, only if nothing failed yet (``trainer_failure``: a trainer
+   that died is the first real cause and a missing or invalid run_summary its evidence; stricter
+   than the seed, which classed it by the summary);
 3. ``soak completed before min_duration_seconds=...``, only if nothing failed yet;
 4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
 5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
@@ -40,6 +42,7 @@ MonitorKind = Literal[
     "monitor_failure",
     "launcher_missing",
     "trainer_not_started",
+    "supervisor_lost",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
 
@@ -52,6 +55,8 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "collector_failure": ExitCode.TRAINER_FAILED,
         "backend_worker_failure": ExitCode.TRAINER_FAILED,
         "unknown_failure": ExitCode.TRAINER_FAILED,
+        # a trainer that died (non-zero exit, signal) without a classification of its own
+        "trainer_failure": ExitCode.TRAINER_FAILED,
         "timeout/stale_tick": ExitCode.STALLED,
         "external_cancellation": ExitCode.CANCELLED,
         # the run_summary contract
@@ -66,6 +71,7 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "monitor_failure": ExitCode.INTERNAL,
         "launcher_missing": ExitCode.TRAINER_NOT_STARTED,
         "trainer_not_started": ExitCode.TRAINER_NOT_STARTED,
+        "supervisor_lost": ExitCode.SUPERVISOR_LOST,
         # deadline, hardware, evidence
         "deadline_exhausted": ExitCode.DEADLINE_EXHAUSTED,
         "gpu_fault": ExitCode.GPU_FAULT,
@@ -206,7 +212,8 @@ def _trainer_failure(
     if returncode is None:
         return ["trainer exit status is unknown"], None
     if returncode != 0:
-        return [f"trainer exited with returncode {returncode}"], None
+        # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
+        return [f"trainer exited with returncode {returncode}"], "trainer_failure"
     if duration_s < min_duration_s:
         return [f"soak completed before min_duration_seconds={min_duration_s:.1f}"], None
     if residuals:

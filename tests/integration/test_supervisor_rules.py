@@ -414,11 +414,20 @@ def test_resume_with_changed_command_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "signals",
-    [(signal.SIGTERM,), (signal.SIGINT,), (signal.SIGTERM, signal.SIGINT, signal.SIGTERM)],
-    ids=["SIGTERM", "SIGINT", "repeated"],
+    [
+        (signal.SIGTERM,),
+        (signal.SIGINT,),
+        (signal.SIGHUP,),
+        (signal.SIGQUIT,),
+        (signal.SIGUSR1,),
+        (signal.SIGUSR2,),
+        (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGTERM),
+    ],
+    ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "repeated"],
 )
 def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Signals, ...]) -> None:
-    """Ctrl-C or SIGTERM: the trainer is stopped, the artifact written, exit 17. Signals repeated
+    """Ctrl-C, SIGTERM or any other stop signal: the trainer is stopped, the artifact written, exit
+    17 (a sidecar killed by SIGHUP used to leave neither artifact nor verdict). Signals repeated
     while the sidecar concludes are noted, not raised: they cannot lose the artifact."""
     env = {**os.environ, "SOAK_LAUNCHER__KILL_GRACE_S": "1", "PYTHONUNBUFFERED": "1"}
     argv = [

@@ -78,13 +78,13 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "nonzero exit",
         {"returncode": 3},
-        "unknown_failure",
+        "trainer_failure",
         "trainer exited with returncode 3",
     ),
     (
         "killed by signal",
         {"returncode": -9},
-        "unknown_failure",
+        "trainer_failure",
         "trainer exited with returncode -9",
     ),
     (
@@ -108,7 +108,7 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "residuals only when nothing failed yet",
         {"returncode": 1, "residuals": ["123"]},
-        "unknown_failure",
+        "trainer_failure",
         "trainer exited with returncode 1",
     ),
     (
@@ -124,9 +124,9 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         "trainer did not write run_summary.json",
     ),
     (
-        "exit code then missing summary",
+        "a crash is the cause, the missing summary its evidence",
         {"returncode": 2, "summary": MISSING},
-        "missing_run_summary",
+        "trainer_failure",
         "trainer exited with returncode 2; trainer did not write run_summary.json",
     ),
     (
@@ -224,12 +224,28 @@ def test_seed_precedence(case: str, overrides: dict[str, Any], classification: s
 def test_summary_kind_fills_an_empty_slot_after_a_kindless_failure() -> None:
     broken = copy.deepcopy(COMPLETED)
     broken["runtime_manifest"]["replay_ingress"]["dropped_batches"] = 1
-    verdict = run(returncode=1, summary=outcome_of(broken))
+    verdict = run(duration_s=1.0, min_duration_s=2.0, summary=outcome_of(broken))
     assert verdict.classification == "schema_violation"
     assert verdict.exit_code == ExitCode.CONTRACT_VIOLATION
     assert verdict.reason == (
+        "soak completed before min_duration_seconds=2.0; "
+        "replay_ingress early_returns and dropped_batches disagree: 0 != 1"
+    )
+
+
+def test_a_crash_keeps_its_class_over_a_broken_summary_that_names_none() -> None:
+    broken = copy.deepcopy(COMPLETED)
+    broken["runtime_manifest"]["replay_ingress"]["dropped_batches"] = 1
+    verdict = run(returncode=1, summary=outcome_of(broken))
+    assert (verdict.classification, verdict.exit_code) == ("trainer_failure", ExitCode.TRAINER_FAILED)
+    assert verdict.reason == (
         "trainer exited with returncode 1; replay_ingress early_returns and dropped_batches disagree: 0 != 1"
     )
+
+
+def test_a_crash_with_a_valid_abnormal_summary_takes_the_trainers_own_class() -> None:
+    verdict = run(returncode=1, summary=LEARNER)
+    assert (verdict.classification, verdict.exit_code) == ("learner_failure", ExitCode.TRAINER_FAILED)
 
 
 def test_invalid_abnormal_shutdown_keeps_the_monitor_kind() -> None:
@@ -275,7 +291,7 @@ def test_upload_failure_only_fails_a_passing_soak() -> None:
     assert verdict.evidence_error == "PutObject: 503 SlowDown"
 
     failed = run(returncode=1, upload_error="denied")
-    assert failed.classification == "unknown_failure"
+    assert failed.classification == "trainer_failure"
     assert failed.reason == "trainer exited with returncode 1"
     assert failed.evidence_error == "denied"
 
@@ -307,6 +323,7 @@ EXPECTED_TABLE = {
     "collector_failure": 10,
     "backend_worker_failure": 10,
     "unknown_failure": 10,
+    "trainer_failure": 10,
     "missing_run_summary": 11,
     "invalid_run_summary": 11,
     "stale_run_summary": 11,
@@ -325,6 +342,7 @@ EXPECTED_TABLE = {
     "monitor_failure": 70,
     "gpu_fault": 150,
     "transient_infra": 151,
+    "supervisor_lost": 152,
 }
 
 
@@ -345,7 +363,7 @@ def test_every_producible_classification_has_a_code() -> None:
         | set(SUMMARY_CLASSIFICATIONS)
         | set(get_args(MonitorKind))
         | set(get_args(PreStartKind))
-        | {"resource_leak", "deadline_exhausted", "gpu_fault", "evidence_lost"}
+        | {"resource_leak", "trainer_failure", "deadline_exhausted", "gpu_fault", "evidence_lost"}
     )
     assert producible == set(ALL_CLASSIFICATIONS)
     # every failure code of the table is reachable; only usage errors come from elsewhere
@@ -354,7 +372,7 @@ def test_every_producible_classification_has_a_code() -> None:
         ExitCode.USAGE,
     }
     retryable = {name for name, code in CLASSIFICATION_EXIT_CODES.items() if code.retryable}
-    assert retryable == {"gpu_fault", "transient_infra"}
+    assert retryable == {"gpu_fault", "transient_infra", "supervisor_lost"}
 
 
 SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcome_of({})]
@@ -438,4 +456,4 @@ def test_with_upload_error_after_the_fact() -> None:
     assert lost.classification == "evidence_lost" and lost.evidence_error == "timeout"
     failed = run(returncode=1)
     assert with_upload_error(failed, "timeout") == run(returncode=1, upload_error="timeout")
-    assert with_upload_error(failed, "timeout").classification == "unknown_failure"
+    assert with_upload_error(failed, "timeout").classification == "trainer_failure"

@@ -71,7 +71,7 @@ action, Count. tests/integration/test_helm_chart.py keeps this list equal to Exi
 {{- end }}
 
 {{- define "soak-sidecar.retryableExitCodes" -}}
-[150, 151]
+[150, 151, 152]
 {{- end }}
 
 {{/* The container securityContext shared by every container: one non-root UID, nothing more. */}}

@@ -20,7 +20,7 @@ from sidecar.core.artifact import (
 )
 from sidecar.core.launch_records import ExitRecord
 from sidecar.core.run_summary import SummaryOutcome
-from sidecar.core.samples import GpuDevice, ProcessInfo
+from sidecar.core.samples import GpuDevice, ResidualProcess
 from sidecar.settings import Settings
 
 SAMPLES_FILE = "samples.jsonl.gz"
@@ -36,7 +36,7 @@ class Evidence:
     preflight: Preflight | None = None
     summary: SummaryOutcome | None = None
     exit_record: ExitRecord | None = None
-    residuals: tuple[ProcessInfo, ...] = ()
+    residuals: tuple[ResidualProcess, ...] = ()
     duration_s: float = 0.0
     gpu_devices: tuple[GpuDevice, ...] = ()
     trainer_env: Mapping[str, str] = field(default_factory=dict)

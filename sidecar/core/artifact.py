@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sidecar.core.samples import GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
+from sidecar.core.samples import GpuSample, ProcessTreeSample, ProgressSample, ResidualProcess, Sample
 
-ARTIFACT_SCHEMA_VERSION = "1.0.0"
+ARTIFACT_SCHEMA_VERSION = "2.0.0"
 
 
 def utc_timestamp(epoch: float) -> str:
@@ -150,7 +150,9 @@ class UploadInfo(_Model):
 
 
 class PostShutdown(_Model):
-    residual_processes: list[ProcessInfo] = Field(default_factory=list)
+    residual_processes: list[ResidualProcess] = Field(
+        default_factory=list, description="Every process that outlived the trainer, however it ended."
+    )
     launcher_exit: dict[str, Any] | None = Field(default=None, description="The launcher's exit.json.")
 
 

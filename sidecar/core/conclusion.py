@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sidecar.core import verdict as verdicts
 from sidecar.core.launch_records import ExitRecord
 from sidecar.core.run_summary import SummaryOutcome
-from sidecar.core.samples import ProcessInfo
+from sidecar.core.samples import ProcessInfo, ResidualProcess
 
 
 @dataclass(frozen=True)
@@ -38,18 +38,12 @@ class RunFacts:
 class Conclusion:
     verdict: verdicts.Verdict
     residual_pids: tuple[int, ...]
-    # What the artifact lists as residual: alive ones fresh, killed or unreaped ones as last seen.
-    residuals_reported: tuple[ProcessInfo, ...]
+    # What the artifact lists: every residual PID, how it ended, and how it was last seen.
+    residuals_reported: tuple[ResidualProcess, ...]
 
 
 def conclude(facts: RunFacts) -> Conclusion:
     residual_pids = _residual_pids(facts)
-    alive_pids = {p.pid for p in facts.still_alive}
-    seen = {p.pid: p for p in facts.last_seen}
-    reported = (
-        *facts.still_alive,
-        *(seen[pid] for pid in sorted(set(residual_pids) - alive_pids) if pid in seen),
-    )
     record = facts.exit_record
     verdict = verdicts.decide(
         monitor_failure=_monitor_failure(facts),
@@ -63,7 +57,7 @@ def conclude(facts: RunFacts) -> Conclusion:
         gpu_fault=facts.gpu_fault,
         upload_error=None,
     )
-    return Conclusion(verdict=verdict, residual_pids=residual_pids, residuals_reported=reported)
+    return Conclusion(verdict=verdict, residual_pids=residual_pids, residuals_reported=_reported(facts))
 
 
 def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None:
@@ -100,6 +94,36 @@ def _residual_pids(facts: RunFacts) -> tuple[int, ...]:
     if facts.launcher_pid is not None:
         pids.discard(facts.launcher_pid)
     return tuple(sorted(pids))
+
+
+def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
+    """One entry per residual PID: the launcher's list names what it killed even when no sample saw it."""
+    seen = {p.pid: p for p in facts.last_seen}
+    entries: dict[int, ResidualProcess] = {}
+    for alive in facts.still_alive:
+        entries[alive.pid] = ResidualProcess(
+            pid=alive.pid, command=alive.command, fate="alive_after_shutdown", last_seen=alive
+        )
+    record = facts.exit_record
+    killed = () if record is None else record.survivors_killed
+    for victim in killed:
+        entries.setdefault(
+            victim.pid,
+            ResidualProcess(
+                pid=victim.pid,
+                command=victim.command,
+                fate="killed_by_launcher",
+                last_seen=seen.get(victim.pid),
+            ),
+        )
+    for pid in () if record is None else record.unreaped:
+        last = seen.get(pid)
+        entries.setdefault(
+            pid,
+            ResidualProcess(pid=pid, command=last.command if last else "", fate="unreaped", last_seen=last),
+        )
+    entries.pop(facts.launcher_pid or -1, None)
+    return tuple(entries[pid] for pid in sorted(entries))
 
 
 def deadline_expired(record: ExitRecord | None, summary: SummaryOutcome, *, deadline_passed: bool) -> bool:

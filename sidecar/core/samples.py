@@ -32,6 +32,21 @@ class ProcessInfo(_Model):
     command: str = Field(description="Command line, truncated; never the environment.")
 
 
+class ResidualProcess(_Model):
+    """A process of the run that outlived the trainer."""
+
+    pid: int
+    command: str
+    fate: Literal["alive_after_shutdown", "killed_by_launcher", "unreaped"] = Field(
+        description="alive_after_shutdown: still running when the sidecar checked (it then killed "
+        "it); killed_by_launcher: the launcher had to kill it after the trainer ended; unreaped: "
+        "the launcher could not reap it"
+    )
+    last_seen: ProcessInfo | None = Field(
+        None, description="The process as last sampled; None when it came and went between samples."
+    )
+
+
 class ProcessTreeSample(_Model):
     process_count: int = 0
     zombie_count: int = 0

@@ -253,6 +253,9 @@ def test_residual_orphan_fails_the_soak(tmp_path: Path) -> None:
     pids = ", ".join(str(item["pid"]) for item in killed)
     assert (result.verdict.reason or "").startswith(f"residual child processes after shutdown: {pids}")
     assert artifact["resource_summary"]["residual_process_count"] == len(killed)
+    # The list names every one of them, sampled or not: a leak verdict never shows an empty list.
+    listed = [(p["pid"], p["fate"]) for p in artifact["post_shutdown"]["residual_processes"]]
+    assert listed == [(item["pid"], "killed_by_launcher") for item in killed]
     assert all(gone(item["pid"]) for item in killed)
 
 

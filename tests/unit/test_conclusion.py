@@ -93,8 +93,24 @@ def test_residuals_are_the_survivors_and_what_the_launcher_had_to_kill_never_the
     assert result.residual_pids == (20, 21, 22)
     assert result.verdict.classification == "resource_leak"
     assert "residual child processes after shutdown: 20, 21, 22" in (result.verdict.reason or "")
-    # Alive ones as they are now, killed ones as last seen; an unseen PID has nothing to show.
-    assert [p.pid for p in result.residuals_reported] == [20, 21]
+    # Every residual PID is listed, however it ended; the launcher's own list names a process no
+    # sample saw (it came and went between samples), so a leak verdict never shows an empty list.
+    reported = [(p.pid, p.fate, p.last_seen is not None) for p in result.residuals_reported]
+    assert reported == [
+        (20, "alive_after_shutdown", True),
+        (21, "killed_by_launcher", True),
+        (22, "unreaped", False),
+    ]
+    assert result.residuals_reported[1].command == "daemon"
+
+
+def test_a_helper_killed_between_samples_is_still_listed() -> None:
+    record = exited(survivors_killed=(KilledProcess(pid=30, command="python3 helper.py"),))
+    result = conclude(facts(exit_record=record))
+    assert result.verdict.classification == "resource_leak"
+    (only,) = result.residuals_reported
+    assert (only.pid, only.command, only.fate) == (30, "python3 helper.py", "killed_by_launcher")
+    assert only.last_seen is None
 
 
 def test_deadline_expired_by_the_launcher_by_the_clock_or_at_the_margin() -> None:

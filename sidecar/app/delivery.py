@@ -112,8 +112,9 @@ def _publish(
         print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
 
 
-def key_prefix(settings: Settings, request: RunRequest, attempt: int) -> str:
-    """The attempt's prefix in the bucket, from s3.key_template."""
+def key_prefix(settings: Settings, request: RunRequest, attempt: str) -> str:
+    """The attempt's prefix in the bucket, from s3.key_template. ``attempt``: its number, or for a
+    run refused before it had one, its unique local directory name (refusals never share a key)."""
     s3 = settings.s3
     return render_key_prefix(
         s3.key_template,
@@ -123,6 +124,6 @@ def key_prefix(settings: Settings, request: RunRequest, attempt: int) -> str:
             "job": str(request.context.get("job") or "local"),
             "pod": settings.kube.pod_name or "local",
             "run_id": request.run_id,
-            "attempt": str(attempt),
+            "attempt": attempt,
         },
     )

@@ -10,6 +10,7 @@ A run that cannot start still ends in a verdict with an artifact (``_unstarted``
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -214,7 +215,9 @@ class Supervisor:
             artifact,
             verdict,
             Delivery(
-                key_prefix=key_prefix(self._settings, self._started.request, attempt),
+                key_prefix=key_prefix(
+                    self._settings, self._started.request, str(attempt) if attempt else files.path.name
+                ),
                 attempt=attempt,
                 deadline_unix=None if evidence.preflight is None else evidence.preflight.record.deadline_unix,
             ),
@@ -226,7 +229,8 @@ class Supervisor:
             name = f"attempt-{attempt}" + (f"-{request.attempt_label}" if request.attempt_label else "")
         else:
             now = datetime.fromtimestamp(self._ports.clock.wall(), tz=timezone.utc)
-            name = "unlocked-" + now.strftime("%Y%m%dT%H%M%S.%fZ")
+            # No attempt number without the store's lock: a unique name, so refusals never collide.
+            name = f"unlocked-{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
         return self._settings.artifact.output_dir / "runs" / request.run_id / name
 
 

@@ -17,9 +17,9 @@ from sidecar.app.session import go_ahead
 from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import Launched, RunRequest, RunResult
 from sidecar.core.deadline import DeadlineRecord
-from sidecar.core.errors import ConfigError
+from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.settings import Settings, load_settings
-from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, Script, fakes
+from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, MemoryStore, Script, fakes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 SUMMARY = (DATA / "minimal_completed.json").read_bytes()
@@ -192,3 +192,22 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
     env = go.trainer_env()
     assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"
     assert env["SOAK_PROGRESS_DIR"] == str((tmp_path / "progress").resolve())
+
+
+def test_refusals_before_the_lock_never_share_an_s3_key(tmp_path: Path) -> None:
+    world = fakes(Script(), SUMMARY)
+    ports = Ports(**{**vars(world.ports()), "store": RefusingStore()})
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    for _ in range(2):
+        result = Supervisor(settings(tmp_path), ports, request).run()
+        assert result.verdict.classification == "transient_infra"
+    prefixes = {prefix for prefix, name in world.sink.uploaded if name == "artifact.json"}
+    assert len(prefixes) == 2, world.sink.uploaded  # the second refusal did not hit the first's key
+    assert all("/unlocked-" in prefix for prefix in prefixes)
+
+
+class RefusingStore(MemoryStore):
+    """A store whose lock cannot be taken: the run is refused before it has an attempt number."""
+
+    def lock(self, run_id: str) -> Any:
+        raise StoreUnavailableError("the deadline store is down")

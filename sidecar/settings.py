@@ -19,7 +19,8 @@ from sidecar.launcher import signal_number
 
 
 class _Group(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Non-finite numbers are refused with their own message ("should be a finite number").
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class MonitorSettings(_Group):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.core.samples import ProgressSample
+
+# No symlink followed, no wait on a FIFO with no writer, nothing inherited by a child.
+_READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class DirectoryProgressProbe:
@@ -64,11 +69,34 @@ class DirectoryProgressProbe:
         )
 
     def read_file(self, name: str, max_bytes: int) -> tuple[bytes, float] | None:
-        """Up to ``max_bytes + 1`` bytes of a file in the progress dir, with its mtime (one open, so
-        both describe the same file). None when there is no such file; OSError when unreadable."""
+        """Up to ``max_bytes + 1`` bytes of a regular file in the progress dir, with its mtime (one
+        open, so both describe the same file). None when there is no such file; OSError when it
+        cannot be read, or is a symbolic link (never followed) or not a regular file (a FIFO or a
+        device would hang or never end)."""
         try:
-            with open(os.path.join(self._root, name), "rb") as handle:
-                mtime = os.fstat(handle.fileno()).st_mtime
-                return handle.read(max_bytes + 1), mtime
+            fd = os.open(os.path.join(self._root, name), _READ_UNTRUSTED)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise OSError("it is a symbolic link (not followed)") from exc
+            raise
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise OSError(f"it is not a regular file ({_file_kind(info.st_mode)})")
+            chunks: list[bytes] = []
+            left = max_bytes + 1
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks), info.st_mtime
+        finally:
+            os.close(fd)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device"

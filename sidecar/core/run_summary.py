@@ -494,6 +494,21 @@ def _utc(epoch: float) -> str:
         return repr(epoch)
 
 
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """Stricter than the seed, which kept the last: ``{"status": "failed", ..., "status":
+    "completed"}`` must not pass as completed."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise _DuplicateKeyError(f"run_summary.json repeats the key {clip(key)!r} in one object")
+        document[key] = value
+    return document
+
+
 def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     """Parse run_summary.json as the seed did (``NaN``/``Infinity`` parse; checks reject them).
 
@@ -503,11 +518,13 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     if len(data) > max_bytes:
         raise InvalidRunSummaryError(f"run_summary.json exceeds the {max_bytes} byte limit")
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
     except UnicodeDecodeError as exc:
         raise InvalidRunSummaryError(f"run_summary.json is not UTF-8: {exc}") from exc
     except RecursionError as exc:
         raise InvalidRunSummaryError("run_summary.json is nested too deeply to parse") from exc
+    except _DuplicateKeyError as exc:
+        raise InvalidRunSummaryError(str(exc)) from exc
     except ValueError as exc:  # JSONDecodeError, and integers over Python's digit limit
         raise InvalidRunSummaryError(
             f"run_summary.json is not valid JSON: {clip(str(exc))}"

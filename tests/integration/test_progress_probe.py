@@ -117,3 +117,34 @@ def test_console_log_growth_does_not_hide_a_stale_trainer(tmp_path: Path) -> Non
         verdicts.append(tracker.observe(probe.sample(), now))
 
     assert verdicts == [None, None, None, (KIND_STALE, "training progress did not change for 15.0s")]
+
+
+# ---------------------------------------------------------------------- the trainer's run_summary
+
+
+def test_read_file_reads_a_regular_file_bounded(tmp_path: Path) -> None:
+    probe = DirectoryProgressProbe(tmp_path, exclude=[])
+    (tmp_path / "run_summary.json").write_bytes(b"x" * 5000)
+    found = probe.read_file("run_summary.json", 100)
+    assert found is not None
+    data, mtime = found
+    assert data == b"x" * 101  # max_bytes + 1: enough to tell "too large" without reading it all
+    assert mtime == (tmp_path / "run_summary.json").stat().st_mtime
+    assert probe.read_file("absent.json", 100) is None
+
+
+def test_read_file_never_follows_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "run_summary.json").symlink_to("/dev/zero")
+    probe = DirectoryProgressProbe(tmp_path, exclude=[])
+    with pytest.raises(OSError, match="symbolic link"):
+        probe.read_file("run_summary.json", 100)
+
+
+def test_read_file_refuses_what_is_not_a_regular_file_without_hanging(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "run_summary.json")  # no writer: a blocking open would never return
+    (tmp_path / "summary-dir").mkdir()
+    probe = DirectoryProgressProbe(tmp_path, exclude=[])
+    with pytest.raises(OSError, match="not a regular file \\(a FIFO\\)"):
+        probe.read_file("run_summary.json", 100)
+    with pytest.raises(OSError, match="not a regular file \\(a directory\\)"):
+        probe.read_file("summary-dir", 100)

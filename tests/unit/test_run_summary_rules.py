@@ -822,3 +822,17 @@ def test_checks_never_mutate_the_document() -> None:
     evaluate_parsed(document, manifest_validator=None)
     typed_run_summary(document)
     assert document == snapshot
+
+
+def test_a_key_repeated_in_one_object_is_invalid_not_last_wins() -> None:
+    completed = json.dumps(valid_run_summary())
+    repeated = '{"status": "failed", ' + completed[1:]  # the seed's parser kept the last "status"
+    outcome = evaluate_run_summary(
+        repeated.encode(), mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
+    )
+    assert outcome.classification == "invalid_run_summary"
+    assert outcome.failures == ("run_summary.json repeats the key 'status' in one object",)
+    nested = json.dumps({"a": 1}).replace("}", ', "a": 2}')
+    assert evaluate_run_summary(
+        nested.encode(), mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
+    ).failures == ("run_summary.json repeats the key 'a' in one object",)

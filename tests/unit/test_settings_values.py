@@ -1,0 +1,19 @@
+"""Settings refuse what cannot be meant, each with a message that names what is wrong."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.core.errors import ConfigError
+from sidecar.settings import load_settings
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_a_non_finite_number_is_named_as_such(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"deadline\.budget_s: Input should be a finite number$"):
+        load_settings(deadline={"budget_s": value})
+
+
+def test_a_finite_number_out_of_range_says_the_range() -> None:
+    with pytest.raises(ConfigError, match=r"deadline\.budget_s: Input should be greater than 0$"):
+        load_settings(deadline={"budget_s": -1})

@@ -25,6 +25,7 @@ import math
 import os
 import select
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -374,6 +375,18 @@ def alive_descendants(root: int) -> list[int]:
             if fields and fields[0] not in ("Z", "X"):
                 found.append(pid)
     return found
+
+
+def command_problem(command: list[str]) -> str | None:
+    """Why the trainer command could not be started, found as the spawn would look for it (this
+    process's PATH, which the trainer inherits); None when it can. Told before the go-ahead, so a
+    command that cannot run uses no deadline record and no attempt."""
+    program = command[0] if command else ""
+    if os.sep in program:
+        if not os.path.isfile(program):
+            return "was not found"
+        return None if os.access(program, os.X_OK) else "is not executable"
+    return None if program and shutil.which(program) else "was not found"
 
 
 def set_child_subreaper() -> None:
@@ -804,6 +817,7 @@ class Launcher:
                 "boot_id": boot_id(),
                 "hostname": socket.gethostname(),
                 "command": self.command,
+                "command_problem": command_problem(self.command),
                 "python": sys.executable,
                 "python_version": ".".join(str(v) for v in sys.version_info[:3]),
                 "subreaper": self.subreaper,

@@ -54,6 +54,7 @@ class Script:
     obeys_stop: bool = True  # the launcher acts on terminate/kill requests
     subreaper: bool = True
     appears: bool = True
+    command_problem: str | None = None  # what the launcher found wrong with the command
     leaves_orphan: bool = False  # a worker that outlives the trainer
     gpu_fault_at_s: float | None = None
     interrupt_at_s: float | None = None  # a Ctrl-C reaches the sidecar
@@ -149,6 +150,7 @@ class FakeChannel:
             boot_id="boot",
             hostname="node-1",
             command=("python3", "train.py"),
+            command_problem=self.world.script.command_problem,
             python="python3",
             python_version="3.11.7",
             subreaper=self.world.script.subreaper,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from sidecar.app.console import Console
 from sidecar.app.ports import LocalLauncher, Ports, StopRequest
 from sidecar.app.values import Launched, Preflight, RunRequest, Started
-from sidecar.core.errors import LauncherError, RefusedError
+from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
 from sidecar.launcher import ENV_RUN_ID, GoRequest
 from sidecar.settings import Settings
@@ -67,6 +67,11 @@ class LaunchSession:
         if not info.subreaper:
             # Without the subreaper, orphaned workers escape cleanup: refuse rather than leak.
             raise RefusedError("the launcher is not a child subreaper; refusing to start the trainer")
+        if info.command_problem is not None:
+            raise TrainerNotStartedError(
+                f"the trainer command {command[0]!r} {info.command_problem} "
+                "(found by the launcher before the go-ahead: no deadline record, no attempt used)"
+            )
         self.launched = Launched(launcher=info, command=tuple(command))
         return self.launched
 

@@ -34,8 +34,10 @@ from sidecar.core.errors import (
     LauncherError,
     RefusedError,
     SoakError,
+    TrainerNotStartedError,
     TransientError,
 )
+from sidecar.core.exitcodes import ExitCode
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import GpuDevice
 from sidecar.settings import Settings
@@ -92,14 +94,18 @@ class Supervisor:
             self._console.close()
 
     def _pipeline(self) -> RunResult:
+        try:
+            launched = self._session.start(self._console)
+        except TrainerNotStartedError as exc:
+            self._session.abort(str(exc), int(ExitCode.TRAINER_NOT_STARTED))
+            return self._unstarted(verdicts.stopped("trainer_not_started", str(exc)))
+        except LauncherError as exc:
+            return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
+        # Numbered once a launcher can run the trainer: a run that cannot start uses no attempt.
         attempt = self._ports.store.claim_attempt(self._started.request.run_id)
         self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
         files = self._ports.artifact_files(self._started.artifact_dir)
         files.create()
-        try:
-            launched = self._session.start(self._console)
-        except LauncherError as exc:
-            return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
         checked: Preflight | None = None
         try:
             checked = preflight(self._settings, self._ports, self._started, launched)
@@ -229,8 +235,8 @@ class Supervisor:
             name = f"attempt-{attempt}" + (f"-{request.attempt_label}" if request.attempt_label else "")
         else:
             now = datetime.fromtimestamp(self._ports.clock.wall(), tz=timezone.utc)
-            # No attempt number without the store's lock: a unique name, so refusals never collide.
-            name = f"unlocked-{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
+            # No attempt number (refused, or could not start): a unique name, so these never collide.
+            name = f"unnumbered-{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{uuid.uuid4().hex[:8]}"
         return self._settings.artifact.output_dir / "runs" / request.run_id / name
 
 

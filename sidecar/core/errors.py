@@ -95,6 +95,10 @@ class LauncherError(SoakError):
     exit_code = ExitCode.TRAINER_NOT_STARTED
 
 
+class TrainerNotStartedError(LauncherError):
+    """The launcher is there, but the trainer command it was given cannot be started."""
+
+
 class InvalidRunSummaryError(SoakError):
     """run_summary.json is oversized, not UTF-8, or not parsable JSON."""
 

@@ -40,6 +40,9 @@ class LauncherInfo:
     boot_id: str | None
     hostname: str
     command: tuple[str, ...]
+    # Why the command cannot be started ("was not found", "is not executable"); None when it can
+    # (or the launcher predates the check).
+    command_problem: str | None
     python: str
     python_version: str
     subreaper: bool
@@ -57,6 +60,7 @@ class LauncherInfo:
             boot_id=_get(raw, "boot_id", str, optional=True),
             hostname=_get(raw, "hostname", str),
             command=tuple(str(part) for part in command),
+            command_problem=_get(raw, "command_problem", str, optional=True),
             python=_get(raw, "python", str),
             python_version=_get(raw, "python_version", str),
             subreaper=_get(raw, "subreaper", bool),

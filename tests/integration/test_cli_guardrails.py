@@ -37,7 +37,7 @@ def run_cli(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[st
 
 
 def artifacts(tmp: Path) -> list[dict[str, Any]]:
-    found = sorted((tmp / "soak-output" / "runs").glob("*/attempt-*/artifact.json"))
+    found = sorted((tmp / "soak-output" / "runs").glob("*/*/artifact.json"))
     return [json.loads(path.read_text(encoding="utf-8")) for path in found]
 
 
@@ -61,12 +61,25 @@ def test_an_unusable_directory_is_a_usage_error_before_anything_runs(tmp_path: P
     assert not (tmp_path / "soak-output" / "deadlines").exists()  # no budget was started
 
 
-def test_a_trainer_that_cannot_start_is_trainer_not_started(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "--", str(tmp_path / "no-such-trainer"))
+@pytest.mark.parametrize(
+    ("program", "problem"),
+    [("no-such-trainer-on-path", "was not found"), ("{tmp}/train.sh", "is not executable")],
+    ids=["not on PATH", "not executable"],
+)
+def test_a_trainer_that_cannot_start_is_trainer_not_started(
+    tmp_path: Path, program: str, problem: str
+) -> None:
+    (tmp_path / "train.sh").write_text("#!/bin/sh\n", encoding="utf-8")
+    (tmp_path / "train.sh").chmod(0o644)
+    command = [program.format(tmp=tmp_path)]
+    done = run_cli(tmp_path, "--", *command)
     assert done.returncode == 19, done.stderr
     (artifact,) = artifacts(tmp_path)
     assert artifact["failure_classification"] == "trainer_not_started"
-    assert "was not found" in artifact["failure_reason"]
+    assert f"{command[0]!r} {problem}" in artifact["failure_reason"]
+    # Found by the launcher before the go-ahead: no deadline record, no attempt number used.
+    assert not list((tmp_path / "soak-output" / "deadlines").glob("*.json"))
+    assert artifact["context"]["attempt"] == 0
 
 
 def test_an_unknown_soft_stop_signal_is_refused_before_any_record(tmp_path: Path) -> None:

@@ -282,3 +282,16 @@ def test_drop_notes_are_rate_limited_and_the_last_one_comes_at_exit(
         "500 bytes of trainer output not shown (stdout reader too slow)",
         "100 bytes of trainer output not shown (stdout reader too slow)",
     ]
+
+
+def test_command_problem_is_what_the_spawn_would_find(tmp_path: Path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/sh\n", encoding="utf-8")
+    script.chmod(0o644)
+    assert proto.command_problem([str(script)]) == "is not executable"
+    script.chmod(0o755)
+    assert proto.command_problem([str(script), "--flag"]) is None
+    assert proto.command_problem([str(tmp_path / "absent")]) == "was not found"
+    assert proto.command_problem(["no-such-program-on-path"]) == "was not found"
+    assert proto.command_problem(["sh"]) is None
+    assert proto.command_problem([]) == "was not found"

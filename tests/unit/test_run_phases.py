@@ -149,6 +149,15 @@ def test_a_launcher_that_never_appears_is_launcher_missing(tmp_path: Path) -> No
     assert world.world.go is None
 
 
+def test_a_command_that_cannot_start_uses_no_record_and_no_attempt(tmp_path: Path) -> None:
+    result, world, artifact = run(tmp_path, Script(command_problem="was not found"))
+    assert result.verdict.classification == "trainer_not_started" and result.exit_code == 19
+    assert "'python3' was not found" in (result.verdict.reason or "")
+    assert world.store.records == {} and world.store.attempts == {}
+    assert world.world.aborted is not None and world.world.aborted[1] == 19  # the launcher exits now
+    assert world.world.go is None and artifact["context"]["attempt"] == 0
+
+
 def test_an_upload_failure_turns_a_pass_into_evidence_lost(tmp_path: Path) -> None:
     result, world, artifact = run(tmp_path, Script(runs_s=2.0), upload_fails=True)
     assert result.verdict.classification == "evidence_lost"
@@ -203,7 +212,7 @@ def test_refusals_before_the_lock_never_share_an_s3_key(tmp_path: Path) -> None:
         assert result.verdict.classification == "transient_infra"
     prefixes = {prefix for prefix, name in world.sink.uploaded if name == "artifact.json"}
     assert len(prefixes) == 2, world.sink.uploaded  # the second refusal did not hit the first's key
-    assert all("/unlocked-" in prefix for prefix in prefixes)
+    assert all("/unnumbered-" in prefix for prefix in prefixes)
 
 
 class RefusingStore(MemoryStore):

@@ -377,6 +377,19 @@ def alive_descendants(root: int) -> list[int]:
     return found
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether pid has a handler installed for signum (SigCgt in /proc/PID/status). Such a process
+    asked for the signal; any other would die of it (SIGUSR1's default action) or ignore it."""
+    data = read_bytes(f"/proc/{pid}/status")
+    for line in (data or b"").splitlines():
+        if line.startswith(b"SigCgt:"):
+            try:
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
 def command_problem(command: list[str]) -> str | None:
     """Why the trainer command could not be started, found as the spawn would look for it (this
     process's PATH, which the trainer inherits); None when it can. Told before the go-ahead, so a
@@ -678,6 +691,7 @@ class Launcher:
         self.kill_sent = False
         self.control_actions: list[dict[str, Any]] = []
         self.signals_forwarded: list[str] = []
+        self.soft_stop_signalled: list[int] = []
         self.killed_with_trainer: dict[int, str] = {}
         self.survivors_killed: dict[int, str] = {}
         self.unreaped: list[int] = []
@@ -932,6 +946,24 @@ class Launcher:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.trainer.pid, signum)
 
+    def _signal_tree(self, signum: int, *, only_catchers: bool = False) -> list[int]:
+        """signum to every live process of the trainer's tree, whatever its session or group (a
+        worker that setsid()'d away is still the subreaper's descendant), and to the trainer's
+        group; with only_catchers, only to the processes with a handler for it. The PIDs signalled."""
+        group = None
+        if not only_catchers and self.trainer is not None:
+            group = self.trainer.pid
+            self._signal_group(signum)
+        sent: list[int] = []
+        for pid in alive_descendants(self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                # Once is enough: the group's members had it from killpg.
+                if (only_catchers and not catches(pid, signum)) or os.getpgid(pid) == group:
+                    continue
+                os.kill(pid, signum)
+                sent.append(pid)
+        return sent
+
     def kill_everything(self, into: dict[int, str]) -> None:
         """SIGKILL the trainer's group and every live descendant, recording them in ``into``.
 
@@ -957,7 +989,7 @@ class Launcher:
             self.kill_everything(self.killed_with_trainer)
         else:
             self.term_sent = True
-            self._signal_group(signal.SIGTERM)
+            self._signal_tree(signal.SIGTERM)
             if self.escalate_at is None:
                 self.escalate_at = time.monotonic() + (self.go.kill_grace_s if self.go else 0.0)
 
@@ -975,7 +1007,9 @@ class Launcher:
                 "sent_unix": time.time(),
             },
         )
-        self._signal_group(self.go.soft_stop_signum)
+        # Only to processes that asked for it: torchrun's agent has no handler and would die of
+        # SIGUSR1, while its workers (each in a session of its own) catch it and checkpoint.
+        self.soft_stop_signalled = self._signal_tree(self.go.soft_stop_signum, only_catchers=True)
 
     def check_heartbeat(self) -> None:
         content = read_bytes(self.path(HEARTBEAT_FILE))
@@ -1012,7 +1046,7 @@ class Launcher:
         while self.trainer_status is None:
             for signum in signals:
                 self.signals_forwarded.append(signal_name(signum))
-                self._signal_group(signum)
+                self._signal_tree(signum, only_catchers=signum in (signal.SIGUSR1, signal.SIGUSR2))
             now = time.monotonic()
             remaining = clock.remaining()
             self._enforce_kills(remaining, now)
@@ -1055,7 +1089,7 @@ class Launcher:
             # The deadline's TERM: the trainer stopping now stopped because of the deadline.
             self.reason = self.reason or "deadline"
             self.term_sent = True
-            self._signal_group(signal.SIGTERM)
+            self._signal_tree(signal.SIGTERM)
 
     def _read_changes(self, now: float) -> None:
         """Heartbeat and control: when inotify reports a change, and on the fallback poll."""
@@ -1178,6 +1212,7 @@ class Launcher:
             "kill_sent": self.kill_sent,
             "control": self.control_actions,
             "signals_forwarded": self.signals_forwarded,
+            "soft_stop_signalled": self.soft_stop_signalled,
             "killed_with_trainer": _process_list(self.killed_with_trainer),
             "survivors_killed": _process_list(self.survivors_killed),
             "unreaped": self.unreaped,

@@ -632,3 +632,78 @@ def _kill_family(pid: int) -> None:
     for member in family:
         with contextlib.suppress(ProcessLookupError):
             os.kill(member, signal.SIGKILL)
+
+
+# An agent like torchrun's: no handler for the soft-stop signal (a TERM handler), two workers each started in a
+# session of its own (start_new_session=True). A worker writes "<signal> <rank>" to its log when a
+# signal arrives and, on SIGUSR1 or SIGTERM, checkpoints and exits 0; the agent exits when they did.
+AGENT_TRAINER = """
+import os, signal, subprocess, sys, time
+log = sys.argv[1]
+WORKER = '''
+import os, signal, sys, time
+log, rank = sys.argv[1], sys.argv[2]
+def stop(signum, frame):
+    with open(log, "a") as fh:
+        fh.write(f"{signal.Signals(signum).name} {rank}\\\\n")
+    with open(log + ".ckpt-" + rank, "w") as fh:
+        fh.write("step")
+    sys.exit(0)
+signal.signal(signal.SIGUSR1, stop)
+signal.signal(signal.SIGTERM, stop)
+with open(log + ".ready-" + rank, "w") as fh:
+    fh.write(str(os.getpid()))
+while True:
+    time.sleep(0.05)
+'''
+# Like torchrun's agent: a TERM is noted, and it goes on waiting for its workers.
+signal.signal(signal.SIGTERM, lambda signum, frame: None)
+workers = [subprocess.Popen([sys.executable, "-c", WORKER, log, str(rank)], start_new_session=True)
+           for rank in (0, 1)]
+codes = [w.wait() for w in workers]
+sys.exit(max(codes))
+"""
+
+
+def agent_trainer(tmp_path: Path) -> tuple[list[str], Path]:
+    script = tmp_path / "agent.py"
+    script.write_text(AGENT_TRAINER)
+    return [sys.executable, str(script), str(tmp_path / "workers.log")], tmp_path / "workers.log"
+
+
+def workers_ready(log: Path) -> bool:
+    return all(Path(f"{log}.ready-{rank}").exists() for rank in (0, 1))
+
+
+def test_the_soft_stop_reaches_every_worker_that_catches_it_and_spares_the_agent(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = agent_trainer(tmp_path)
+    run = launch(command)
+    run.go(deadline_in=6.0, margin=4.0, term_grace=1.0)
+    wait_until("workers ready", lambda: workers_ready(log))
+    record = run.finish()
+    # Both workers, each in its own session, checkpointed on SIGUSR1; the agent, which has no
+    # handler and would have died of it (-10), was not signalled and exited 0 after them.
+    assert sorted(received(log)) == ["SIGUSR1", "SIGUSR1"]
+    assert all(Path(f"{log}.ckpt-{rank}").read_text() == "step" for rank in (0, 1))
+    assert record.reason == "exited" and record.returncode == 0 and record.soft_stop_sent
+    assert not record.term_sent and not record.kill_sent
+    workers = {int(Path(f"{log}.ready-{rank}").read_text()) for rank in (0, 1)}
+    exit_json = json.loads(run.rd.file(proto.EXIT_FILE).read_text())
+    assert set(exit_json["soft_stop_signalled"]) == workers
+
+
+def test_term_at_the_deadline_reaches_workers_in_other_sessions(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = agent_trainer(tmp_path)
+    run = launch(command)
+    # Soft stop by another signal nobody catches: only the deadline's TERM can stop the workers.
+    run.go(deadline_in=4.0, margin=3.0, term_grace=2.0, soft_stop_signal="SIGUSR2")
+    wait_until("workers ready", lambda: workers_ready(log))
+    record = run.finish()
+    assert sorted(received(log)) == ["SIGTERM", "SIGTERM"]  # not KILLed at the deadline instead
+    assert record.term_sent and not record.kill_sent and record.returncode == 0
+    exit_json = json.loads(run.rd.file(proto.EXIT_FILE).read_text())
+    assert exit_json["soft_stop_signalled"] == []  # SIGUSR2 would have killed all three

@@ -634,9 +634,10 @@ def _kill_family(pid: int) -> None:
             os.kill(member, signal.SIGKILL)
 
 
-# An agent like torchrun's: no handler for the soft-stop signal (a TERM handler), two workers each started in a
-# session of its own (start_new_session=True). A worker writes "<signal> <rank>" to its log when a
-# signal arrives and, on SIGUSR1 or SIGTERM, checkpoints and exits 0; the agent exits when they did.
+# An agent like torchrun's: a TERM handler but none for the soft-stop signal, and two workers each
+# started in a session of its own (start_new_session=True). A worker writes "<signal> <rank>" to
+# its log when a signal arrives and, on SIGUSR1 or SIGTERM, checkpoints and exits 0; the agent
+# exits when they did.
 AGENT_TRAINER = """
 import os, signal, subprocess, sys, time
 log = sys.argv[1]

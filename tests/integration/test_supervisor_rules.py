@@ -219,6 +219,14 @@ def test_nonzero_returncode(tmp_path: Path) -> None:
     assert artifact["returncode"] == 3
 
 
+def test_a_crash_without_a_summary_is_the_trainers_failure_not_a_contract_violation(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    result, artifact = supervise(settings, trainer(tmp_path / "progress", "--crash", "--no-summary", steps=4))
+    # The crash is the first real cause; the missing summary is its evidence (it used to be 11).
+    assert_verdict(result, artifact, classification="trainer_failure", exit_code=10)
+    assert result.verdict.reason == "trainer exited with returncode 3; trainer did not write run_summary.json"
+
+
 def test_missing_run_summary(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     result, artifact = supervise(settings, trainer(tmp_path / "progress", "--no-summary"))
@@ -412,6 +420,62 @@ def test_resume_with_changed_command_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "trainer.json").exists()
 
 
+# ---------------------------------------------------------------------- the sidecar itself stalls
+
+
+def local_flags(tmp_path: Path) -> list[str]:
+    """Every directory inside ``tmp_path``, fast sampling, no GPU, no status line."""
+    return [
+        "--output",
+        str(tmp_path / "out"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--progress-dir",
+        str(tmp_path / "progress"),
+        "--deadline-dir",
+        str(tmp_path / "deadlines"),
+        "--sample-interval",
+        "0.2",
+        "--post-shutdown-grace",
+        "0.2",
+        "--gpu-backend",
+        "none",
+        "--status",
+        "off",
+    ]
+
+
+def test_a_stalled_sidecar_is_supervisor_lost_not_the_trainers_failure(tmp_path: Path) -> None:
+    """SIGSTOP the sidecar past the heartbeat timeout: the launcher fails closed and kills the
+    trainer; once resumed, the sidecar blames the heartbeat, not the trainer (retryable, 152)."""
+    env = {
+        **os.environ,
+        "SOAK_LAUNCHER__HEARTBEAT_INTERVAL_S": "0.2",
+        "SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S": "1",
+        "SOAK_LAUNCHER__KILL_GRACE_S": "1",
+    }
+    argv = [PY, "-m", "sidecar.cli", "run", "--local", *local_flags(tmp_path), "--"]
+    proc = subprocess.Popen(
+        [*argv, *trainer(tmp_path / "progress", steps=600, step_s=0.1)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
+        proc.send_signal(signal.SIGSTOP)
+        wait_until("the launcher gave up", (tmp_path / "run" / "exit.json").exists, 30)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 152, err.decode()
+    (path,) = (tmp_path / "out" / "runs").glob("*/attempt-1/artifact.json")
+    artifact = json.loads(path.read_text(encoding="utf-8"))
+    assert artifact["failure_classification"] == "supervisor_lost"
+    assert artifact["failure_reason"].startswith("the launcher lost the sidecar's heartbeat")
+    assert artifact["post_shutdown"]["launcher_exit"]["heartbeat_lost"] is True
+
+
 # ---------------------------------------------------------------------- external cancellation
 
 
@@ -439,22 +503,7 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
         "sidecar.cli",
         "run",
         "--local",
-        "--output",
-        str(tmp_path / "out"),
-        "--run-dir",
-        str(tmp_path / "run"),
-        "--progress-dir",
-        str(tmp_path / "progress"),
-        "--deadline-dir",
-        str(tmp_path / "deadlines"),
-        "--sample-interval",
-        "0.2",
-        "--post-shutdown-grace",
-        "0.2",
-        "--gpu-backend",
-        "none",
-        "--status",
-        "off",
+        *local_flags(tmp_path),
         "--",
         *trainer(tmp_path / "progress", steps=600, step_s=0.1),
     ]

@@ -19,7 +19,15 @@ pytest_plugins = [
 
 # SOAK_* variables that steer the test harness, not the product's settings.
 HARNESS_VARIABLES = frozenset(
-    {"SOAK_E2E", "SOAK_E2E_KEEP", "SOAK_KUBE_CACHE", "SOAK_HELM_BIN", "SOAK_KUBECTL_BIN"}
+    {
+        "SOAK_E2E",
+        "SOAK_E2E_KEEP",
+        "SOAK_KUBE_CACHE",
+        "SOAK_HELM_BIN",
+        "SOAK_KUBECTL_BIN",
+        "SOAK_TRAINER_PYTHON",
+        "SOAK_REQUIRE_TRAINERS",
+    }
 )
 
 

@@ -31,7 +31,8 @@ from typing import Any
 SLOT_ROWS = 64
 
 
-def _write_atomic(path: Path, payload: dict[str, Any]) -> None:
+def write_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Replace ``path`` with the JSON of ``payload`` in one rename: a reader never sees half a file."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
@@ -116,8 +117,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _soft_stop(args: argparse.Namespace, step: int) -> int:
     """Checkpoint, then an abnormal-but-valid summary: the soak resumes from here."""
-    _write_atomic(args.progress_dir / "checkpoint.json", {"step": step})
-    _write_atomic(
+    write_atomic(args.progress_dir / "checkpoint.json", {"step": step})
+    write_atomic(
         args.progress_dir / "run_summary.json",
         run_summary(
             steps=step,
@@ -132,7 +133,7 @@ def _soft_stop(args: argparse.Namespace, step: int) -> int:
 
 def _crash(args: argparse.Namespace, step: int) -> int:
     if not args.no_summary:
-        _write_atomic(
+        write_atomic(
             args.progress_dir / "run_summary.json",
             run_summary(
                 steps=step,
@@ -167,7 +168,7 @@ def _finish(args: argparse.Namespace) -> int:
         )
         if args.bad_summary:
             summary["runtime_manifest"]["replay_ingress"]["occupancy"] = 1
-        _write_atomic(args.progress_dir / "run_summary.json", summary)
+        write_atomic(args.progress_dir / "run_summary.json", summary)
     return 0
 
 

@@ -13,7 +13,8 @@ The soft stop, as soak-sidecar asks of a torchrun trainer:
 - each rank writes its checkpoint, rank 0 writes run_summary.json, and all exit 0.
 
 Faults for the tests (--fault): ``hang`` (rank 1 stops before a collective: rank 0 blocks in it),
-``raise`` (rank 1 raises), ``daemon`` (rank 0 leaves a setsid()'d process that ignores SIGTERM).
+``raise`` (rank 1 raises), ``daemon`` (rank 0 leaves a setsid()'d process that ignores SIGTERM),
+``ignore-stop`` (every rank ignores the soft stop and SIGTERM: only the deadline's KILL ends it).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--step-s", type=float, default=0.1, help="extra seconds per step")
-    parser.add_argument("--fault", choices=["hang", "raise", "daemon"])
+    parser.add_argument("--fault", choices=["hang", "raise", "daemon", "ignore-stop"])
     parser.add_argument("--progress-dir", type=Path, default=Path(os.environ.get("SOAK_PROGRESS_DIR", ".")))
     return parser.parse_args()
 
@@ -65,6 +66,9 @@ def main() -> int:
         lambda *_: asked.update(stop=True),
     )
     soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
+    if args.fault == "ignore-stop":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        soft_stop_file = None
     if args.fault == "daemon" and rank == 0:
         leave_a_daemon()
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
@@ -72,7 +76,9 @@ def main() -> int:
     batches = iter(DataLoader(Numbers(), batch_size=16, num_workers=2))
     progress = args.progress_dir / f"progress-rank{rank}.jsonl"
     for step in range(1, args.steps + 1):
-        requested = asked["stop"] or bool(soft_stop_file and Path(soft_stop_file).exists())
+        requested = args.fault != "ignore-stop" and (
+            asked["stop"] or bool(soft_stop_file and Path(soft_stop_file).exists())
+        )
         if agreed(requested):
             return soft_stop(model, args.progress_dir, rank, step)
         inject(args.fault, rank, step)

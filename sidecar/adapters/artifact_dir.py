@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO
 
 from sidecar.adapters.fsutil import write_atomic
+from sidecar.core.errors import ConfigError
 
 
 class SamplesFile:
@@ -51,14 +52,18 @@ class ArtifactDir:
         self.path = path
 
     def create(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Before the trainer starts: an unusable directory is a usage error now, not a lost artifact."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use artifact directory {self.path}: {exc}") from exc
 
     def open_samples(self, name: str) -> SamplesFile:
         return SamplesFile(self.path / name)
 
     def write(self, name: str, data: bytes) -> Path:
         """Atomically and durably; OSError when the directory is unusable (disk full, read-only)."""
-        self.create()
+        self.path.mkdir(parents=True, exist_ok=True)
         target = self.path / name
         write_atomic(target, data)
         return target
@@ -70,7 +75,7 @@ class ArtifactDir:
             copy = self.path / source.name
             with contextlib.suppress(OSError):
                 if not copy.exists():
-                    self.create()
+                    self.path.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(source, copy)
                 kept.append(copy)
         return kept

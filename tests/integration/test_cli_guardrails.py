@@ -130,3 +130,24 @@ def test_a_bundled_gpu_scenario_by_name_from_any_directory(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     (artifact,) = artifacts(tmp_path)
     assert len(artifact["resource_summary"]["gpu_devices"]) == 2
+
+
+def test_an_artifact_that_cannot_be_written_is_said_so_and_loses_the_pass(tmp_path: Path) -> None:
+    run_id = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+    # A directory where artifact.json must go: the write fails after a passing soak.
+    (tmp_path / "soak-output" / "runs" / run_id / "attempt-1" / "artifact.json").mkdir(parents=True)
+    done = run_cli(tmp_path, "--run-id", run_id)
+    assert done.returncode == 16, done.stderr
+    assert "the local artifact was not written" in done.stderr
+    assert done.stderr.rstrip().endswith("artifact not written (the reason is above) (exit code 16)")
+
+
+def test_an_unusable_artifact_directory_is_a_usage_error_before_the_trainer_starts(tmp_path: Path) -> None:
+    run_id = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+    runs = tmp_path / "soak-output" / "runs" / run_id
+    runs.mkdir(parents=True)
+    (runs / "attempt-1").write_text("", encoding="utf-8")  # a file where the directory must go
+    done = run_cli(tmp_path, "--run-id", run_id)
+    assert done.returncode == 64, done.stderr
+    assert "cannot use artifact directory" in done.stderr
+    assert not list(runs.glob("progress/*"))  # the trainer never started

@@ -150,3 +150,14 @@ def test_the_facts_are_all_it_needs() -> None:
     first, second = conclude(facts(still_alive=(process(20),))), conclude(facts(still_alive=(process(20),)))
     assert first == second
     assert json.dumps(first.residual_pids) == "[20]"
+
+
+def test_a_lost_heartbeat_is_the_sidecars_stall_not_the_trainers_failure() -> None:
+    record = exited(reason="heartbeat_lost", returncode=None, signal=9, heartbeat_lost=True)
+    result = conclude(facts(exit_record=record, summary=missing_summary()))
+    assert result.verdict.classification == "supervisor_lost"
+    assert result.verdict.exit_code.retryable and int(result.verdict.exit_code) == 152
+    assert (result.verdict.reason or "").startswith("the launcher lost the sidecar's heartbeat")
+    # the sidecar's own finding comes first: the stall it saw before it stopped
+    stalled = conclude(facts(exit_record=record, monitor_failure=("timeout/stale_tick", "stale")))
+    assert stalled.verdict.classification == "timeout/stale_tick"

@@ -61,10 +61,8 @@ def main() -> int:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     asked = {"stop": False}
-    signal.signal(
-        signal.Signals[os.environ.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1")],
-        lambda *_: asked.update(stop=True),
-    )
+    soft_stop_signal = signal.Signals[os.environ.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1")]
+    signal.signal(soft_stop_signal, lambda *_: asked.update(stop=True))
     soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
     if args.fault == "ignore-stop":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -80,6 +78,9 @@ def main() -> int:
             asked["stop"] or bool(soft_stop_file and Path(soft_stop_file).exists())
         )
         if agreed(requested):
+            # Acted on: a late copy must not kill the rank while Python exits (it restores the
+            # default action, death, of every signal it had a handler for).
+            signal.signal(soft_stop_signal, signal.SIG_IGN)
             return soft_stop(model, args.progress_dir, rank, step)
         inject(args.fault, rank, step)
         x, y = next(batches)

@@ -38,15 +38,16 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     asked = {"stop": False}
-    signal.signal(
-        signal.Signals[os.environ.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1")],
-        lambda *_: asked.update(stop=True),
-    )
+    soft_stop_signal = signal.Signals[os.environ.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1")]
+    signal.signal(soft_stop_signal, lambda *_: asked.update(stop=True))
     soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
     total = 0.0
     for step in range(1, args.steps + 1):
         requested = asked["stop"] or bool(soft_stop_file and Path(soft_stop_file).exists())
         if comm.allreduce(1 if requested else 0, op=MPI.MAX):
+            # mpirun forwards the signal too: a late copy must not kill the rank while Python exits
+            # (it restores the default action, death, of every signal it had a handler for).
+            signal.signal(soft_stop_signal, signal.SIG_IGN)
             write_atomic(args.progress_dir / f"ckpt-rank{rank}.json", {"step": step, "total": total})
             comm.Barrier()
             if rank == 0:

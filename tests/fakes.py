@@ -324,6 +324,9 @@ class MemoryStore:
             raise RecordExistsError(run_id)
         self.records[run_id] = payload
 
+    def attempt_claims(self, run_id: str) -> list[float | None]:
+        return [EPOCH] * self.attempts.get(run_id, 0)
+
     def claim_attempt(self, run_id: str) -> int:
         self.attempts[run_id] = self.attempts.get(run_id, 0) + 1
         return self.attempts[run_id]

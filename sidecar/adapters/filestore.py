@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     RecordExistsError,
+    RefusedError,
     SoakError,
     StoreUnavailableError,
 )
@@ -95,15 +97,36 @@ class FileDeadlineStore:
             raise ConfigError(f"run {run_id} is not locked by this store") from None
 
     def load(self, run_id: str) -> bytes | None:
+        """The record's bytes, read only from what the store itself would have written: a regular
+        file (no symlink followed), owned by this process's user, writable by no one else, readable
+        by its owner. Anything else is refused (15): a hand-made record could stretch the budget."""
         path = self.record_path(run_id)
         try:
-            with path.open("rb") as handle:
-                # One byte over the cap is enough for the parser to refuse it.
-                return handle.read(MAX_RECORD_BYTES + 1)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR):
+                raise RefusedError(f"deadline record {path} is not a regular file ({exc.strerror})") from exc
             raise _store_error(f"cannot read deadline record {path}: {exc}", exc) from exc
+        try:
+            _require_stored_by_us(path, os.fstat(fd))
+            # One byte over the cap is enough for the parser to refuse it.
+            return os.read(fd, MAX_RECORD_BYTES + 1)
+        except OSError as exc:
+            raise _store_error(f"cannot read deadline record {path}: {exc}", exc) from exc
+        finally:
+            os.close(fd)
+
+    def attempt_claims(self, run_id: str) -> list[float | None]:
+        directory = self.directory / f"{parse_run_id(run_id)}.attempts"
+        try:
+            names = [name for name in os.listdir(directory) if name.isdigit()]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _store_error(f"cannot list the attempt ledger {directory}: {exc}", exc) from exc
+        return [_claimed_unix(directory / name) for name in sorted(names, key=int)]
 
     def create(self, run_id: str, payload: bytes) -> None:
         """Publish the record with link(2): exclusive like O_EXCL, and no reader ever sees a
@@ -161,6 +184,31 @@ def _store_error(message: str, exc: OSError) -> SoakError:
     if exc.errno in _PERMANENT_ERRNOS:
         return ConfigError(message)
     return StoreUnavailableError(message)
+
+
+def _require_stored_by_us(path: Path, info: os.stat_result) -> None:
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file"
+    elif info.st_uid != os.geteuid():
+        problem = f"is owned by uid {info.st_uid}, not the store's user (uid {os.geteuid()})"
+    elif mode & 0o022:
+        problem = f"is writable by others (mode {mode:04o}; records are written 0444)"
+    elif not mode & 0o400:
+        problem = f"is not readable by its owner (mode {mode:04o}; records are written 0444)"
+    else:
+        return
+    raise RefusedError(f"deadline record {path} {problem}: refusing a record the store did not write")
+
+
+def _claimed_unix(path: Path) -> float | None:
+    """An attempt claim's time as its claimer wrote it; None when it cannot be read."""
+    try:
+        with path.open("rb") as handle:
+            claimed = json.loads(handle.read(4096)).get("claimed_unix")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return float(claimed) if isinstance(claimed, (int, float)) and not isinstance(claimed, bool) else None
 
 
 def _note_holder(fd: int) -> None:

@@ -196,6 +196,29 @@ class S3DeadlineStore:
             )
         )
 
+    def attempt_claims(self, run_id: str) -> list[float | None]:
+        """The ledger: each claim's ``claimed_unix`` as its claimer wrote it (None when unreadable)."""
+        prefix = f"{self._prefix}/{parse_run_id(run_id)}.attempts/"
+        uri = f"s3://{self._bucket}/{prefix}"
+        try:
+            listed = self._client.list_objects_v2(
+                Bucket=self._bucket, Prefix=prefix, MaxKeys=MAX_ATTEMPTS + 1
+            )
+            keys = [item["Key"] for item in listed.get("Contents", [])]
+            return [self._claimed_unix(key) for key in keys]
+        except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError, OSError) as exc:
+            raise self._error(exc, f"cannot read the attempt ledger {uri}") from exc
+
+    def _claimed_unix(self, key: str) -> float | None:
+        body = self._client.get_object(Bucket=self._bucket, Key=key)["Body"]
+        try:
+            claimed = json.loads(body.read(4096)).get("claimed_unix")
+        except (ValueError, AttributeError):
+            return None
+        finally:
+            body.close()
+        return float(claimed) if isinstance(claimed, (int, float)) and not isinstance(claimed, bool) else None
+
     def claim_attempt(self, run_id: str) -> int:
         """``<run_id>.attempts/<n>``, the first n whose conditional create (If-None-Match) wins.
 

@@ -101,14 +101,10 @@ class Supervisor:
             return self._unstarted(verdicts.stopped("trainer_not_started", str(exc)))
         except LauncherError as exc:
             return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
-        # Numbered once a launcher can run the trainer: a run that cannot start uses no attempt.
-        attempt = self._ports.store.claim_attempt(self._started.request.run_id)
-        self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
-        files = self._ports.artifact_files(self._started.artifact_dir)
-        files.create()
         checked: Preflight | None = None
         try:
             checked = preflight(self._settings, self._ports, self._started, launched)
+            files = self._claim_attempt()
             # The trainer inherits the launcher's environment (go.json names no GPUs), so the
             # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's. Opened before the go-ahead, so a
             # broken GPU setup stops the run before the trainer starts.
@@ -132,6 +128,15 @@ class Supervisor:
             trainer_env=trainer_env,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
+
+    def _claim_attempt(self) -> ArtifactFiles:
+        """Numbered once the deadline record exists and the run may start: a run refused or unable
+        to start uses no attempt, and the ledger never holds a claim without a record."""
+        attempt = self._ports.store.claim_attempt(self._started.request.run_id)
+        self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
+        files = self._ports.artifact_files(self._started.artifact_dir)
+        files.create()
+        return files
 
     def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
         # Before anything touches the run dir: a second sidecar must not reset or abort the first

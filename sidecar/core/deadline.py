@@ -219,6 +219,35 @@ def _load_verified(
     return record
 
 
+# How far a record's start may lie after the ledger's first attempt claim: the claim is made right
+# after the record is created, by the same process, unless that attempt died in between and a later
+# one on another node (another wall clock) claimed first. NTP keeps nodes within milliseconds.
+LEDGER_SKEW_TOLERANCE_S = 60.0
+
+
+def check_ledger(
+    record: DeadlineRecord | None, claims: list[float | None], *, run_id: str, location: str
+) -> None:
+    """Tamper evidence from the attempt ledger (claims are made only after the record exists):
+    attempts without a record mean the record was deleted; a record that starts after the first
+    claim was replaced or shifted. Either would grant time the run never had."""
+    if record is None and claims:
+        raise RefusedError(
+            f"the attempt ledger holds {len(claims)} attempt(s) of run {run_id} but its deadline record "
+            f"is missing from {location}: it was deleted or moved; refusing a fresh budget"
+        )
+    known = [claimed for claimed in claims if claimed is not None]
+    if record is None or not known:
+        return
+    first = min(known)
+    if record.started_unix > first + LEDGER_SKEW_TOLERANCE_S:
+        raise RefusedError(
+            f"deadline record of run {run_id} starts at {record.started_unix:.3f}, "
+            f"{record.started_unix - first:.1f} s after the first attempt was claimed ({first:.3f}; "
+            f"tolerance {LEDGER_SKEW_TOLERANCE_S:g} s): the record was replaced or its window shifted"
+        )
+
+
 def create_or_resume(
     store: DeadlineStore,
     identity: RunIdentity,
@@ -235,6 +264,8 @@ def create_or_resume(
     if identity.budget_s > max_budget_s:
         raise ConfigError(f"budget {identity.budget_s} s exceeds max_budget_s {max_budget_s} s")
     existing = _load_verified(store, identity, max_budget_s=max_budget_s)
+    claims = store.attempt_claims(identity.run_id)
+    check_ledger(existing, claims, run_id=identity.run_id, location=store.location)
     if existing is not None:
         return existing
     if resume_required:

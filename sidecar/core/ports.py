@@ -79,6 +79,11 @@ class DeadlineStore(Protocol):
         """Exclusive, durable create; raises RecordExistsError when a record already exists."""
         ...
 
+    def attempt_claims(self, run_id: str) -> list[float | None]:
+        """When each attempt claimed so far was claimed (the claimer's ``claimed_unix``; None when
+        a claim cannot be read): the ledger the record is checked against."""
+        ...
+
     def claim_attempt(self, run_id: str) -> int:
         """Number this attempt durably: 1 + the attempts claimed before (exclusive creates)."""
         ...

@@ -151,3 +151,13 @@ def test_an_unusable_artifact_directory_is_a_usage_error_before_the_trainer_star
     assert done.returncode == 64, done.stderr
     assert "cannot use artifact directory" in done.stderr
     assert not list(runs.glob("progress/*"))  # the trainer never started
+
+
+def test_deleting_the_deadline_record_grants_no_fresh_budget(tmp_path: Path) -> None:
+    run_id = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+    assert run_cli(tmp_path, "--run-id", run_id).returncode == 0
+    (tmp_path / "soak-output" / "deadlines" / f"{run_id}.json").unlink()
+    again = run_cli(tmp_path, "--run-id", run_id)
+    assert again.returncode == 15, again.stderr
+    assert "record is missing" in again.stderr and "refusing a fresh budget" in again.stderr
+    assert not (tmp_path / "soak-output" / "deadlines" / f"{run_id}.json").exists()

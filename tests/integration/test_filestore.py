@@ -11,6 +11,7 @@ import stat
 import subprocess
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     RecordExistsError,
+    RefusedError,
     StoreUnavailableError,
 )
 from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
@@ -143,10 +145,6 @@ def test_a_misconfigured_store_is_a_usage_error(tmp_path: Path) -> None:
         pass
     with pytest.raises(ConfigError, match="cannot read deadline record"):
         store.load(RUN_ID)
-    ok = FileDeadlineStore(tmp_path / "ok")
-    ok.record_path(RUN_ID).mkdir(parents=True)
-    with pytest.raises(ConfigError, match="cannot read deadline record"):
-        ok.load(RUN_ID)
 
 
 def test_other_os_errors_are_transient(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -394,3 +392,71 @@ def test_attempts_are_numbered_once_each_even_under_a_race(tmp_path: Path) -> No
         thread.join()
     assert sorted(claimed) == list(range(1, 9))
     assert FileDeadlineStore(tmp_path).claim_attempt(run_id) == 9
+
+
+# ---------------------------------------------------------------------- tamper evidence
+
+
+def planted(tmp_path: Path) -> tuple[FileDeadlineStore, Path, bytes]:
+    """A store with a genuine record, its path and bytes, for a test to replace by hand."""
+    store = FileDeadlineStore(tmp_path / "deadlines")
+    create_or_resume(
+        store, identity(store), now_wall=1.7e9, resume_required=False, max_budget_s=MAX_BUDGET
+    )
+    path = store.record_path(RUN_ID)
+    return store, path, path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        ("symlink", "not a regular file"),
+        ("directory", "not a regular file"),
+        ("world-writable", r"is writable by others \(mode 0666"),
+        ("unreadable", r"is not readable by its owner \(mode 0000"),
+        ("foreign owner", "is owned by uid 65534"),
+    ],
+)
+def test_a_record_the_store_did_not_write_is_refused(tmp_path: Path, tamper: str, problem: str) -> None:
+    store, path, data = planted(tmp_path)
+    path.unlink()
+    if tamper == "symlink":
+        (tmp_path / "elsewhere.json").write_bytes(data)
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif tamper == "directory":
+        path.mkdir()
+    else:
+        path.write_bytes(data)
+        mode = {"world-writable": 0o666, "unreadable": 0o000}.get(tamper, 0o444)
+        path.chmod(mode)
+        if tamper == "foreign owner":
+            os.chown(path, 65534, 65534)
+    with pytest.raises(RefusedError, match=problem):  # 15, never a usage error (64)
+        store.load(RUN_ID)
+
+
+def test_a_deleted_record_is_refused_while_the_ledger_remembers_attempts(tmp_path: Path) -> None:
+    store, path, _ = planted(tmp_path)
+    store.claim_attempt(RUN_ID)
+    path.unlink()
+    with pytest.raises(RefusedError, match=r"holds 1 attempt.*record is missing.*refusing a fresh budget"):
+        create_or_resume(
+            store, identity(store), now_wall=1.7e9 + 600, resume_required=False, max_budget_s=MAX_BUDGET
+        )
+    assert store.load(RUN_ID) is None  # and no fresh record was written
+
+
+def test_a_record_shifted_later_than_the_ledger_is_refused(tmp_path: Path) -> None:
+    store, path, data = planted(tmp_path)
+    store.claim_attempt(RUN_ID)  # claimed now, after the record's start (1.7e9)
+    shifted = json.loads(data)
+    # Self-consistent and one hour later: only the ledger can tell.
+    for field in ("started_unix", "deadline_unix"):
+        shifted[field] = shifted[field] + 3600 + (time.time() - 1.7e9)
+    path.chmod(0o644)
+    path.write_bytes(json.dumps(shifted).encode())
+    path.chmod(0o444)
+    with pytest.raises(RefusedError, match=r"s after the first attempt was claimed .*window shifted"):
+        create_or_resume(
+            store, identity(store), now_wall=time.time(), resume_required=True, max_budget_s=MAX_BUDGET
+        )

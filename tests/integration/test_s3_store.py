@@ -300,3 +300,8 @@ def test_attempts_are_numbered_by_conditional_creates(seaweedfs: SeaweedServer, 
     assert claims == [1, 2, 3]
     other_run = str(uuid.uuid4())
     assert first.claim_attempt(other_run) == 1
+    # The ledger the record is checked against: when each claim was made.
+    ledger = second.attempt_claims(run_id)
+    assert len(ledger) == 3
+    assert all(claimed is not None and abs(claimed - time.time()) < 300 for claimed in ledger)
+    assert second.attempt_claims(str(uuid.uuid4())) == []

@@ -10,10 +10,12 @@ import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
 from sidecar.core.deadline import (
+    LEDGER_SKEW_TOLERANCE_S,
     MAX_RECORD_BYTES,
     RECORD_FORMAT,
     DeadlineClock,
     DeadlineRecord,
+    check_ledger,
     check_startable,
     create_or_resume,
     encode_record,
@@ -395,3 +397,18 @@ def test_expired_deadline_is_a_verdict_not_a_crash() -> None:
 def test_non_finite_wall_clock_is_rejected() -> None:
     with pytest.raises(ConfigError):
         new_record(identity(), now_wall=float("nan"))
+
+
+# --- the attempt ledger ----------------------------------------------------------------------
+
+
+def test_the_ledger_refuses_a_deleted_record_and_a_later_start() -> None:
+    record = new_record(identity(), now_wall=T0)
+    check_ledger(None, [], run_id=RUN_ID, location="/store")  # a new run
+    check_ledger(record, [], run_id=RUN_ID, location="/store")  # the first attempt died before claiming
+    check_ledger(record, [T0 + 0.5, T0 + 900, None], run_id=RUN_ID, location="/store")
+    check_ledger(record, [T0 - LEDGER_SKEW_TOLERANCE_S], run_id=RUN_ID, location="/store")  # within skew
+    with pytest.raises(RefusedError, match=r"holds 2 attempt\(s\) .* record is missing from /store"):
+        check_ledger(None, [T0, None], run_id=RUN_ID, location="/store")
+    with pytest.raises(RefusedError, match=r"3600\.0 s after the first attempt was claimed"):
+        check_ledger(record, [T0 - 3600, T0 + 5], run_id=RUN_ID, location="/store")

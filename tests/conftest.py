@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.fixtures.kube",
     "tests.fixtures.nvml",
     "tests.fixtures.helm",
+    "tests.fixtures.clockshim",
 ]
 
 # SOAK_* variables that steer the test harness, not the product's settings.

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sidecar.app.ports import LockLoss, Ports, StopRequest
+from sidecar.core.boot import BootClock
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
 from sidecar.core.ports import UploadedObject
@@ -83,6 +84,9 @@ class World:
 
     def monotonic(self) -> float:
         return self.now
+
+    def boot(self) -> BootClock | None:
+        return BootClock("boot", 1000.0 + self.now)
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+from sidecar.adapters.provenance import boot_id as read_boot_id
+from sidecar.core.boot import BootClock
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
-from sidecar.core.ports import ArtifactSink, Clock, DeadlineStore, GpuBackend, ProcessTable, ProgressProbe
+from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, NodeClock, ProcessTable, ProgressProbe
 from sidecar.core.publication import Publication
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
 from sidecar.launcher import GoRequest
@@ -109,6 +111,10 @@ class SystemClock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    def boot(self) -> BootClock | None:
+        boot_id = read_boot_id()
+        return None if boot_id is None else BootClock(boot_id, time.clock_gettime(time.CLOCK_BOOTTIME))
+
 
 class LockLoss:
     """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
@@ -144,6 +150,6 @@ class Ports:
     # The trainer image's digest, part of the run identity in a pod.
     image_digest: Callable[[], str | None] = _no_image_digest
     lock_loss: LockLoss = field(default_factory=LockLoss)
-    clock: Clock = field(default_factory=SystemClock)
+    clock: NodeClock = field(default_factory=SystemClock)
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

@@ -55,8 +55,11 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         now_wall=clock.wall(),
         resume_required=dset.resume or resume_checkpoint is not None,
         max_budget_s=dset.max_budget_s,
+        boot=clock.boot(),
     )
-    deadline = DeadlineClock(record, now_wall=clock.wall(), now_monotonic=clock.monotonic())
+    deadline = DeadlineClock(
+        record, now_wall=clock.wall(), now_monotonic=clock.monotonic(), boot=clock.boot()
+    )
     if not started.already_going:
         check_startable(deadline, clock.wall(), clock.monotonic())
     return Preflight(

@@ -160,7 +160,8 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
         env["SOAK_RESUME_CHECKPOINT"] = preflight.resume_checkpoint
     return GoRequest(
         launch_id=launched.launcher.launch_id,
-        deadline_unix=record.deadline_unix,
+        # The attempt's deadline in this node's wall clock: the least any clock allows.
+        deadline_unix=preflight.clock.wall_end,
         checkpoint_margin_s=record.checkpoint_margin_seconds,
         term_grace_s=settings.deadline.term_grace_s,
         heartbeat_timeout_s=lset.heartbeat_timeout_s,

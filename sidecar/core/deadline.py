@@ -9,6 +9,8 @@ Rules kept from the training-deadline seed:
 - an explicit resume never creates a fresh budget;
 - remaining time is the minimum of wall-clock and monotonic remaining, so rolling the wall
   clock back cannot extend a running attempt;
+- across attempts on the same boot, CLOCK_BOOTTIME anchored in the record bounds the elapsed
+  time too: a wall clock set back between attempts is refused with the figures, never believed;
 - nothing starts with the checkpoint margin or less left.
 
 The caller holds ``store.lock(run_id)`` around ``create_or_resume`` and for the rest of its life.
@@ -24,6 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sidecar.core.boot import BootClock
 from sidecar.core.errors import (
     ConfigError,
     DeadlineExpiredError,
@@ -35,7 +38,12 @@ from sidecar.core.errors import (
 from sidecar.core.identity import RunIdentity, describe_validation_error
 from sidecar.core.ports import DeadlineStore
 
-RECORD_FORMAT = "soak-sidecar-deadline-v1"
+RECORD_FORMAT = "soak-sidecar-deadline-v2"
+# v1 records (no boot anchor) are still resumed, bounded by the wall clock alone.
+LEGACY_RECORD_FORMAT = "soak-sidecar-deadline-v1"
+# How far the wall clock may claim more time left than CLOCK_BOOTTIME on the same boot: both count
+# real time (suspend included), so under NTP they agree to well under a second.
+CLOCK_SKEW_TOLERANCE_S = 60.0
 # Far above any real record; bounds what a reader loads from a tampered store.
 MAX_RECORD_BYTES = 1024 * 1024
 # Attempts of one run are numbered by exclusive creates; a Job never retries anywhere near this.
@@ -44,7 +52,9 @@ MAX_ATTEMPTS = 10_000
 CONSISTENCY_TOLERANCE_S = 1e-5
 
 _NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")
-_RECORD_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
+_LEGACY_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
+_RECORD_KEYS = _LEGACY_KEYS | {"boot"}
+
 
 @dataclass(frozen=True)
 class DeadlineRecord:
@@ -56,6 +66,8 @@ class DeadlineRecord:
     checkpoint_margin_seconds: float
     identity: RunIdentity
     identity_sha256: str
+    # CLOCK_BOOTTIME when the record was made, and on which boot; None for v1 records.
+    boot: BootClock | None = None
 
     @property
     def soft_stop_unix(self) -> float:
@@ -70,11 +82,14 @@ class DeadlineRecord:
             "checkpoint_margin_seconds": self.checkpoint_margin_seconds,
             "identity": self.identity.canonical(),
             "identity_sha256": self.identity_sha256,
+            "boot": None
+            if self.boot is None
+            else {"id": self.boot.boot_id, "boottime_s": self.boot.boottime_s},
         }
 
 
-def new_record(identity: RunIdentity, *, now_wall: float) -> DeadlineRecord:
-    """A fresh record whose budget starts at ``now_wall``."""
+def new_record(identity: RunIdentity, *, now_wall: float, boot: BootClock | None = None) -> DeadlineRecord:
+    """A fresh record whose budget starts at ``now_wall`` (and at ``boot``'s boottime)."""
     if not math.isfinite(now_wall):
         raise ConfigError("wall clock is not a finite number")
     return DeadlineRecord(
@@ -84,6 +99,7 @@ def new_record(identity: RunIdentity, *, now_wall: float) -> DeadlineRecord:
         checkpoint_margin_seconds=identity.checkpoint_margin_s,
         identity=identity,
         identity_sha256=identity.digest(),
+        boot=boot,
     )
 
 
@@ -116,7 +132,23 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
         checkpoint_margin_seconds=margin,
         identity=_record_identity(value, budget=budget, margin=margin),
         identity_sha256=value["identity_sha256"],
+        boot=_record_boot(value.get("boot")),
     )
+
+
+def _record_boot(value: object) -> BootClock | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"id", "boottime_s"}:
+        raise DeadlineRecordError("deadline record boot must be null or {id, boottime_s}")
+    boot_id, boottime = value["id"], value["boottime_s"]
+    if not isinstance(boot_id, str) or not boot_id:
+        raise DeadlineRecordError(f"invalid deadline record boot id {boot_id!r}")
+    if isinstance(boottime, bool) or not isinstance(boottime, (int, float)) or not math.isfinite(boottime):
+        raise DeadlineRecordError(f"invalid deadline record boottime_s {boottime!r}")
+    if boottime < 0:
+        raise DeadlineRecordError(f"invalid deadline record boottime_s {boottime!r}")
+    return BootClock(boot_id=boot_id, boottime_s=float(boottime))
 
 
 def _record_object(data: bytes) -> dict[str, Any]:
@@ -131,12 +163,13 @@ def _record_object(data: bytes) -> dict[str, Any]:
         raise DeadlineRecordError(f"deadline record is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise DeadlineRecordError("deadline record is not a JSON object")
-    if value.get("format") != RECORD_FORMAT:
+    keys = {RECORD_FORMAT: _RECORD_KEYS, LEGACY_RECORD_FORMAT: _LEGACY_KEYS}.get(str(value.get("format")))
+    if keys is None:
         raise DeadlineRecordError(
             f"deadline record format is {value.get('format')!r}, expected {RECORD_FORMAT!r}"
         )
-    missing = sorted(_RECORD_KEYS - value.keys())
-    unknown = sorted(value.keys() - _RECORD_KEYS)
+    missing = sorted(keys - value.keys())
+    unknown = sorted(value.keys() - keys)
     if missing or unknown:
         raise DeadlineRecordError(f"deadline record keys: missing {missing}, unknown {unknown}")
     return value
@@ -255,6 +288,7 @@ def create_or_resume(
     now_wall: float,
     resume_required: bool,
     max_budget_s: float,
+    boot: BootClock | None = None,
 ) -> DeadlineRecord:
     """The run's record: the stored one if any (verified, never extended), else a new one.
 
@@ -273,7 +307,7 @@ def create_or_resume(
             f"explicit resume requires the original deadline record; no fresh budget "
             f"(no record for run {identity.run_id} in {store.location})"
         )
-    payload = encode_record(new_record(identity, now_wall=now_wall))
+    payload = encode_record(new_record(identity, now_wall=now_wall, boot=boot))
     # When a concurrent creator wins, its record is the run's record, verified like any other.
     with contextlib.suppress(RecordExistsError):
         store.create(identity.run_id, payload)
@@ -288,22 +322,46 @@ def create_or_resume(
 
 
 class DeadlineClock:
-    """Remaining time of one attempt, bounded by both clocks.
+    """Remaining time of one attempt, bounded by every clock that applies.
 
-    The monotonic end is fixed at construction from the wall-clock remaining then; afterwards
-    a wall-clock step back raises only the wall estimate, and the minimum ignores it.
+    At construction: the wall clock's remaining time, and on the record's own boot the budget less
+    the CLOCK_BOOTTIME elapsed since the record was made; the least of them. A wall clock that
+    claims more than the boot clock by over CLOCK_SKEW_TOLERANCE_S was set back: refused with the
+    figures (a wall clock ahead only shortens the run). From then on the attempt runs on its
+    monotonic clock: a later wall-clock step back raises only the wall estimate, which the
+    minimum ignores. ``wall_end`` is the attempt's deadline in this node's wall clock (go.json's).
     """
 
-    def __init__(self, record: DeadlineRecord, *, now_wall: float, now_monotonic: float) -> None:
+    def __init__(
+        self,
+        record: DeadlineRecord,
+        *,
+        now_wall: float,
+        now_monotonic: float,
+        boot: BootClock | None = None,
+    ) -> None:
         self.record = record
-        self.monotonic_end = now_monotonic + max(0.0, record.deadline_unix - now_wall)
+        remaining = record.deadline_unix - now_wall
+        anchor = record.boot
+        if anchor is not None and boot is not None and boot.boot_id == anchor.boot_id:
+            by_boot = record.budget_seconds - (boot.boottime_s - anchor.boottime_s)
+            if remaining - by_boot > CLOCK_SKEW_TOLERANCE_S:
+                raise RefusedError(
+                    f"the wall clock claims {remaining:.1f} s left for run {record.identity.run_id} but "
+                    f"CLOCK_BOOTTIME on the same boot says {by_boot:.1f} s ({remaining - by_boot:.1f} s "
+                    f"apart, tolerance {CLOCK_SKEW_TOLERANCE_S:g} s): the wall clock was set back; "
+                    "refusing rather than grant the difference"
+                )
+            remaining = min(remaining, by_boot)
+        self.wall_end = now_wall + remaining
+        self.monotonic_end = now_monotonic + max(0.0, remaining)
 
     @property
     def checkpoint_margin_s(self) -> float:
         return self.record.checkpoint_margin_seconds
 
     def remaining(self, now_wall: float, now_monotonic: float) -> float:
-        return min(self.record.deadline_unix - now_wall, self.monotonic_end - now_monotonic)
+        return min(self.wall_end - now_wall, self.monotonic_end - now_monotonic)
 
     def expired(self, now_wall: float, now_monotonic: float) -> bool:
         return self.remaining(now_wall, now_monotonic) <= 0

@@ -8,12 +8,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from sidecar.core.boot import BootClock
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
 
 
 class Clock(Protocol):
     def wall(self) -> float: ...
     def monotonic(self) -> float: ...
+
+
+class NodeClock(Clock, Protocol):
+    """The node's clocks, CLOCK_BOOTTIME included: what the deadline is judged by."""
+
+    def boot(self) -> BootClock | None:
+        """CLOCK_BOOTTIME and the boot it counts from; None where the kernel tells neither."""
+        ...
 
 
 class ProcessTable(Protocol):

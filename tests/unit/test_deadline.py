@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.core.boot import BootClock
 from sidecar.core.deadline import (
     LEDGER_SKEW_TOLERANCE_S,
     MAX_RECORD_BYTES,
@@ -67,7 +68,7 @@ def test_encode_parse_round_trip_is_exact() -> None:
     assert record.deadline_unix == T0 + 7200
     assert record.soft_stop_unix == T0 + 7200 - 120
     stored = json.loads(data)
-    assert stored["format"] == RECORD_FORMAT == "soak-sidecar-deadline-v1"
+    assert stored["format"] == RECORD_FORMAT == "soak-sidecar-deadline-v2"
     assert stored["identity_sha256"] == identity().digest()
 
 
@@ -412,3 +413,68 @@ def test_the_ledger_refuses_a_deleted_record_and_a_later_start() -> None:
         check_ledger(None, [T0, None], run_id=RUN_ID, location="/store")
     with pytest.raises(RefusedError, match=r"3600\.0 s after the first attempt was claimed"):
         check_ledger(record, [T0 - 3600, T0 + 5], run_id=RUN_ID, location="/store")
+
+
+# --- clocks across attempts ------------------------------------------------------------------
+
+BOOT = BootClock("boot-a", 5000.0)
+
+
+def anchored() -> DeadlineRecord:
+    return new_record(identity(), now_wall=T0, boot=BOOT)
+
+
+def test_same_boot_wall_clock_set_back_between_attempts_is_refused_with_the_figures() -> None:
+    later = BootClock("boot-a", BOOT.boottime_s + 1000)  # 1000 s of real time went by
+    figures = r"claims 7200\.0 s left .* says 6200\.0 s \(1000\.0 s apart, tolerance 60 s\)"
+    with pytest.raises(RefusedError, match=figures):
+        DeadlineClock(anchored(), now_wall=T0, now_monotonic=M0, boot=later)  # wall set back 1000 s
+    # within the tolerance: the least of the two, never the more generous
+    clock = DeadlineClock(anchored(), now_wall=T0 + 970, now_monotonic=M0, boot=later)
+    assert clock.remaining(T0 + 970, M0) == pytest.approx(6200.0)
+
+
+def test_same_boot_wall_clock_ahead_only_shortens_and_a_big_jump_expires() -> None:
+    later = BootClock("boot-a", BOOT.boottime_s + 1000)
+    ahead = DeadlineClock(anchored(), now_wall=T0 + 1500, now_monotonic=M0, boot=later)
+    assert ahead.remaining(T0 + 1500, M0) == pytest.approx(5700.0)
+    jumped = DeadlineClock(anchored(), now_wall=T0 + 10**6, now_monotonic=M0, boot=later)
+    assert jumped.expired(T0 + 10**6, M0)
+    with pytest.raises(DeadlineExpiredError):
+        check_startable(jumped, T0 + 10**6, M0)
+
+
+def test_another_boot_or_a_v1_record_falls_back_to_the_wall_clock() -> None:
+    other = DeadlineClock(anchored(), now_wall=T0 + 100, now_monotonic=M0, boot=BootClock("boot-b", 3.0))
+    assert other.remaining(T0 + 100, M0) == pytest.approx(7100.0)
+    legacy = json.loads(encode_record(anchored()))
+    legacy["format"] = "soak-sidecar-deadline-v1"
+    del legacy["boot"]
+    record = parse_record(json.dumps(legacy).encode(), max_budget_s=MAX_BUDGET)
+    assert record.boot is None
+    clock = DeadlineClock(record, now_wall=T0 + 100, now_monotonic=M0, boot=BOOT)
+    assert clock.remaining(T0 + 100, M0) == 7100.0
+
+
+@pytest.mark.parametrize(
+    "boot",
+    [
+        {"id": "", "boottime_s": 1.0},
+        {"id": "b", "boottime_s": -1},
+        {"id": "b", "boottime_s": "1"},
+        {"id": "b"},
+        [],
+    ],
+)
+def test_a_malformed_boot_anchor_fails_closed(boot: object) -> None:
+    value = json.loads(encode_record(anchored()))
+    value["boot"] = boot
+    with pytest.raises(DeadlineRecordError, match="boot"):
+        parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
+
+
+def test_a_v1_record_with_a_boot_key_is_refused() -> None:
+    value = json.loads(encode_record(anchored()))
+    value["format"] = "soak-sidecar-deadline-v1"
+    with pytest.raises(DeadlineRecordError, match="unknown \\['boot'\\]"):
+        parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)

@@ -15,9 +15,11 @@ import pytest
 from sidecar.app.ports import Ports
 from sidecar.app.session import go_ahead
 from sidecar.app.supervisor import Supervisor
-from sidecar.app.values import Launched, RunRequest, RunResult
-from sidecar.core.deadline import DeadlineRecord
+from sidecar.app.values import Launched, Preflight, RunRequest, RunResult, Started
+from sidecar.core.boot import BootClock
+from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.errors import ConfigError, StoreUnavailableError
+from sidecar.core.identity import make_identity
 from sidecar.settings import Settings, load_settings
 from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, MemoryStore, Script, fakes
 
@@ -179,28 +181,45 @@ def test_local_mode_needs_a_command(tmp_path: Path) -> None:
 def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_path: Path) -> None:
     world = fakes(Script(), SUMMARY)
     info = world.channel.wait_for_launcher(1.0)
-    record = DeadlineRecord.__new__(DeadlineRecord)
-    object.__setattr__(record, "deadline_unix", EPOCH + 600)
-    object.__setattr__(record, "checkpoint_margin_seconds", 10.0)
+    identity = make_identity(
+        run_id=RUN_ID, command=("t",), budget_s=600, checkpoint_margin_s=10, deadline_store="memory://"
+    )
+    record = new_record(identity, now_wall=EPOCH)
     conf = settings(tmp_path)
-    from sidecar.app.values import Preflight, Started
-
     preflight = Preflight(
         record=record,
-        clock=None,  # type: ignore[arg-type]  # not consulted by go_ahead
+        clock=DeadlineClock(record, now_wall=EPOCH + 100, now_monotonic=0.0),
         resumed=False,
-        remaining_at_start_s=600.0,
+        remaining_at_start_s=500.0,
         resume_checkpoint="/ck/step-9",
         extra_args=("--resume", "/ck/step-9"),
     )
     started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
     go = go_ahead(conf, Launched(info, ("t",)), started, preflight)
-    assert go.launch_id == LAUNCH_ID and go.deadline_unix == EPOCH + 600
-    assert go.soft_stop_unix == EPOCH + 590 and go.kill_grace_s == 1.0
+    assert go.launch_id == LAUNCH_ID and go.deadline_unix == pytest.approx(EPOCH + 600)
+    assert go.soft_stop_unix == pytest.approx(EPOCH + 590) and go.kill_grace_s == 1.0
     assert go.extra_args == ("--resume", "/ck/step-9")
     env = go.trainer_env()
     assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"
     assert env["SOAK_PROGRESS_DIR"] == str((tmp_path / "progress").resolve())
+
+
+def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) -> None:
+    """A node whose wall clock is 30 s ahead of the record's (within the skew tolerance) gets a
+    go.json deadline 30 s earlier in real time: the least any clock allows, never more."""
+    world = fakes(Script(), SUMMARY)
+    info = world.channel.wait_for_launcher(1.0)
+    identity = make_identity(
+        run_id=RUN_ID, command=("t",), budget_s=600, checkpoint_margin_s=10, deadline_store="memory://"
+    )
+    record = new_record(identity, now_wall=EPOCH, boot=BootClock("b", 1000.0))
+    # 100 s of real time later by CLOCK_BOOTTIME; the wall clock says 130 s.
+    clock = DeadlineClock(record, now_wall=EPOCH + 130, now_monotonic=0.0, boot=BootClock("b", 1100.0))
+    assert clock.remaining(EPOCH + 130, 0.0) == pytest.approx(470.0)
+    preflight = Preflight(record, clock, False, 470.0, None, ())
+    started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
+    go = go_ahead(settings(tmp_path), Launched(info, ("t",)), started, preflight)
+    assert go.deadline_unix == pytest.approx(EPOCH + 600)  # the record's deadline, in this wall clock
 
 
 def test_refusals_before_the_lock_never_share_an_s3_key(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sidecar.app.ports import LockLoss, Ports, StopRequest
-from sidecar.core.boot import BootClock
+from sidecar.core.boot import BootClock, StoreClock
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
 from sidecar.core.ports import UploadedObject
@@ -327,6 +327,9 @@ class MemoryStore:
         if run_id in self.records:
             raise RecordExistsError(run_id)
         self.records[run_id] = payload
+
+    def store_clock(self, run_id: str) -> StoreClock | None:
+        return None  # an in-memory store has no clock of its own
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         return [EPOCH] * self.attempts.get(run_id, 0)

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sidecar.adapters.fsutil import fsync_dir, write_fsync
+from sidecar.core.boot import StoreClock
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
 from sidecar.core.errors import (
     AlreadySupervisedError,
@@ -117,6 +118,29 @@ class FileDeadlineStore:
             raise _store_error(f"cannot read deadline record {path}: {exc}", exc) from exc
         finally:
             os.close(fd)
+
+    def store_clock(self, run_id: str) -> StoreClock | None:
+        """The file system's time: the record's mtime, and that of a probe file written now. On an
+        NFS volume both come from the server's clock, not this node's."""
+        record = self.record_path(run_id)
+        probe = self.directory / f".clock-{uuid.uuid4().hex}"
+        try:
+            written = os.stat(record, follow_symlinks=False).st_mtime
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, b"now")
+                now = os.fstat(fd).st_mtime
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            message = f"cannot read the deadline store's clock in {self.directory}: {exc}"
+            raise _store_error(message, exc) from exc
+        finally:
+            with contextlib.suppress(OSError):
+                probe.unlink()
+        return StoreClock(record_written=written, now=now, source="the store's file modification time")
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         directory = self.directory / f"{parse_run_id(run_id)}.attempts"

@@ -53,6 +53,7 @@ from sidecar.adapters.s3_client import (
     make_s3_client,
     retry_conflicts,
 )
+from sidecar.core.boot import StoreClock
 from sidecar.core.deadline import MAX_ATTEMPTS, MAX_RECORD_BYTES
 from sidecar.core.errors import (
     AlreadySupervisedError,
@@ -195,6 +196,24 @@ class S3DeadlineStore:
                 IfNoneMatch="*",
             )
         )
+
+    def store_clock(self, run_id: str) -> StoreClock | None:
+        """The S3 server's time: the record object's LastModified, and that of a probe object put
+        now (``<run_id>.clock``, overwritten each time). A node whose clock is behind the server's
+        cannot gain time with it."""
+        record, probe = self.record_key(run_id), f"{self._prefix}/{parse_run_id(run_id)}.clock"
+        uri = f"s3://{self._bucket}/{self._prefix}/"
+        try:
+            written = self._client.head_object(Bucket=self._bucket, Key=record)["LastModified"]
+            self._client.put_object(Bucket=self._bucket, Key=probe, Body=b"now")
+            now = self._client.head_object(Bucket=self._bucket, Key=probe)["LastModified"]
+        except botocore.exceptions.ClientError as exc:
+            if is_not_found(exc):
+                return None
+            raise self._error(exc, f"cannot read the S3 server's clock at {uri}") from exc
+        except (botocore.exceptions.BotoCoreError, OSError) as exc:
+            raise self._error(exc, f"cannot read the S3 server's clock at {uri}") from exc
+        return StoreClock(record_written=written.timestamp(), now=now.timestamp(), source="S3 LastModified")
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         """The ledger: each claim's ``claimed_unix`` as its claimer wrote it (None when unreadable)."""

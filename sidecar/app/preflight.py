@@ -58,7 +58,11 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         boot=clock.boot(),
     )
     deadline = DeadlineClock(
-        record, now_wall=clock.wall(), now_monotonic=clock.monotonic(), boot=clock.boot()
+        record,
+        now_wall=clock.wall(),
+        now_monotonic=clock.monotonic(),
+        boot=clock.boot(),
+        store=ports.store.store_clock(started.request.run_id),
     )
     if not started.already_going:
         check_startable(deadline, clock.wall(), clock.monotonic())

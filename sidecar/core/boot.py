@@ -1,4 +1,4 @@
-"""A reading of CLOCK_BOOTTIME: real time since boot, suspend included, never set back."""
+"""Clocks a node cannot set back: CLOCK_BOOTTIME, and the deadline store's own time."""
 
 from __future__ import annotations
 
@@ -11,3 +11,13 @@ class BootClock:
 
     boot_id: str
     boottime_s: float
+
+
+@dataclass(frozen=True)
+class StoreClock:
+    """The deadline store's own time (epoch seconds, its server's clock): when it wrote the record,
+    and now, read off a write made for the purpose."""
+
+    record_written: float
+    now: float
+    source: str  # e.g. "S3 LastModified", for messages

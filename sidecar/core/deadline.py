@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sidecar.core.boot import BootClock
+from sidecar.core.boot import BootClock, StoreClock
 from sidecar.core.errors import (
     ConfigError,
     DeadlineExpiredError,
@@ -324,12 +324,14 @@ def create_or_resume(
 class DeadlineClock:
     """Remaining time of one attempt, bounded by every clock that applies.
 
-    At construction: the wall clock's remaining time, and on the record's own boot the budget less
-    the CLOCK_BOOTTIME elapsed since the record was made; the least of them. A wall clock that
-    claims more than the boot clock by over CLOCK_SKEW_TOLERANCE_S was set back: refused with the
-    figures (a wall clock ahead only shortens the run). From then on the attempt runs on its
-    monotonic clock: a later wall-clock step back raises only the wall estimate, which the
-    minimum ignores. ``wall_end`` is the attempt's deadline in this node's wall clock (go.json's).
+    At construction, the least of: the wall clock's remaining time; on the record's own boot, the
+    budget less the CLOCK_BOOTTIME elapsed since the record was made; and where the store tells
+    its own time, the budget less the store-clock time elapsed since it wrote the record. A wall
+    clock that claims more than another clock by over CLOCK_SKEW_TOLERANCE_S was set back (or is
+    behind the store's): refused with the figures. A wall clock ahead only shortens the run. From
+    then on the attempt runs on its monotonic clock: a later wall-clock step back raises only the
+    wall estimate, which the minimum ignores. ``wall_end`` is the attempt's deadline in this node's
+    wall clock (go.json's).
     """
 
     def __init__(
@@ -339,20 +341,18 @@ class DeadlineClock:
         now_wall: float,
         now_monotonic: float,
         boot: BootClock | None = None,
+        store: StoreClock | None = None,
     ) -> None:
         self.record = record
         remaining = record.deadline_unix - now_wall
         anchor = record.boot
         if anchor is not None and boot is not None and boot.boot_id == anchor.boot_id:
             by_boot = record.budget_seconds - (boot.boottime_s - anchor.boottime_s)
-            if remaining - by_boot > CLOCK_SKEW_TOLERANCE_S:
-                raise RefusedError(
-                    f"the wall clock claims {remaining:.1f} s left for run {record.identity.run_id} but "
-                    f"CLOCK_BOOTTIME on the same boot says {by_boot:.1f} s ({remaining - by_boot:.1f} s "
-                    f"apart, tolerance {CLOCK_SKEW_TOLERANCE_S:g} s): the wall clock was set back; "
-                    "refusing rather than grant the difference"
-                )
-            remaining = min(remaining, by_boot)
+            remaining = _least(record, remaining, by_boot, "CLOCK_BOOTTIME on the same boot")
+        if store is not None:
+            _require_written_when_started(record, store)
+            by_store = record.budget_seconds - (store.now - store.record_written)
+            remaining = _least(record, remaining, by_store, f"the deadline store's clock ({store.source})")
         self.wall_end = now_wall + remaining
         self.monotonic_end = now_monotonic + max(0.0, remaining)
 
@@ -365,6 +365,30 @@ class DeadlineClock:
 
     def expired(self, now_wall: float, now_monotonic: float) -> bool:
         return self.remaining(now_wall, now_monotonic) <= 0
+
+
+def _least(record: DeadlineRecord, by_wall: float, other: float, source: str) -> float:
+    """The smaller remaining time; a wall clock claiming more than ``source`` beyond the tolerance
+    is refused with both figures, never believed."""
+    if by_wall - other > CLOCK_SKEW_TOLERANCE_S:
+        raise RefusedError(
+            f"the wall clock claims {by_wall:.1f} s left for run {record.identity.run_id} but {source} "
+            f"says {other:.1f} s ({by_wall - other:.1f} s apart, tolerance {CLOCK_SKEW_TOLERANCE_S:g} s): "
+            "the wall clock was set back or is behind; refusing rather than grant the difference"
+        )
+    return min(by_wall, other)
+
+
+def _require_written_when_started(record: DeadlineRecord, store: StoreClock) -> None:
+    """A record that says it started later than the store wrote it grants time it never had (a
+    record made by a node whose clock was ahead, or rewritten with a shifted window)."""
+    late = record.started_unix - store.record_written
+    if late > CLOCK_SKEW_TOLERANCE_S:
+        raise RefusedError(
+            f"deadline record of run {record.identity.run_id} says it started at {record.started_unix:.1f}, "
+            f"{late:.1f} s after {store.source} wrote it ({store.record_written:.1f}; tolerance "
+            f"{CLOCK_SKEW_TOLERANCE_S:g} s): refusing the time it would grant"
+        )
 
 
 def check_startable(clock: DeadlineClock, now_wall: float, now_monotonic: float) -> None:

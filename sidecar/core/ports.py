@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sidecar.core.boot import BootClock
+from sidecar.core.boot import BootClock, StoreClock
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
 
 
@@ -86,6 +86,11 @@ class DeadlineStore(Protocol):
 
     def create(self, run_id: str, payload: bytes) -> None:
         """Exclusive, durable create; raises RecordExistsError when a record already exists."""
+        ...
+
+    def store_clock(self, run_id: str) -> StoreClock | None:
+        """The store's own time: when it wrote the run's record, and now (a write made to read
+        it). None when the store cannot tell (no record yet)."""
         ...
 
     def attempt_claims(self, run_id: str) -> list[float | None]:

@@ -460,3 +460,15 @@ def test_a_record_shifted_later_than_the_ledger_is_refused(tmp_path: Path) -> No
         create_or_resume(
             store, identity(store), now_wall=time.time(), resume_required=True, max_budget_s=MAX_BUDGET
         )
+
+
+def test_the_store_clock_is_the_file_systems(tmp_path: Path) -> None:
+    store = FileDeadlineStore(tmp_path / "deadlines")
+    assert store.store_clock(RUN_ID) is None
+    now = time.time()
+    create_or_resume(store, identity(store), now_wall=now, resume_required=False, max_budget_s=MAX_BUDGET)
+    reading = store.store_clock(RUN_ID)
+    assert reading is not None
+    assert reading.record_written == store.record_path(RUN_ID).stat().st_mtime
+    assert abs(reading.now - time.time()) < 5 and reading.now >= reading.record_written
+    assert not list((tmp_path / "deadlines").glob(".clock-*"))  # the probe is gone

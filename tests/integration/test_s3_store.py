@@ -15,15 +15,16 @@ import botocore.exceptions
 import pytest
 
 from sidecar.adapters.s3_store import S3DeadlineStore
-from sidecar.core.deadline import create_or_resume
+from sidecar.core.deadline import DeadlineClock, create_or_resume
 from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
     DeadlineRecordError,
     RecordExistsError,
+    RefusedError,
     StoreUnavailableError,
 )
-from sidecar.core.identity import make_identity
+from sidecar.core.identity import RunIdentity, make_identity
 from sidecar.settings import S3Settings
 from tests.fixtures.processes import PYTHON, Spawner
 from tests.fixtures.s3 import SeaweedServer, free_ports
@@ -305,3 +306,46 @@ def test_attempts_are_numbered_by_conditional_creates(seaweedfs: SeaweedServer, 
     assert len(ledger) == 3
     assert all(claimed is not None and abs(claimed - time.time()) < 300 for claimed in ledger)
     assert second.attempt_claims(str(uuid.uuid4())) == []
+
+
+# ---------------------------------------------------------------------- the server's clock
+
+
+def _identity(store: S3DeadlineStore, run_id: str) -> RunIdentity:
+    return make_identity(
+        run_id=run_id, command=("python3", "train.py"), budget_s=3600, checkpoint_margin_s=60,
+        deadline_store=store.location,
+    )  # fmt: skip
+
+
+def test_the_servers_clock_bounds_a_node_whose_clock_is_behind(
+    seaweedfs: SeaweedServer, run_id: str
+) -> None:
+    store = _store(seaweedfs, _settings(seaweedfs))
+    assert store.store_clock(run_id) is None  # no record yet
+    # Made on another node (no boot anchor here), with a correct clock.
+    identity = _identity(store, run_id)
+    record = create_or_resume(store, identity, now_wall=time.time(), resume_required=False, max_budget_s=7200)
+    reading = store.store_clock(run_id)
+    assert reading is not None and reading.source == "S3 LastModified"
+    assert abs(reading.record_written - record.started_unix) < 5 and abs(reading.now - time.time()) < 5
+    # This node's wall clock is an hour behind the server's: it would see an hour more.
+    with pytest.raises(RefusedError, match=r"the deadline store's clock \(S3 LastModified\) says"):
+        DeadlineClock(record, now_wall=time.time() - 3600, now_monotonic=0.0, store=reading)
+    # A correct node runs on the least of its clocks.
+    reading = store.store_clock(run_id)
+    fine = DeadlineClock(record, now_wall=time.time(), now_monotonic=0.0, store=reading)
+    assert fine.remaining(time.time(), 0.0) <= 3600
+
+
+def test_a_record_made_by_a_node_whose_clock_was_ahead_is_refused(
+    seaweedfs: SeaweedServer, run_id: str
+) -> None:
+    store = _store(seaweedfs, _settings(seaweedfs))
+    # Its clock 10 minutes ahead: the record would start (and end) 10 minutes late.
+    identity = _identity(store, run_id)
+    ahead = time.time() + 600
+    record = create_or_resume(store, identity, now_wall=ahead, resume_required=False, max_budget_s=7200)
+    reading = store.store_clock(run_id)
+    with pytest.raises(RefusedError, match=r"s after S3 LastModified wrote it"):
+        DeadlineClock(record, now_wall=time.time() + 600, now_monotonic=0.0, store=reading)

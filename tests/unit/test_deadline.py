@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
-from sidecar.core.boot import BootClock
+from sidecar.core.boot import BootClock, StoreClock
 from sidecar.core.deadline import (
     LEDGER_SKEW_TOLERANCE_S,
     MAX_RECORD_BYTES,
@@ -478,3 +478,18 @@ def test_a_v1_record_with_a_boot_key_is_refused() -> None:
     value["format"] = "soak-sidecar-deadline-v1"
     with pytest.raises(DeadlineRecordError, match="unknown \\['boot'\\]"):
         parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
+
+
+def test_the_stores_clock_bounds_the_wall_clock_and_dates_the_record() -> None:
+    record = new_record(identity(), now_wall=T0)  # no boot anchor: another node
+    server = StoreClock(record_written=T0, now=T0 + 1000, source="S3 LastModified")
+    # A node an hour behind the server would see an hour more: refused with the figures.
+    with pytest.raises(RefusedError, match=r"S3 LastModified\) says 6200\.0 s \(3600\.0 s apart"):
+        DeadlineClock(record, now_wall=T0 + 1000 - 3600, now_monotonic=M0, store=server)
+    # A node ahead of the server only loses time.
+    ahead = DeadlineClock(record, now_wall=T0 + 1030, now_monotonic=M0, store=server)
+    assert ahead.remaining(T0 + 1030, M0) == pytest.approx(6170.0)
+    # A record that claims to start ten minutes after the store wrote it is refused.
+    late = StoreClock(record_written=T0 - 600, now=T0 + 1000, source="S3 LastModified")
+    with pytest.raises(RefusedError, match=r"600\.0 s after S3 LastModified wrote it"):
+        DeadlineClock(record, now_wall=T0 + 1000, now_monotonic=M0, store=late)

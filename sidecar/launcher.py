@@ -28,6 +28,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -107,6 +108,8 @@ EXIT_NOT_FOUND = 127
 DEFAULT_GO_TIMEOUT_S = 300.0
 DEFAULT_KILL_GRACE_S = 5.0
 DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024 * 1024
+# A run-dir record (JSON) is a few KiB; a longer file is not one.
+RECORD_LIMIT_BYTES = 1024 * 1024
 # Fallback re-read of control/heartbeat files when inotify misses or is unavailable.
 FALLBACK_POLL_S = 0.5
 # After SIGKILL, how long to wait for the kernel to let processes die before giving up on reaping.
@@ -275,20 +278,40 @@ def atomic_write_json(path: str, payload: Mapping[str, Any], *, durable: bool = 
 
 def read_json(path: str) -> dict[str, Any] | None:
     """The JSON object at path, or None when missing or not (yet) a valid object."""
+    data = read_bytes(path)
+    if data is None:
+        return None
     try:
-        with open(path, "rb") as handle:
-            value = json.loads(handle.read())
-    except (OSError, ValueError):
+        value = json.loads(data)
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
 
-def read_bytes(path: str) -> bytes | None:
+def read_bytes(path: str, limit: int = RECORD_LIMIT_BYTES) -> bytes | None:
+    """A run-dir file as the other side wrote it, or None. The trainer can write the run dir too: no
+    symlink is followed, a FIFO or device is never waited on, only a regular file is read, and at
+    most ``limit`` bytes of it (a longer one is not a record)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks) if size <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- /proc

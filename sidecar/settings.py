@@ -289,10 +289,14 @@ class S3Settings(_Group):
     @model_validator(mode="after")
     def _check_s3(self) -> S3Settings:
         # Imported here to keep the import inside this group; keys depends on errors only.
-        from sidecar.core.keys import template_fields, validate_key  # noqa: PLC0415
+        from sidecar.core.keys import render_key_prefix, template_fields, validate_key  # noqa: PLC0415
 
         try:
             template_fields(self.key_template)
+            # Rendered once now with plain values: a template that cannot make a valid key (a ".."
+            # segment, say) fails at startup, not at the upload after the run.
+            sample = {"prefix": self.prefix, "namespace": "ns", "job": "job", "pod": "pod"}
+            render_key_prefix(self.key_template, {**sample, "run_id": "run", "attempt": "1"})
             validate_key(self.prefix)
             validate_key(self.deadline_prefix)
         except ConfigError as exc:

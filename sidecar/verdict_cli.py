@@ -49,10 +49,13 @@ class AttemptRow:
     artifact_sha256: str | None
     source: str | None
     created: str | None
+    # What the kubelet recorded for the sidecar container: the check on what the pod says of itself.
+    sidecar_exit_code: int | None = None
 
     @property
     def passed(self) -> bool:
-        return self.verdict == "passed" and self.exit_code == 0
+        """Published as passed, and confirmed: the sidecar container exited 0."""
+        return self.verdict == "passed" and self.exit_code == 0 and self.sidecar_exit_code == 0
 
 
 EPILOG = (
@@ -162,24 +165,59 @@ def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) ->
     rows: list[AttemptRow] = []
     for pod, pub, source, why in found:
         created = _created(pod)
+        kubelet = _sidecar_exit_code(pod, sidecar_container)
+        verdict, reason = _confirmed(pub, kubelet, sidecar_container, why)
         rows.append(
             AttemptRow(
                 attempt=pub.attempt
                 if pub is not None and pub.attempt is not None
                 else (rows[-1].attempt + 1 if rows else 1),
-                pod=pod.metadata.name,
-                phase=_phase(pod),
-                verdict=pub.status if pub is not None else None,
-                classification=pub.classification if pub is not None else None,
+                pod=sanitize(pod.metadata.name, 2048),
+                phase=sanitize(_phase(pod), 2048),
+                verdict=verdict,
+                classification=_shown(pub.classification if pub is not None else None),
                 exit_code=pub.exit_code if pub is not None else None,
-                reason=sanitize(pub.reason if pub is not None else why, 2048),
-                artifact=pub.artifact_uri if pub is not None else None,
-                artifact_sha256=pub.artifact_sha256 if pub is not None else None,
+                reason=sanitize(reason, 2048),
+                artifact=_shown(pub.artifact_uri if pub is not None else None),
+                artifact_sha256=_shown(pub.artifact_sha256 if pub is not None else None),
                 source=source,
                 created=created.isoformat() if created != _EPOCH else None,
+                sidecar_exit_code=kubelet,
             )
         )
     return rows
+
+
+def _shown(text: str | None) -> str | None:
+    """Every column as a terminal may show it: no escape sequences or control characters."""
+    return None if text is None else sanitize(text, 2048)
+
+
+def _confirmed(
+    pub: Publication | None, kubelet: int | None, container: str, why: str
+) -> tuple[str | None, str]:
+    """(verdict, reason): the published verdict when the kubelet's record of the sidecar's exit
+    agrees; a pod can say anything of itself in its annotations, not what the kubelet recorded."""
+    if pub is None:
+        return None, why
+    status, published = sanitize(pub.status, 256), sanitize(pub.reason, 2048)
+    if kubelet is None:
+        note = f"{published}; " if published else ""
+        return status, f"{note}not confirmed yet: the kubelet has recorded no exit for {container}"
+    if kubelet != pub.exit_code:
+        return "mismatch", (
+            f"the pod's annotations say {status} (exit {pub.exit_code}) but the kubelet recorded "
+            f"exit {kubelet} for {container}: not trusted"
+        )
+    return status, published
+
+
+def _sidecar_exit_code(pod: Any, container: str) -> int | None:
+    status = pod.status
+    statuses = (status.container_statuses if status is not None else None) or []
+    terminated = _terminated(next((s for s in statuses if s.name == container), None))
+    code = None if terminated is None else terminated.exit_code
+    return code if isinstance(code, int) else None
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

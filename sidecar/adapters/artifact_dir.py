@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import hashlib
-import shutil
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
@@ -45,6 +46,26 @@ class SamplesFile:
             self.error = self.error or f"closing the samples file failed: {exc}"
 
 
+# The launcher keeps its console logs within console_log_bytes (64 MiB by default) in all.
+COPY_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def _copy_regular_file(source: Path, target: Path, limit: int) -> None:
+    """Copy at most ``limit`` bytes of ``source`` from one descriptor opened without following a
+    symlink or waiting on a FIFO; OSError when it is not a regular file."""
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{source} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as reader, target.open("wb") as writer:
+            left = limit
+            while left > 0 and (chunk := reader.read(min(left, 1 << 20))):
+                writer.write(chunk)
+                left -= len(chunk)
+    finally:
+        os.close(fd)
+
+
 class ArtifactDir:
     """Implements the ArtifactFiles port over one local directory."""
 
@@ -69,14 +90,16 @@ class ArtifactDir:
         return target
 
     def keep_copies(self, files: Sequence[Path]) -> list[Path]:
-        """Copies of ``files`` here (made once), e.g. the console logs of a run dir the next run reuses."""
+        """Copies of ``files`` here (made once), e.g. the console logs of a run dir the next run
+        reuses. The trainer can write that run dir: a source that is a symlink (say, to
+        /proc/self/environ), a FIFO or a device is not copied, and at most COPY_LIMIT_BYTES are."""
         kept: list[Path] = []
         for source in files:
             copy = self.path / source.name
             with contextlib.suppress(OSError):
                 if not copy.exists():
                     self.path.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(source, copy)
+                    _copy_regular_file(source, copy, COPY_LIMIT_BYTES)
                 kept.append(copy)
         return kept
 

@@ -83,7 +83,9 @@ class RunDir:
         """
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path / SIDECAR_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # No symlink followed: the trainer can write the run dir too.
+            flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(self.path / SIDECAR_LOCK, flags, 0o644)
         except OSError as exc:
             raise ConfigError(f"cannot use run dir {self.path}: {exc}") from exc
         try:

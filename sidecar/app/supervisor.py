@@ -84,6 +84,12 @@ class Supervisor:
                     refusal = verdicts.refused(str(exc), classification=_refusal_kind(exc))
                     self._release_launcher(str(exc), int(refusal.exit_code) or 1)
                     return self._unstarted(refusal)
+                except Exception as exc:
+                    # A bug, or input nothing foresaw: the trainer is stopped (_stopping_on_failure)
+                    # and the run still ends in a verdict, an artifact and a publication.
+                    reason = f"soak-sidecar failed: {type(exc).__name__}: {exc}"
+                    self._release_launcher(reason, int(ExitCode.INTERNAL))
+                    return self._unstarted(verdicts.stopped("monitor_failure", reason))
         except (KeyboardInterrupt, Cancelled):
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.

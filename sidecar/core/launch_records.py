@@ -13,7 +13,9 @@ from typing import Any
 from sidecar.core.errors import LauncherError
 
 
-def _get(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+def _get(raw: object, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    if not isinstance(raw, Mapping):
+        raise LauncherError(f"run dir record: an entry holding {key} is not an object ({raw!r:.80})")
     value = raw.get(key)
     if value is None and optional:
         return None
@@ -23,6 +25,16 @@ def _get(raw: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, opt
     if not isinstance(value, kind):
         raise LauncherError(f"run dir record: {key} has the wrong type ({value!r})")
     return value
+
+
+def _items(raw: Mapping[str, Any], key: str, kind: type) -> tuple[Any, ...]:
+    """A list of plain ``kind`` values (never a bool for an int): anything else is a LauncherError."""
+    items = _get(raw, key, list, optional=True) or []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, kind):
+            problem = f"holds {item!r:.80}, which is not of type {kind.__name__}"
+            raise LauncherError(f"run dir record: {key} {problem}")
+    return tuple(items)
 
 
 def _number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
@@ -194,12 +206,10 @@ class ExitRecord:
                 )
                 for item in _get(raw, "control", list, optional=True) or []
             ),
-            signals_forwarded=tuple(
-                str(name) for name in _get(raw, "signals_forwarded", list, optional=True) or []
-            ),
+            signals_forwarded=_items(raw, "signals_forwarded", str),
             killed_with_trainer=processes("killed_with_trainer"),
             survivors_killed=processes("survivors_killed"),
-            unreaped=tuple(int(pid) for pid in _get(raw, "unreaped", list, optional=True) or []),
+            unreaped=_items(raw, "unreaped", int),
             stdout_dropped_bytes=_get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
             started_unix=_number(raw, "started_unix", optional=True),
             ended_unix=_number(raw, "ended_unix", optional=True),

@@ -509,6 +509,25 @@ def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+# Far deeper than the contract's documents; bounds every recursive walk of the trainer's data.
+MAX_NESTING = 64
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value`` nests lists and objects, counted without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, level = pending.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_NESTING:
+            return deepest
+        pending.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     """Parse run_summary.json as the seed did (``NaN``/``Infinity`` parse; checks reject them).
 
@@ -518,7 +537,7 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     if len(data) > max_bytes:
         raise InvalidRunSummaryError(f"run_summary.json exceeds the {max_bytes} byte limit")
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
+        value = json.loads(data.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
     except UnicodeDecodeError as exc:
         raise InvalidRunSummaryError(f"run_summary.json is not UTF-8: {exc}") from exc
     except RecursionError as exc:
@@ -529,6 +548,9 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
         raise InvalidRunSummaryError(
             f"run_summary.json is not valid JSON: {clip(str(exc))}"
         ) from exc
+    if _depth(value) > MAX_NESTING:
+        raise InvalidRunSummaryError(f"run_summary.json is nested deeper than {MAX_NESTING} levels")
+    return value
 
 
 def evaluate_run_summary(

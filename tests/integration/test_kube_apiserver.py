@@ -189,8 +189,22 @@ def new_job(env: KubeEnv) -> tuple[str, str]:
     return name, create_job(env.server.api_client(), env.namespace, name)
 
 
-def published_pod(env: KubeEnv, job: tuple[str, str], name: str, pub: Publication) -> None:
+def published_pod(
+    env: KubeEnv,
+    job: tuple[str, str],
+    name: str,
+    pub: Publication,
+    *,
+    kubelet_exit: int | str | None = "same",
+) -> None:
+    """A pod that published ``pub``; the kubelet (played here) recorded the sidecar's exit as the
+    published one unless ``kubelet_exit`` says otherwise (None: not terminated yet)."""
     pod = create_pod(env.core, env.namespace, name, *job)
+    code = pub.exit_code if kubelet_exit == "same" else kubelet_exit
+    if isinstance(code, int):
+        sidecar = container_status("soak-sidecar", terminated(code, "Completed" if code == 0 else "Error"))
+        status = {"phase": "Failed" if code else "Succeeded", "containerStatuses": [sidecar]}
+        set_status(env.core, env.namespace, name, status)
     with env.sa_client() as client:
         outcome = PodPublisher(
             client,
@@ -238,9 +252,51 @@ def test_verdict_cli_latest_passed(env: KubeEnv, capsys: pytest.CaptureFixture[s
         "REASON",
         "ARTIFACT",
     ]
-    assert lines[1].split()[:6] == ["1", f"{job[0]}-aaaaa", "Pending", "failed", "stale_progress", "12"]
-    assert lines[2].split()[:6] == ["2", f"{job[0]}-bbbbb", "Pending", "passed", "-", "0"]
+    assert lines[1].split()[:6] == ["1", f"{job[0]}-aaaaa", "Failed", "failed", "stale_progress", "12"]
+    assert lines[2].split()[:6] == ["2", f"{job[0]}-bbbbb", "Succeeded", "passed", "-", "0"]
     print(table)
+
+
+def test_verdict_cli_trusts_the_kubelet_over_the_annotations(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = new_job(env)
+    # The pod says it passed; the kubelet recorded the sidecar's exit 13 (resource_leak).
+    published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1), kubelet_exit=13)
+    code, doc = run_json(env, job[0], capsys)
+    assert code == 1 and doc["passed"] is False
+    row = doc["attempts"][-1]
+    assert (row["verdict"], row["sidecar_exit_code"]) == ("mismatch", 13)
+    assert row["reason"] == (
+        "the pod's annotations say passed (exit 0) but the kubelet recorded exit 13 for soak-sidecar: "
+        "not trusted"
+    )
+
+
+def test_verdict_cli_waits_for_the_kubelet_to_confirm_a_pass(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = new_job(env)
+    published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1), kubelet_exit=None)
+    code, doc = run_json(env, job[0], capsys)
+    assert code == 1 and doc["passed"] is False
+    reason = doc["attempts"][-1]["reason"]
+    assert reason.endswith("not confirmed yet: the kubelet has recorded no exit for soak-sidecar")
+
+
+def test_verdict_cli_shows_no_terminal_escapes_in_any_column(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = new_job(env)
+    name = f"{job[0]}-aaaaa"
+    published_pod(env, job, name, replace_attempt(DEADLINE, 1))
+    # Annotations as anyone able to patch the pod could write them.
+    escapes = {"verdict": "failed\x1b[2J", "classification": "x\x1b]0;pwned\x07", "artifact": "s3://b/\x9bk"}
+    annotations = {f"{PREFIX}{key}": value for key, value in escapes.items()}
+    patch = {"metadata": {"annotations": annotations}}
+    env.core.patch_namespaced_pod(name, env.namespace, patch, _content_type=MERGE)
+    _code, table = run_cli(env, job[0], capsys)
+    assert not any(char in table for char in "\x1b\x07\x9b"), table
 
 
 def test_verdict_cli_deadline_exhausted(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,30 @@ def test_spawn_local_launcher_errors(tmp_path: Path) -> None:
         spawn_local_launcher(tmp_path, [])
     with pytest.raises(LauncherError):
         spawn_local_launcher(tmp_path, ["true"], python=str(tmp_path / "no-python"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("unreaped", ["x"]), ("unreaped", [True]), ("survivors_killed", ["x"]), ("signals_forwarded", [1])],
+)
+def test_hostile_exit_record_fields_are_protocol_errors(field: str, value: object) -> None:
+    raw = {"launch_id": LAUNCH_ID, "exit_code": 0, "reason": "exited", field: value}
+    with pytest.raises(LauncherError, match=field if field != "survivors_killed" else "not an object"):
+        ExitRecord.parse(raw)
+
+
+def test_run_dir_reads_never_follow_a_link_wait_on_a_fifo_or_read_without_bound(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text('{"protocol": 1}')
+    (tmp_path / "link.json").symlink_to(tmp_path / "secret")
+    os.mkfifo(tmp_path / "fifo.json")  # no writer: a blocking open would hang the reader
+    (tmp_path / "huge.json").write_bytes(b" " * (proto.RECORD_LIMIT_BYTES + 1))
+    assert proto.read_json(str(tmp_path / "secret")) == {"protocol": 1}
+    for name in ("link.json", "fifo.json", "huge.json", "absent.json"):
+        assert proto.read_bytes(str(tmp_path / name)) is None, name
+
+
+def test_the_sidecar_lock_is_never_taken_through_a_symlink(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / ".sidecar.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="cannot use run dir"), RunDir(tmp_path).exclusive():
+        pass

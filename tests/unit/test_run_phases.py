@@ -20,8 +20,19 @@ from sidecar.core.boot import BootClock
 from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
+from sidecar.core.launch_records import ExitRecord
 from sidecar.settings import Settings, load_settings
-from tests.fakes import EPOCH, LAUNCH_ID, TRAINER_PID, Fakes, MemoryStore, Script, fakes
+from tests.fakes import (
+    EPOCH,
+    LAUNCH_ID,
+    TRAINER_PID,
+    FakeChannel,
+    FakeProcesses,
+    Fakes,
+    MemoryStore,
+    Script,
+    fakes,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 SUMMARY = (DATA / "minimal_completed.json").read_bytes()
@@ -239,3 +250,39 @@ class RefusingStore(MemoryStore):
 
     def lock(self, run_id: str) -> Any:
         raise StoreUnavailableError("the deadline store is down")
+
+
+class BrokenProcesses(FakeProcesses):
+    """A process table that fails in a way nothing foresaw."""
+
+    def environ(self, pid: int) -> Any:
+        raise RuntimeError("an adapter bug")
+
+
+def test_any_failure_still_ends_in_a_verdict_with_an_artifact(tmp_path: Path) -> None:
+    world = fakes(Script(), SUMMARY)
+    ports = Ports(**{**vars(world.ports()), "processes": BrokenProcesses(world.world)})
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    result = Supervisor(settings(tmp_path), ports, request).run()
+    assert result.verdict.classification == "monitor_failure" and result.exit_code == 70
+    assert result.verdict.reason == "soak-sidecar failed: RuntimeError: an adapter bug"
+    assert world.files.artifact()["failure_classification"] == "monitor_failure"
+    assert world.publisher.published[0].exit_code == 70
+    assert world.world.aborted is not None and world.world.go is None  # the trainer never started
+
+
+class HostileChannel(FakeChannel):
+    """exit.json as a trainer could write it: well-formed JSON, wrong inside."""
+
+    def wait_exit(self, timeout_s: float) -> ExitRecord | None:
+        hostile = {"launch_id": LAUNCH_ID, "exit_code": 0, "reason": "exited", "unreaped": ["x"]}
+        return ExitRecord.parse(hostile)
+
+
+def test_a_hostile_exit_record_is_a_verdict_not_a_crash(tmp_path: Path) -> None:
+    world = fakes(Script(runs_s=2.0), SUMMARY)
+    ports = Ports(**{**vars(world.ports()), "channel": HostileChannel(world.world)})
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    result = Supervisor(settings(tmp_path), ports, request).run()
+    assert result.verdict.classification == "monitor_failure"
+    assert "unreaped holds 'x', which is not of type int" in (result.verdict.reason or "")

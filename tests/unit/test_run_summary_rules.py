@@ -836,3 +836,17 @@ def test_a_key_repeated_in_one_object_is_invalid_not_last_wins() -> None:
     assert evaluate_run_summary(
         nested.encode(), mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
     ).failures == ("run_summary.json repeats the key 'a' in one object",)
+
+
+def test_a_deeply_nested_summary_is_invalid_not_a_crash() -> None:
+    nested = ("[" * 300 + "]" * 300).encode()  # 600 bytes, 300 deep
+    outcome = evaluate_run_summary(
+        nested, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
+    )
+    assert outcome.classification == "invalid_run_summary"
+    assert outcome.failures == ("run_summary.json is nested deeper than 64 levels",)
+    inside = json.dumps({**valid_run_summary(), "extra": json.loads("[" * 100 + "]" * 100)}).encode()
+    deep = evaluate_run_summary(
+        inside, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
+    )
+    assert deep.classification == "invalid_run_summary"

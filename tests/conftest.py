@@ -12,10 +12,10 @@ pytest_plugins = [
     "tests.fixtures.processes",
     "tests.fixtures.pidns",
     "tests.fixtures.s3",
+    "tests.fixtures.clockshim",
     "tests.fixtures.kube",
     "tests.fixtures.nvml",
     "tests.fixtures.helm",
-    "tests.fixtures.clockshim",
 ]
 
 # SOAK_* variables that steer the test harness, not the product's settings.

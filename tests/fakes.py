@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sidecar.app.ports import LockLoss, Ports, StopRequest
-from sidecar.core.boot import BootClock, StoreClock
+from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
 from sidecar.core.ports import UploadedObject
@@ -76,6 +76,7 @@ class World:
         self.alive: dict[int, ProcessInfo] = {}
         self.killed: list[int] = []
         self.interrupted = False
+        self.boot_id = "boot"
 
     # -- the clock
 
@@ -86,7 +87,7 @@ class World:
         return self.now
 
     def boot(self) -> BootClock | None:
-        return BootClock("boot", 1000.0 + self.now)
+        return BootClock(self.boot_id, 1000.0 + self.now)
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
@@ -305,6 +306,18 @@ class FakeGpu:
 
     def close(self) -> None:
         self.closed = True
+
+
+@dataclass
+class FakeReferenceClock:
+    """A clock outside the node (the apiserver's) that runs ``offset_s`` ahead of the world's wall clock."""
+
+    world: World
+    offset_s: float = 0.0
+    source: str = "the Kubernetes apiserver's clock (Date)"
+
+    def now(self) -> ReferenceTime:
+        return ReferenceTime(self.source, self.world.wall() + self.offset_s)
 
 
 class MemoryStore:

@@ -140,7 +140,9 @@ class FileDeadlineStore:
         finally:
             with contextlib.suppress(OSError):
                 probe.unlink()
-        return StoreClock(record_written=written, now=now, source="the store's file modification time")
+        return StoreClock(
+            record_written=written, now=now, source="the deadline store's clock (file modification times)"
+        )
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         directory = self.directory / f"{parse_run_id(run_id)}.attempts"

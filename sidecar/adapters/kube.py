@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,7 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from sidecar.adapters.fsutil import write_fsync
-from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
+from sidecar.core.boot import ReferenceTime
+from sidecar.core.errors import ConfigError, ForbiddenError, PublishError, RefusedError, TransientError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     Publication,
@@ -231,6 +233,23 @@ class KubeClient:
             lambda: self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout),
         )
 
+    def server_time(self) -> float:
+        """The apiserver's clock now (epoch seconds), from the Date header of a GET /version (readable
+        by every authenticated client). Date names a whole second: the middle of it is returned."""
+
+        def request() -> Any:
+            version = k8s.VersionApi(self._api)
+            return version.get_code_with_http_info(_request_timeout=self._timeout)[2].get("Date")
+
+        date = self._call("read the apiserver's time", request)
+        try:
+            when = parsedate_to_datetime(date)
+        except (TypeError, ValueError) as exc:
+            raise PublishError(f"read the apiserver's time: unusable Date header {date!r}") from exc
+        if when.tzinfo is None:
+            raise PublishError(f"read the apiserver's time: Date header {date!r} names no time zone")
+        return when.timestamp() + 0.5
+
     def job_finished(self, namespace: str, name: str) -> bool:
         """Whether the Job has ended (a Complete or Failed condition): no retry will follow."""
         job = self._call(
@@ -367,6 +386,28 @@ def _owning_job(refs: list[Any]) -> Any:
     jobs = [r for r in refs if r.kind == "Job" and str(r.api_version).startswith("batch/")]
     controllers = [r for r in jobs if r.controller]
     return (controllers or jobs or [None])[0]
+
+
+class ApiserverClock:
+    """The ReferenceClock port over the apiserver's clock: the deadline record is stamped with it, and
+    every attempt reads it again, so a pod on a node whose clock is wrong cannot gain time."""
+
+    source = "the Kubernetes apiserver's clock (Date)"
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    def now(self) -> ReferenceTime:
+        try:
+            return ReferenceTime(source=self.source, unix=self._client.server_time())
+        except ForbiddenError as exc:
+            raise RefusedError(
+                f"cannot read the Kubernetes apiserver's clock for the deadline: {exc}"
+            ) from exc
+        except PublishError as exc:
+            raise TransientError(
+                f"cannot read the Kubernetes apiserver's clock for the deadline: {exc}"
+            ) from exc
 
 
 def write_termination_message(path: Path, text: str) -> None:

@@ -213,7 +213,11 @@ class S3DeadlineStore:
             raise self._error(exc, f"cannot read the S3 server's clock at {uri}") from exc
         except (botocore.exceptions.BotoCoreError, OSError) as exc:
             raise self._error(exc, f"cannot read the S3 server's clock at {uri}") from exc
-        return StoreClock(record_written=written.timestamp(), now=now.timestamp(), source="S3 LastModified")
+        return StoreClock(
+            record_written=written.timestamp(),
+            now=now.timestamp(),
+            source="the deadline store's clock (S3 LastModified)",
+        )
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         """The ledger: each claim's ``claimed_unix`` as its claimer wrote it (None when unreadable)."""

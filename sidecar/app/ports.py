@@ -17,7 +17,15 @@ from typing import IO, Any, Literal, Protocol
 from sidecar.adapters.provenance import boot_id as read_boot_id
 from sidecar.core.boot import BootClock
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
-from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, NodeClock, ProcessTable, ProgressProbe
+from sidecar.core.ports import (
+    ArtifactSink,
+    DeadlineStore,
+    GpuBackend,
+    NodeClock,
+    ProcessTable,
+    ProgressProbe,
+    ReferenceClock,
+)
 from sidecar.core.publication import Publication
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
 from sidecar.launcher import GoRequest
@@ -151,5 +159,7 @@ class Ports:
     image_digest: Callable[[], str | None] = _no_image_digest
     lock_loss: LockLoss = field(default_factory=LockLoss)
     clock: NodeClock = field(default_factory=SystemClock)
+    # A clock outside the node (the apiserver's, in a pod) that bounds the deadline too.
+    reference_clock: ReferenceClock | None = None
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

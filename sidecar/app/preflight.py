@@ -49,6 +49,8 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
     ]
     resumed = ports.store.load(started.request.run_id) is not None
     clock = ports.clock
+    # Read once: it stamps a new record and bounds this attempt.
+    reference = None if ports.reference_clock is None else ports.reference_clock.now()
     record = create_or_resume(
         ports.store,
         identity,
@@ -56,12 +58,14 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         resume_required=dset.resume or resume_checkpoint is not None,
         max_budget_s=dset.max_budget_s,
         boot=clock.boot(),
+        reference=reference,
     )
     deadline = DeadlineClock(
         record,
         now_wall=clock.wall(),
         now_monotonic=clock.monotonic(),
         boot=clock.boot(),
+        reference=reference,
         store=ports.store.store_clock(started.request.run_id),
     )
     if not started.already_going:
@@ -74,4 +78,3 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         resume_checkpoint=resume_checkpoint,
         extra_args=tuple(extra_args),
     )
-

@@ -119,7 +119,7 @@ class _PodPublication:
 
 
 def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
-    from sidecar.adapters.kube import KubeClient, PodPublisher
+    from sidecar.adapters.kube import ApiserverClock, KubeClient, PodPublisher
 
     kube = settings.kube
     client = KubeClient.from_settings(kube)
@@ -155,5 +155,6 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
         ports,
         publisher=_PodPublication(publisher, progress_notes=kube.progress_annotations_s > 0),
         image_digest=image_digest,
+        reference_clock=ApiserverClock(client),
     )
     return Wiring(pod_ports, context=context, attempt_label=pod_name)

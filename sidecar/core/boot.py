@@ -20,4 +20,13 @@ class StoreClock:
 
     record_written: float
     now: float
-    source: str  # e.g. "S3 LastModified", for messages
+    source: str  # e.g. "the deadline store's clock (S3 LastModified)", for messages
+
+
+@dataclass(frozen=True)
+class ReferenceTime:
+    """A time (epoch seconds) read off a clock outside this node, e.g. the Kubernetes apiserver's,
+    and which clock it was: a node whose own clock is wrong cannot move it."""
+
+    source: str
+    unix: float

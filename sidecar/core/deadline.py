@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sidecar.core.boot import BootClock, StoreClock
+from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.errors import (
     ConfigError,
     DeadlineExpiredError,
@@ -38,8 +38,10 @@ from sidecar.core.errors import (
 from sidecar.core.identity import RunIdentity, describe_validation_error
 from sidecar.core.ports import DeadlineStore
 
-RECORD_FORMAT = "soak-sidecar-deadline-v2"
-# v1 records (no boot anchor) are still resumed, bounded by the wall clock alone.
+RECORD_FORMAT = "soak-sidecar-deadline-v3"
+# Older records are still resumed: v2 (no reference time) bounded by the wall clock, CLOCK_BOOTTIME
+# and the store's clock; v1 (no boot anchor either) by the wall clock and the store's clock.
+V2_RECORD_FORMAT = "soak-sidecar-deadline-v2"
 LEGACY_RECORD_FORMAT = "soak-sidecar-deadline-v1"
 # How far the wall clock may claim more time left than CLOCK_BOOTTIME on the same boot: both count
 # real time (suspend included), so under NTP they agree to well under a second.
@@ -53,7 +55,8 @@ CONSISTENCY_TOLERANCE_S = 1e-5
 
 _NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")
 _LEGACY_KEYS = frozenset({"format", *_NUMBER_KEYS, "identity", "identity_sha256"})
-_RECORD_KEYS = _LEGACY_KEYS | {"boot"}
+_V2_RECORD_KEYS = _LEGACY_KEYS | {"boot"}
+_RECORD_KEYS = _V2_RECORD_KEYS | {"reference"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,8 @@ class DeadlineRecord:
     identity_sha256: str
     # CLOCK_BOOTTIME when the record was made, and on which boot; None for v1 records.
     boot: BootClock | None = None
+    # A clock outside the node (the apiserver's) when the record was made; None where none was read.
+    reference: ReferenceTime | None = None
 
     @property
     def soft_stop_unix(self) -> float:
@@ -85,11 +90,21 @@ class DeadlineRecord:
             "boot": None
             if self.boot is None
             else {"id": self.boot.boot_id, "boottime_s": self.boot.boottime_s},
+            "reference": None
+            if self.reference is None
+            else {"source": self.reference.source, "unix": self.reference.unix},
         }
 
 
-def new_record(identity: RunIdentity, *, now_wall: float, boot: BootClock | None = None) -> DeadlineRecord:
-    """A fresh record whose budget starts at ``now_wall`` (and at ``boot``'s boottime)."""
+def new_record(
+    identity: RunIdentity,
+    *,
+    now_wall: float,
+    boot: BootClock | None = None,
+    reference: ReferenceTime | None = None,
+) -> DeadlineRecord:
+    """A fresh record whose budget starts at ``now_wall`` (and at ``boot``'s boottime, and at
+    ``reference``'s time)."""
     if not math.isfinite(now_wall):
         raise ConfigError("wall clock is not a finite number")
     return DeadlineRecord(
@@ -100,6 +115,7 @@ def new_record(identity: RunIdentity, *, now_wall: float, boot: BootClock | None
         identity=identity,
         identity_sha256=identity.digest(),
         boot=boot,
+        reference=reference,
     )
 
 
@@ -133,6 +149,7 @@ def parse_record(data: bytes, *, max_budget_s: float) -> DeadlineRecord:
         identity=_record_identity(value, budget=budget, margin=margin),
         identity_sha256=value["identity_sha256"],
         boot=_record_boot(value.get("boot")),
+        reference=_record_reference(value.get("reference")),
     )
 
 
@@ -151,6 +168,19 @@ def _record_boot(value: object) -> BootClock | None:
     return BootClock(boot_id=boot_id, boottime_s=float(boottime))
 
 
+def _record_reference(value: object) -> ReferenceTime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"source", "unix"}:
+        raise DeadlineRecordError("deadline record reference must be null or {source, unix}")
+    source, unix = value["source"], value["unix"]
+    if not isinstance(source, str) or not source or len(source) > 200:
+        raise DeadlineRecordError(f"invalid deadline record reference source {_short(source)}")
+    if isinstance(unix, bool) or not isinstance(unix, (int, float)) or not math.isfinite(unix) or unix < 0:
+        raise DeadlineRecordError(f"invalid deadline record reference time {unix!r}")
+    return ReferenceTime(source=source, unix=float(unix))
+
+
 def _record_object(data: bytes) -> dict[str, Any]:
     """The record's JSON object, in this format and with exactly the record's keys."""
     if len(data) > MAX_RECORD_BYTES:
@@ -163,7 +193,11 @@ def _record_object(data: bytes) -> dict[str, Any]:
         raise DeadlineRecordError(f"deadline record is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise DeadlineRecordError("deadline record is not a JSON object")
-    keys = {RECORD_FORMAT: _RECORD_KEYS, LEGACY_RECORD_FORMAT: _LEGACY_KEYS}.get(str(value.get("format")))
+    keys = {
+        RECORD_FORMAT: _RECORD_KEYS,
+        V2_RECORD_FORMAT: _V2_RECORD_KEYS,
+        LEGACY_RECORD_FORMAT: _LEGACY_KEYS,
+    }.get(str(value.get("format")))
     if keys is None:
         raise DeadlineRecordError(
             f"deadline record format is {value.get('format')!r}, expected {RECORD_FORMAT!r}"
@@ -175,17 +209,11 @@ def _record_object(data: bytes) -> dict[str, Any]:
     return value
 
 
-def _record_numbers(
-    value: dict[str, Any], *, max_budget_s: float
-) -> tuple[float, float, float, float]:
+def _record_numbers(value: dict[str, Any], *, max_budget_s: float) -> tuple[float, float, float, float]:
     """Started, deadline, budget and margin: finite, in range and consistent with each other."""
     for key in _NUMBER_KEYS:
         number = value[key]
-        if (
-            isinstance(number, bool)
-            or not isinstance(number, (int, float))
-            or not math.isfinite(number)
-        ):
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
             raise DeadlineRecordError(f"invalid deadline number {key}={number!r}")
     started = float(value["started_unix"])
     deadline = float(value["deadline_unix"])
@@ -212,13 +240,9 @@ def _record_identity(value: dict[str, Any], *, budget: float, margin: float) -> 
             f"deadline record identity is invalid: {describe_validation_error(exc)}"
         ) from exc
     if value["identity_sha256"] != identity.digest():
-        raise DeadlineRecordError(
-            "deadline record identity does not match identity_sha256 (tampered)"
-        )
+        raise DeadlineRecordError("deadline record identity does not match identity_sha256 (tampered)")
     if identity.budget_s != budget or identity.checkpoint_margin_s != margin:
-        raise DeadlineRecordError(
-            "deadline record budget/margin disagree with its identity (tampered)"
-        )
+        raise DeadlineRecordError("deadline record budget/margin disagree with its identity (tampered)")
     return identity
 
 
@@ -232,8 +256,7 @@ def _require_same_identity(record: DeadlineRecord, identity: RunIdentity) -> Non
     if differing:
         stored, wanted = record.identity.canonical(), identity.canonical()
         details = "; ".join(
-            f"{name}: record {_short(stored[name])}, now {_short(wanted[name])}"
-            for name in differing
+            f"{name}: record {_short(stored[name])}, now {_short(wanted[name])}" for name in differing
         )
         raise RefusedError(
             f"deadline identity/config mismatch; never extend an existing job "
@@ -289,6 +312,7 @@ def create_or_resume(
     resume_required: bool,
     max_budget_s: float,
     boot: BootClock | None = None,
+    reference: ReferenceTime | None = None,
 ) -> DeadlineRecord:
     """The run's record: the stored one if any (verified, never extended), else a new one.
 
@@ -307,7 +331,7 @@ def create_or_resume(
             f"explicit resume requires the original deadline record; no fresh budget "
             f"(no record for run {identity.run_id} in {store.location})"
         )
-    payload = encode_record(new_record(identity, now_wall=now_wall, boot=boot))
+    payload = encode_record(new_record(identity, now_wall=now_wall, boot=boot, reference=reference))
     # When a concurrent creator wins, its record is the run's record, verified like any other.
     with contextlib.suppress(RecordExistsError):
         store.create(identity.run_id, payload)
@@ -315,8 +339,7 @@ def create_or_resume(
     stored = _load_verified(store, identity, max_budget_s=max_budget_s)
     if stored is None:
         raise DeadlineRecordError(
-            f"deadline record for run {identity.run_id} vanished from {store.location} "
-            "after creation"
+            f"deadline record for run {identity.run_id} vanished from {store.location} after creation"
         )
     return stored
 
@@ -325,8 +348,10 @@ class DeadlineClock:
     """Remaining time of one attempt, bounded by every clock that applies.
 
     At construction, the least of: the wall clock's remaining time; on the record's own boot, the
-    budget less the CLOCK_BOOTTIME elapsed since the record was made; and where the store tells
-    its own time, the budget less the store-clock time elapsed since it wrote the record. A wall
+    budget less the CLOCK_BOOTTIME elapsed since the record was made; where the record holds a
+    reference time (the apiserver's) and the same clock is read now, the budget less the reference
+    time elapsed since; and where the store tells its own time, the budget less the store-clock time
+    elapsed since it wrote the record. A wall
     clock that claims more than another clock by over CLOCK_SKEW_TOLERANCE_S was set back (or is
     behind the store's): refused with the figures. A wall clock ahead only shortens the run. From
     then on the attempt runs on its monotonic clock: a later wall-clock step back raises only the
@@ -341,6 +366,7 @@ class DeadlineClock:
         now_wall: float,
         now_monotonic: float,
         boot: BootClock | None = None,
+        reference: ReferenceTime | None = None,
         store: StoreClock | None = None,
     ) -> None:
         self.record = record
@@ -349,10 +375,12 @@ class DeadlineClock:
         if anchor is not None and boot is not None and boot.boot_id == anchor.boot_id:
             by_boot = record.budget_seconds - (boot.boottime_s - anchor.boottime_s)
             remaining = _least(record, remaining, by_boot, "CLOCK_BOOTTIME on the same boot")
-        if store is not None:
-            _require_written_when_started(record, store)
-            by_store = record.budget_seconds - (store.now - store.record_written)
-            remaining = _least(record, remaining, by_store, f"the deadline store's clock ({store.source})")
+        outside = _reference_clock(record, reference)
+        for clock in (outside, store):
+            if clock is not None:
+                _require_written_when_started(record, clock)
+                by_clock = record.budget_seconds - (clock.now - clock.record_written)
+                remaining = _least(record, remaining, by_clock, clock.source)
         self.wall_end = now_wall + remaining
         self.monotonic_end = now_monotonic + max(0.0, remaining)
 
@@ -365,6 +393,14 @@ class DeadlineClock:
 
     def expired(self, now_wall: float, now_monotonic: float) -> bool:
         return self.remaining(now_wall, now_monotonic) <= 0
+
+
+def _reference_clock(record: DeadlineRecord, now: ReferenceTime | None) -> StoreClock | None:
+    """The reference clock's reading when the record was made and now, if both come from one clock."""
+    made = record.reference
+    if made is None or now is None or made.source != now.source:
+        return None
+    return StoreClock(record_written=made.unix, now=now.unix, source=made.source)
 
 
 def _least(record: DeadlineRecord, by_wall: float, other: float, source: str) -> float:
@@ -386,7 +422,7 @@ def _require_written_when_started(record: DeadlineRecord, store: StoreClock) -> 
     if late > CLOCK_SKEW_TOLERANCE_S:
         raise RefusedError(
             f"deadline record of run {record.identity.run_id} says it started at {record.started_unix:.1f}, "
-            f"{late:.1f} s after {store.source} wrote it ({store.record_written:.1f}; tolerance "
+            f"{late:.1f} s later than {store.source} dates its making ({store.record_written:.1f}; tolerance "
             f"{CLOCK_SKEW_TOLERANCE_S:g} s): refusing the time it would grant"
         )
 

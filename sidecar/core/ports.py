@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sidecar.core.boot import BootClock, StoreClock
+from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
 
 
@@ -22,6 +22,15 @@ class NodeClock(Clock, Protocol):
 
     def boot(self) -> BootClock | None:
         """CLOCK_BOOTTIME and the boot it counts from; None where the kernel tells neither."""
+        ...
+
+
+class ReferenceClock(Protocol):
+    """A clock outside the node (the apiserver's): read when a record is made and at each attempt,
+    so that an attempt on a node with a wrong clock cannot gain time."""
+
+    def now(self) -> ReferenceTime:
+        """The reference clock now; TransientError when it cannot be read."""
         ...
 
 

@@ -8,6 +8,7 @@ kubelet) and inspects the result.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +19,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sidecar import verdict_cli
-from sidecar.adapters.kube import KubeClient, PodPublisher, connect
-from sidecar.core.errors import ConfigError, ForbiddenError
+from sidecar.adapters.kube import ApiserverClock, KubeClient, PodPublisher, connect
+from sidecar.core.errors import ConfigError, ForbiddenError, TransientError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
     REASON_BYTES,
@@ -538,3 +539,19 @@ def test_verdict_cli_says_why_a_pod_is_stuck_or_ended_early(
     assert (
         by_pod[early]["reason"] == f"sidecar container terminated without a verdict (exit 64, Error): {said}"
     )
+
+
+def test_the_apiservers_clock_is_read_off_its_date_header(env: KubeEnv) -> None:
+    with env.sa_client() as client:
+        before = time.time()
+        reading = ApiserverClock(client).now()
+        after = time.time()
+    assert reading.source == "the Kubernetes apiserver's clock (Date)"
+    # Date names a whole second; the reading is its middle.
+    assert before - 0.5 <= reading.unix <= after + 0.5
+
+
+def test_an_unreachable_apiserver_clock_is_a_transient_failure() -> None:
+    client = KubeClient(connect(host="https://127.0.0.1:9", token="t"), retries=1, backoff_s=0.01)
+    with pytest.raises(TransientError, match="cannot read the Kubernetes apiserver's clock for the deadline"):
+        ApiserverClock(client).now()

@@ -38,9 +38,18 @@ def sidecar_argv() -> list[str]:
 
 
 def run_pod(
-    env: KubeEnv, tmp_path: Path, name: str, trainer_flags: list[str], **settings: str
+    env: KubeEnv,
+    tmp_path: Path,
+    name: str,
+    trainer_flags: list[str],
+    *,
+    boot_id: str | None = None,
+    **settings: str,
 ) -> dict[str, object]:
-    """Create the Pod object, run both "containers" in one PID namespace, return what came out."""
+    """Create the Pod object, run both "containers" in one PID namespace, return what came out.
+
+    ``boot_id`` makes the "node" another boot: it is bind-mounted over the kernel's in the pod's
+    mount namespace, as a node rebooted (or another node) would report."""
     pod = create_pod(env.core, env.namespace, name, env.job_name, env.job_uid)
     set_status(env.core, env.namespace, name, running_status())
     tmp_path.mkdir(parents=True)
@@ -49,11 +58,12 @@ def run_pod(
     termination_log = tmp_path / "termination-log"
     trainer = [
         PY, str(launcher_path()), "--run-dir", str(run_dir), "--",
-        PY, "-m", "sidecar.examples.trainer", "--progress-dir", str(progress), *trainer_flags,
+        PY, "-m", "sidecar.examples.trainer", *trainer_flags,  # SOAK_PROGRESS_DIR from go.json
     ]  # fmt: skip
     # Two "containers": the trainer's launcher in the background, the sidecar in front.
     pod_script = (
-        f"{shlex.join(trainer)} > {shlex.quote(str(tmp_path / 'trainer.log'))} 2>&1 & "
+        _another_boot(tmp_path, boot_id)
+        + f"{shlex.join(trainer)} > {shlex.quote(str(tmp_path / 'trainer.log'))} 2>&1 & "
         f"{shlex.join([*sidecar_argv(), 'run', '--pod'])}; code=$?; wait; exit $code"
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_") and k != "KUBECONFIG"}
@@ -88,6 +98,14 @@ def run_pod(
         "events": [(e.reason, e.type, e.message) for e in events],
         "termination": parse_termination_message(_read(termination_log)),
     }
+
+
+def _another_boot(tmp_path: Path, boot_id: str | None) -> str:
+    if boot_id is None:
+        return ""
+    fake = tmp_path / "boot_id"
+    fake.write_text(boot_id + "\n", encoding="utf-8")
+    return f"mount --bind {shlex.quote(str(fake))} /proc/sys/kernel/random/boot_id && "
 
 
 def _read(path: Path) -> str:
@@ -153,3 +171,37 @@ def test_pod_mode_passing_failing_and_deadline(
     assert code == 1  # the latest attempt ran out of deadline
     verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
     print(capsys.readouterr().out)  # the table, for the test log
+
+
+def test_a_node_whose_clock_is_behind_the_apiservers_cannot_gain_time(
+    pod_env: KubeEnv, tmp_path: Path, clockshim: Path
+) -> None:
+    """A file store on the node's own disk dates records by the node's clock; the apiserver's clock,
+    stamped into the record and read again by every attempt, bounds an attempt after a reboot (no
+    CLOCK_BOOTTIME anchor applies) whose wall clock is an hour behind."""
+    shared = {
+        "SOAK_DEADLINE__RUN_ID": str(uuid.uuid4()),
+        "SOAK_DEADLINE__STORE_DIR": str(tmp_path / "deadlines"),
+    }
+    first = run_pod(pod_env, tmp_path / "a", "soak-clock-a", ["--steps", "3", "--step-s", "0.1"], **shared)
+    assert first["returncode"] == 0, first["output"]
+    (path,) = (tmp_path / "deadlines").glob("*.json")
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert record["reference"]["source"] == "the Kubernetes apiserver's clock (Date)"
+    assert abs(record["reference"]["unix"] - record["started_unix"]) < 5  # NTP-synced: they agree
+
+    behind = run_pod(
+        pod_env,
+        tmp_path / "b",
+        "soak-clock-b",
+        ["--steps", "3", "--step-s", "0.1"],
+        boot_id=str(uuid.uuid4()),
+        LD_PRELOAD=str(clockshim),
+        CLOCKSHIM_OFFSET_S="-3600",
+        **shared,
+    )
+    assert behind["returncode"] == 15, behind["output"]
+    assert "the Kubernetes apiserver's clock (Date) says" in str(behind["output"])
+    annotations = behind["annotations"]
+    assert isinstance(annotations, dict) and annotations[f"{PREFIX}exit-code"] == "15"
+    assert path.read_text(encoding="utf-8") == json.dumps(record, sort_keys=True, indent=2) + "\n"

@@ -318,16 +318,14 @@ def _identity(store: S3DeadlineStore, run_id: str) -> RunIdentity:
     )  # fmt: skip
 
 
-def test_the_servers_clock_bounds_a_node_whose_clock_is_behind(
-    seaweedfs: SeaweedServer, run_id: str
-) -> None:
+def test_the_servers_clock_bounds_a_node_whose_clock_is_behind(seaweedfs: SeaweedServer, run_id: str) -> None:
     store = _store(seaweedfs, _settings(seaweedfs))
     assert store.store_clock(run_id) is None  # no record yet
     # Made on another node (no boot anchor here), with a correct clock.
     identity = _identity(store, run_id)
     record = create_or_resume(store, identity, now_wall=time.time(), resume_required=False, max_budget_s=7200)
     reading = store.store_clock(run_id)
-    assert reading is not None and reading.source == "S3 LastModified"
+    assert reading is not None and reading.source == "the deadline store's clock (S3 LastModified)"
     assert abs(reading.record_written - record.started_unix) < 5 and abs(reading.now - time.time()) < 5
     # This node's wall clock is an hour behind the server's: it would see an hour more.
     with pytest.raises(RefusedError, match=r"the deadline store's clock \(S3 LastModified\) says"):
@@ -347,5 +345,7 @@ def test_a_record_made_by_a_node_whose_clock_was_ahead_is_refused(
     ahead = time.time() + 600
     record = create_or_resume(store, identity, now_wall=ahead, resume_required=False, max_budget_s=7200)
     reading = store.store_clock(run_id)
-    with pytest.raises(RefusedError, match=r"s after S3 LastModified wrote it"):
+    with pytest.raises(
+        RefusedError, match=r"s later than the deadline store's clock \(S3 LastModified\) dates"
+    ):
         DeadlineClock(record, now_wall=time.time() + 600, now_monotonic=0.0, store=reading)

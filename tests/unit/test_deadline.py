@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
-from sidecar.core.boot import BootClock, StoreClock
+from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.deadline import (
     LEDGER_SKEW_TOLERANCE_S,
     MAX_RECORD_BYTES,
@@ -68,7 +68,7 @@ def test_encode_parse_round_trip_is_exact() -> None:
     assert record.deadline_unix == T0 + 7200
     assert record.soft_stop_unix == T0 + 7200 - 120
     stored = json.loads(data)
-    assert stored["format"] == RECORD_FORMAT == "soak-sidecar-deadline-v2"
+    assert stored["format"] == RECORD_FORMAT == "soak-sidecar-deadline-v3"
     assert stored["identity_sha256"] == identity().digest()
 
 
@@ -183,9 +183,7 @@ def test_corrupt_cases_mutate_a_valid_record() -> None:
 def test_corrupt_stored_record_refuses_to_run(store: FileDeadlineStore) -> None:
     store.create(RUN_ID, _mutate(lambda v: v.update(deadline_unix=v["deadline_unix"] + 1)))
     with pytest.raises(DeadlineRecordError, match="inconsistent") as caught:
-        create_or_resume(
-            store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
-        )
+        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     assert isinstance(caught.value, RefusedError)
 
 
@@ -199,9 +197,7 @@ def test_consistently_extended_record_is_refused_on_resume(store: FileDeadlineSt
 
     store.create(RUN_ID, _mutate(extend))
     with pytest.raises(RefusedError, match="differs in budget_s"):
-        create_or_resume(
-            store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET
-        )
+        create_or_resume(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
 
 
 def test_budget_over_cap_is_a_config_error(store: FileDeadlineStore) -> None:
@@ -211,9 +207,7 @@ def test_budget_over_cap_is_a_config_error(store: FileDeadlineStore) -> None:
 
 
 def test_create_then_resume_never_extends(store: FileDeadlineStore) -> None:
-    first = create_or_resume(
-        store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
-    )
+    first = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     assert first.started_unix == T0
     assert first.deadline_unix == T0 + 7200
     stored = store.load(RUN_ID)
@@ -269,9 +263,7 @@ def test_mismatch_lists_every_differing_field(store: FileDeadlineStore) -> None:
 
 def test_explicit_resume_without_record_is_refused(store: FileDeadlineStore) -> None:
     with pytest.raises(RefusedError, match="explicit resume requires the original deadline record"):
-        create_or_resume(
-            store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET
-        )
+        create_or_resume(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
     assert store.load(RUN_ID) is None
 
 
@@ -295,9 +287,7 @@ class RacingStore(FileDeadlineStore):
 def test_lost_create_race_adopts_the_winners_record(tmp_path: Path) -> None:
     rival = new_record(identity(), now_wall=T0 - 30)
     store = RacingStore(tmp_path, rival)
-    got = create_or_resume(
-        store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
-    )
+    got = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     assert store.lost
     assert got == rival
 
@@ -305,9 +295,7 @@ def test_lost_create_race_adopts_the_winners_record(tmp_path: Path) -> None:
 def test_lost_create_race_to_another_identity_is_refused(tmp_path: Path) -> None:
     store = RacingStore(tmp_path, new_record(identity(budget_s=3600), now_wall=T0))
     with pytest.raises(RefusedError, match="differs in budget_s"):
-        create_or_resume(
-            store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET
-        )
+        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
 
 
 class BlackHoleStore(FileDeadlineStore):
@@ -381,9 +369,7 @@ def test_check_startable_accepts_enough_budget() -> None:
 
 def test_insufficient_budget_is_refused() -> None:
     clock = clock_at(T0)
-    with pytest.raises(
-        InsufficientBudgetError, match="insufficient original budget to start/resume"
-    ):
+    with pytest.raises(InsufficientBudgetError, match="insufficient original budget to start/resume"):
         check_startable(clock, T0 + 7080, M0 + 7080)
 
 
@@ -449,7 +435,7 @@ def test_another_boot_or_a_v1_record_falls_back_to_the_wall_clock() -> None:
     assert other.remaining(T0 + 100, M0) == pytest.approx(7100.0)
     legacy = json.loads(encode_record(anchored()))
     legacy["format"] = "soak-sidecar-deadline-v1"
-    del legacy["boot"]
+    del legacy["boot"], legacy["reference"]
     record = parse_record(json.dumps(legacy).encode(), max_budget_s=MAX_BUDGET)
     assert record.boot is None
     clock = DeadlineClock(record, now_wall=T0 + 100, now_monotonic=M0, boot=BOOT)
@@ -476,13 +462,26 @@ def test_a_malformed_boot_anchor_fails_closed(boot: object) -> None:
 def test_a_v1_record_with_a_boot_key_is_refused() -> None:
     value = json.loads(encode_record(anchored()))
     value["format"] = "soak-sidecar-deadline-v1"
+    del value["reference"]
     with pytest.raises(DeadlineRecordError, match="unknown \\['boot'\\]"):
         parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
 
 
+def test_a_v2_record_is_resumed_and_may_not_carry_a_reference() -> None:
+    value = json.loads(encode_record(anchored()))
+    value["format"] = "soak-sidecar-deadline-v2"
+    with pytest.raises(DeadlineRecordError, match="unknown \\['reference'\\]"):
+        parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
+    del value["reference"]
+    record = parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
+    assert record.boot == BOOT and record.reference is None
+
+
 def test_the_stores_clock_bounds_the_wall_clock_and_dates_the_record() -> None:
     record = new_record(identity(), now_wall=T0)  # no boot anchor: another node
-    server = StoreClock(record_written=T0, now=T0 + 1000, source="S3 LastModified")
+    server = StoreClock(
+        record_written=T0, now=T0 + 1000, source="the deadline store's clock (S3 LastModified)"
+    )
     # A node an hour behind the server would see an hour more: refused with the figures.
     with pytest.raises(RefusedError, match=r"S3 LastModified\) says 6200\.0 s \(3600\.0 s apart"):
         DeadlineClock(record, now_wall=T0 + 1000 - 3600, now_monotonic=M0, store=server)
@@ -490,6 +489,95 @@ def test_the_stores_clock_bounds_the_wall_clock_and_dates_the_record() -> None:
     ahead = DeadlineClock(record, now_wall=T0 + 1030, now_monotonic=M0, store=server)
     assert ahead.remaining(T0 + 1030, M0) == pytest.approx(6170.0)
     # A record that claims to start ten minutes after the store wrote it is refused.
-    late = StoreClock(record_written=T0 - 600, now=T0 + 1000, source="S3 LastModified")
-    with pytest.raises(RefusedError, match=r"600\.0 s after S3 LastModified wrote it"):
+    late = StoreClock(
+        record_written=T0 - 600, now=T0 + 1000, source="the deadline store's clock (S3 LastModified)"
+    )
+    with pytest.raises(
+        RefusedError, match=r"600\.0 s later than the deadline store's clock \(S3 LastModified\) dates"
+    ):
         DeadlineClock(record, now_wall=T0 + 1000, now_monotonic=M0, store=late)
+
+
+APISERVER = "the Kubernetes apiserver's clock (Date)"
+
+
+def referenced() -> DeadlineRecord:
+    return new_record(identity(), now_wall=T0, reference=ReferenceTime(APISERVER, T0 + 0.5))
+
+
+def test_the_reference_time_round_trips_through_the_record() -> None:
+    record = referenced()
+    assert parse_record(encode_record(record), max_budget_s=MAX_BUDGET) == record
+
+
+def test_the_reference_clock_bounds_an_attempt_on_another_boot() -> None:
+    # Another boot (or node) whose wall clock is an hour behind the apiserver's: refused.
+    with pytest.raises(RefusedError, match=r"apiserver's clock \(Date\) says 6200\.5 s \(3599\.5 s apart"):
+        DeadlineClock(
+            referenced(),
+            now_wall=T0 + 1000 - 3600,
+            now_monotonic=M0,
+            boot=BootClock("boot-b", 3.0),
+            reference=ReferenceTime(APISERVER, T0 + 1000),
+        )
+    fine = DeadlineClock(
+        referenced(), now_wall=T0 + 1000, now_monotonic=M0, reference=ReferenceTime(APISERVER, T0 + 1000)
+    )
+    assert fine.remaining(T0 + 1000, M0) == pytest.approx(6200.0)
+
+
+def test_a_reference_from_another_clock_is_not_compared() -> None:
+    clock = DeadlineClock(
+        referenced(),
+        now_wall=T0 + 1000 - 3600,
+        now_monotonic=M0,
+        reference=ReferenceTime("another clock", T0 + 1000),
+    )
+    assert clock.remaining(T0 + 1000 - 3600, M0) == pytest.approx(9800.0)
+
+
+def test_a_record_started_after_its_reference_time_is_refused() -> None:
+    # Made on a node ten minutes ahead of the apiserver, or its window shifted afterwards.
+    record = new_record(identity(), now_wall=T0 + 600, reference=ReferenceTime(APISERVER, T0))
+    with pytest.raises(RefusedError, match=r"600\.0 s later than the Kubernetes apiserver's clock"):
+        DeadlineClock(
+            record, now_wall=T0 + 700, now_monotonic=M0, reference=ReferenceTime(APISERVER, T0 + 100)
+        )
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        {"source": "", "unix": 1.0},
+        {"source": "x", "unix": -1},
+        {"source": "x", "unix": True},
+        {"source": "x"},
+        "x",
+    ],
+)
+def test_a_malformed_reference_fails_closed(reference: object) -> None:
+    value = json.loads(encode_record(referenced()))
+    value["reference"] = reference
+    with pytest.raises(DeadlineRecordError, match="reference"):
+        parse_record(json.dumps(value).encode(), max_budget_s=MAX_BUDGET)
+
+
+def test_create_or_resume_stamps_a_new_record_with_the_reference_time(store: FileDeadlineStore) -> None:
+    made = create_or_resume(
+        store,
+        identity(),
+        now_wall=T0,
+        resume_required=False,
+        max_budget_s=MAX_BUDGET,
+        reference=ReferenceTime(APISERVER, T0 + 2),
+    )
+    assert made.reference == ReferenceTime(APISERVER, T0 + 2)
+    again = create_or_resume(
+        store,
+        identity(),
+        now_wall=T0 + 50,
+        resume_required=True,
+        max_budget_s=MAX_BUDGET,
+        reference=ReferenceTime(APISERVER, T0 + 52),
+    )
+    assert again.reference == ReferenceTime(APISERVER, T0 + 2)  # the first making's, never moved

@@ -7,6 +7,7 @@ asked of its ports and the verdict it delivered.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from tests.fakes import (
     TRAINER_PID,
     FakeChannel,
     FakeProcesses,
+    FakeReferenceClock,
     Fakes,
     MemoryStore,
     Script,
@@ -231,6 +233,36 @@ def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) ->
     started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
     go = go_ahead(settings(tmp_path), Launched(info, ("t",)), started, preflight)
     assert go.deadline_unix == pytest.approx(EPOCH + 600)  # the record's deadline, in this wall clock
+
+
+def test_a_reference_clock_stamps_the_record_and_bounds_every_later_attempt(tmp_path: Path) -> None:
+    """A pod's record carries the apiserver's time; an attempt after a reboot (another boot id) whose
+    wall clock is behind the apiserver's beyond the tolerance is refused, within it is shortened."""
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    first = fakes(Script(runs_s=5.0), SUMMARY)
+    ports = replace(first.ports(), reference_clock=FakeReferenceClock(first.world))
+    assert Supervisor(settings(tmp_path), ports, request).run().exit_code == 0
+    record = json.loads(first.store.records[RUN_ID])
+    assert record["reference"] == {
+        "source": "the Kubernetes apiserver's clock (Date)",
+        "unix": record["started_unix"],
+    }
+
+    def attempt(apiserver_ahead_s: float) -> tuple[RunResult, Fakes]:
+        # The world's clock starts again at EPOCH: the node's wall clock says no time has passed.
+        world = fakes(Script(runs_s=5.0), SUMMARY)
+        world.world.boot_id = "after-a-reboot"
+        world.store = first.store
+        clock = FakeReferenceClock(world.world, offset_s=apiserver_ahead_s)
+        return Supervisor(
+            settings(tmp_path), replace(world.ports(), reference_clock=clock), request
+        ).run(), world
+
+    refused, _ = attempt(400.0)
+    assert refused.exit_code == 15 and "apiserver's clock (Date) says" in (refused.verdict.reason or "")
+    shortened, world = attempt(30.0)
+    assert shortened.exit_code == 0 and world.world.go is not None
+    assert world.world.go.deadline_unix == pytest.approx(record["deadline_unix"] - 30.0, abs=1.0)
 
 
 def test_refusals_before_the_lock_never_share_an_s3_key(tmp_path: Path) -> None:

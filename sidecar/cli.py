@@ -19,6 +19,7 @@ from sidecar.core.errors import (
     SoakError,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
+from sidecar.core.redaction import redact_command
 from sidecar.settings import Settings, load_settings
 
 EPILOG_RUN = """\
@@ -327,7 +328,8 @@ def _run(args: argparse.Namespace) -> int:
         attempt_label=wiring.attempt_label,
     )
     supervisor = Supervisor(settings, wiring.ports, request)
-    shown = " ".join(command) if command else "(the launcher's command)"
+    rules = settings.redaction.rules()
+    shown = " ".join(redact_command(command, rules)) if command else "(the launcher's command)"
     print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
     with cancellation_on_signals():
         result = supervisor.run()
@@ -455,6 +457,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
         run_id=run_id,
         command=command,
         deadline_store=store,
+        redaction=settings.redaction.rules(),
     )
     sys.stdout.write(render_approval(identity).decode())
     return 0

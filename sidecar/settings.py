@@ -7,6 +7,7 @@ the environment for configuration.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -15,7 +16,16 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sidecar.core.errors import ConfigError
 from sidecar.core.publication import normalize_prefix
+from sidecar.core.redaction import RedactionRules
 from sidecar.launcher import signal_number
+
+# Bounds that refuse absurd values (1e308 s, 1e-300 s) while allowing any real soak: a year of
+# budget, a day for any grace, timeout or interval, 10 ms the shortest interval.
+MIN_INTERVAL_S = 0.01
+DAY_S = 86_400.0
+MAX_SECONDS = 366 * DAY_S
+MAX_BYTES = 1024**4
+MAX_MIB = 1024.0**3
 
 
 class _Group(BaseModel):
@@ -26,24 +36,32 @@ class _Group(BaseModel):
 class MonitorSettings(_Group):
     """Sampling and liveness (the seed's ``run_soak`` knobs)."""
 
-    sample_interval_s: float = Field(5.0, gt=0, description="Seconds between samples. Default 5.")
+    sample_interval_s: float = Field(
+        5.0, ge=MIN_INTERVAL_S, le=DAY_S, description="Seconds between samples. Default 5."
+    )
     startup_timeout_s: float = Field(
         600.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Seconds allowed before the first progress file appears. Default 600.",
     )
     stale_progress_s: float = Field(
         120.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Seconds without any progress change before the soak fails. Default 120.",
     )
     post_shutdown_grace_s: float = Field(
         5.0,
         ge=0,
+        le=DAY_S,
         description="Seconds to wait after the trainer exits before the residual check. Default 5.",
     )
     min_duration_s: float = Field(
-        0.0, ge=0, description="A soak that ends sooner than this many seconds fails. Default 0."
+        0.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="A soak that ends sooner than this many seconds fails. Default 0.",
     )
     progress_dir: Path = Field(
         Path("soak-output/progress"),
@@ -58,15 +76,17 @@ class MonitorSettings(_Group):
     max_rss_growth_mib: float | None = Field(
         None,
         ge=0,
+        le=MAX_MIB,
         description="Fail (resource_leak) when the tree's RSS grows more than this, MiB. Default off.",
     )
     max_fd_growth: int | None = Field(
         None,
         ge=0,
+        le=10_000_000,
         description="Fail (resource_leak) when the tree's fd count grows more than this. Default off.",
     )
     series_points: int = Field(
-        512, ge=16, description="Samples kept in memory as a downsampled series. Default 512."
+        512, ge=16, le=1_000_000, description="Samples kept in memory as a downsampled series. Default 512."
     )
     status_line: Literal["auto", "tty", "json", "off"] = Field(
         "auto",
@@ -84,6 +104,7 @@ class SummarySettings(_Group):
     max_bytes: int = Field(
         16 * 1024 * 1024,
         gt=0,
+        le=MAX_BYTES,
         description="Largest accepted run_summary.json, bytes. Default 16 MiB.",
     )
     manifest_validator: str | None = Field(
@@ -98,25 +119,28 @@ class DeadlineSettings(_Group):
     """The persistent total-job deadline."""
 
     budget_s: float = Field(
-        7200.0, gt=0, description="Total job budget in seconds, across retries. Default 7200."
+        7200.0, gt=0, le=MAX_SECONDS, description="Total job budget in seconds, across retries. Default 7200."
     )
     checkpoint_margin_s: float = Field(
-        120.0, gt=0, description="Soft stop this many seconds before the deadline. Default 120."
+        120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Soft stop this many seconds before the deadline. Default 120.",
     )
     max_budget_s: float = Field(
         7200.0,
         gt=0,
+        le=MAX_SECONDS,
         description="Largest budget a record may carry, seconds (the seed's two-hour cap; raise it "
         "explicitly for multi-day soaks). Default 7200.",
     )
     term_grace_s: float = Field(
         5.0,
         ge=0,
+        le=DAY_S,
         description="SIGTERM this many seconds before the deadline, SIGKILL at it. Default 5.",
     )
-    store: Literal["file", "s3"] = Field(
-        "file", description="Where deadline records live. Default file."
-    )
+    store: Literal["file", "s3"] = Field("file", description="Where deadline records live. Default file.")
     store_dir: Path = Field(
         Path("soak-output/deadlines"),
         description="Directory of the file store. Default <output>/deadlines.",
@@ -179,27 +203,36 @@ class LauncherSettings(_Group):
         "/soak/run in the chart.",
     )
     heartbeat_interval_s: float = Field(
-        1.0, gt=0, description="Sidecar heartbeat period, seconds. Default 1."
+        1.0, ge=MIN_INTERVAL_S, le=DAY_S, description="Sidecar heartbeat period, seconds. Default 1."
     )
     heartbeat_timeout_s: float = Field(
         15.0,
         gt=0,
+        le=DAY_S,
         description="Launcher kills the trainer after this long without a heartbeat. Default 15.",
     )
     appear_timeout_s: float = Field(
-        300.0, gt=0, description="Seconds the sidecar waits for launcher.json. Default 300."
+        300.0, gt=0, le=MAX_SECONDS, description="Seconds the sidecar waits for launcher.json. Default 300."
     )
     go_timeout_s: float = Field(
-        300.0, gt=0, description="Seconds the launcher waits for go.json. Default 300."
+        300.0, gt=0, le=MAX_SECONDS, description="Seconds the launcher waits for go.json. Default 300."
     )
     kill_grace_s: float = Field(
-        5.0, ge=0, description="Seconds between TERM and KILL when stopping survivors. Default 5."
+        5.0, ge=0, le=DAY_S, description="Seconds between TERM and KILL when stopping survivors. Default 5."
     )
     console_log_bytes: int = Field(
-        64 * 1024 * 1024, gt=0, description="Cap of the console log, bytes. Default 64 MiB."
+        64 * 1024 * 1024, gt=0, le=MAX_BYTES, description="Cap of the console log, bytes. Default 64 MiB."
     )
     soft_stop_signal: str = Field(
         "SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1."
+    )
+
+    keep_env: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Local mode: variables of the sidecar's environment a trainer still gets. The "
+        "rest of SOAK_*, AWS_*, KUBECONFIG and BOTO_CONFIG (the sidecar's settings and credentials) "
+        "are withheld. JSON list. Default [].",
     )
 
     @field_validator("soft_stop_signal")
@@ -221,12 +254,54 @@ class ArtifactSettings(_Group):
     )
 
 
+class RedactionSettings(_Group):
+    """Secrets in the trainer's command line, redacted wherever it is stored or printed (docs/security.md)."""
+
+    extra_words: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More words that make a flag or NAME=value secret when its name ends in one "
+        "(built in: key, token, password, secret, credential(s), auth, ...). JSON list. Default [].",
+    )
+    extra_patterns: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="More regular expressions whose matches are redacted anywhere in an argument "
+        "(built in: hf_, sk-, ghp_, AKIA, ... tokens). JSON list. Default [].",
+    )
+
+    @field_validator("extra_words")
+    @classmethod
+    def _words(cls, value: list[str]) -> list[str]:
+        for word in value:
+            if not re.fullmatch(r"[A-Za-z0-9]{1,64}", word):
+                raise ValueError(f"redaction word {word!r} must be 1-64 letters or digits")
+        return value
+
+    @field_validator("extra_patterns")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern or len(pattern) > 500:
+                raise ValueError("a redaction pattern must be 1-500 characters")
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"redaction pattern {pattern!r} is not a regular expression: {exc}") from exc
+            if compiled.match(""):
+                raise ValueError(f"redaction pattern {pattern!r} matches the empty string")
+        return value
+
+    def rules(self) -> RedactionRules:
+        return RedactionRules(
+            extra_words=frozenset(self.extra_words), extra_patterns=tuple(self.extra_patterns)
+        )
+
+
 class S3Settings(_Group):
     """Artifact upload and the S3 deadline store (upload is on when bucket is set)."""
 
-    bucket: str | None = Field(
-        None, description="Bucket name; unset disables upload. Default none."
-    )
+    bucket: str | None = Field(None, description="Bucket name; unset disables upload. Default none.")
     endpoint_url: str | None = Field(None, description="S3-compatible endpoint URL. Default AWS.")
     region: str | None = Field(None, description="Region name. Default from the AWS chain.")
     addressing_style: Literal["auto", "path", "virtual"] = Field(
@@ -242,24 +317,23 @@ class S3Settings(_Group):
         5,
         ge=1,
         le=20,
-        description="Attempts per S3 request, the first included ('standard' retry mode). "
-        "Default 5.",
+        description="Attempts per S3 request, the first included ('standard' retry mode). Default 5.",
     )
-    connect_timeout_s: float = Field(5.0, gt=0, description="Connect timeout, seconds. Default 5.")
-    read_timeout_s: float = Field(30.0, gt=0, description="Read timeout, seconds. Default 30.")
+    connect_timeout_s: float = Field(5.0, gt=0, le=DAY_S, description="Connect timeout, seconds. Default 5.")
+    read_timeout_s: float = Field(30.0, gt=0, le=DAY_S, description="Read timeout, seconds. Default 30.")
     multipart_threshold_bytes: int = Field(
         16 * 1024 * 1024,
         ge=5 * 1024 * 1024,
+        le=MAX_BYTES,
         description="Multipart above this size, bytes. Default 16 MiB.",
     )
     multipart_chunk_bytes: int = Field(
         16 * 1024 * 1024,
         ge=5 * 1024 * 1024,
+        le=5 * 1024**3,
         description="Multipart part size, bytes. Default 16 MiB.",
     )
-    sse: str | None = Field(
-        None, description="ServerSideEncryption (AES256, aws:kms). Default none."
-    )
+    sse: str | None = Field(None, description="ServerSideEncryption (AES256, aws:kms). Default none.")
     sse_kms_key_id: str | None = Field(None, description="KMS key id for aws:kms. Default none.")
     storage_class: str | None = Field(None, description="Storage class. Default bucket default.")
     checksum_when_required: bool = Field(
@@ -279,11 +353,15 @@ class S3Settings(_Group):
     lock_lease_s: float = Field(
         30.0,
         gt=0,
+        le=DAY_S,
         description="S3 supervisor lock lease, seconds: a lease not renewed for this long "
         "(judged on the waiter's own monotonic clock) may be taken over. Default 30.",
     )
     lock_renew_interval_s: float = Field(
-        10.0, gt=0, description="Seconds between renewals of the S3 lock lease. Default 10."
+        10.0,
+        ge=MIN_INTERVAL_S,
+        le=DAY_S,
+        description="Seconds between renewals of the S3 lock lease. Default 10.",
     )
 
     @model_validator(mode="after")
@@ -309,37 +387,33 @@ class S3Settings(_Group):
 class KubeSettings(_Group):
     """Pod mode: identity from the downward API and verdict publication."""
 
-    pod_name: str | None = Field(
-        None, description="Pod name (downward API POD_NAME). Default none."
-    )
+    pod_name: str | None = Field(None, description="Pod name (downward API POD_NAME). Default none.")
     namespace: str | None = Field(None, description="Pod namespace (POD_NAMESPACE). Default none.")
     pod_uid: str | None = Field(None, description="Pod UID (POD_UID). Default none.")
-    trainer_container: str = Field(
-        "trainer", description="Name of the trainer container. Default trainer."
-    )
+    trainer_container: str = Field("trainer", description="Name of the trainer container. Default trainer.")
     annotation_prefix: str = Field(
         "soak.sidecar.io/", description="Annotation key prefix. Default soak.sidecar.io/."
     )
-    publish_events: bool = Field(
-        True, description="Emit a Kubernetes Event with the verdict. Default true."
-    )
+    publish_events: bool = Field(True, description="Emit a Kubernetes Event with the verdict. Default true.")
     progress_annotations_s: float = Field(
         0.0,
         ge=0,
+        le=DAY_S,
         description="Minimum seconds between progress annotations; 0 disables. Default 0.",
     )
     termination_log: Path = Field(
         Path("/dev/termination-log"),
         description="Termination message file. Default /dev/termination-log.",
     )
-    api_retries: int = Field(5, ge=0, description="Retries on 409/429/5xx. Default 5.")
+    api_retries: int = Field(5, ge=0, le=100, description="Retries on 409/429/5xx. Default 5.")
     api_backoff_s: float = Field(
         0.5,
         gt=0,
+        le=DAY_S,
         description="First retry delay, doubling up to 8 s (Retry-After wins). Default 0.5.",
     )
     request_timeout_s: float = Field(
-        10.0, gt=0, description="Per-request API timeout, seconds. Default 10."
+        10.0, gt=0, le=DAY_S, description="Per-request API timeout, seconds. Default 10."
     )
     kubeconfig: Path | None = Field(
         None,
@@ -383,11 +457,15 @@ class GpuSettings(_Group):
     max_memory_growth_mib: float | None = Field(
         None,
         ge=0,
+        le=MAX_MIB,
         description="Fail (resource_leak) when a device's used memory grows more than this, MiB. "
         "Default off.",
     )
     process_interval_s: float = Field(
-        15.0, gt=0, description="Seconds between (expensive) per-process NVML queries. Default 15."
+        15.0,
+        ge=MIN_INTERVAL_S,
+        le=DAY_S,
+        description="Seconds between (expensive) per-process NVML queries. Default 15.",
     )
 
     @model_validator(mode="after")
@@ -414,6 +492,7 @@ class Settings(BaseSettings):
     deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)
     launcher: LauncherSettings = Field(default_factory=LauncherSettings)
     artifact: ArtifactSettings = Field(default_factory=ArtifactSettings)
+    redaction: RedactionSettings = Field(default_factory=RedactionSettings)
     s3: S3Settings = Field(default_factory=S3Settings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
@@ -425,7 +504,6 @@ def load_settings(**overrides: object) -> Settings:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.core.errors import ConfigError, RefusedError
-from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
+from sidecar.core.identity import RunIdentity, make_identity, redacted_command, sha256_hex
+from sidecar.core.redaction import RedactionRules
 from sidecar.settings import DeadlineSettings
 
 
@@ -34,6 +35,7 @@ def identity_from_settings(
     command: Sequence[str],
     deadline_store: str,
     image_digest: str | None = None,
+    redaction: RedactionRules,
 ) -> RunIdentity:
     """Compute the run identity: hash the manifest and code files, resolve the checkpoint path.
 
@@ -46,7 +48,7 @@ def identity_from_settings(
         code[str(path)] = sha256_file(path)
     return make_identity(
         run_id=run_id,
-        command=tuple(command),
+        **redacted_command(command, redaction),
         budget_s=settings.budget_s,
         checkpoint_margin_s=settings.checkpoint_margin_s,
         deadline_store=deadline_store,

@@ -24,6 +24,7 @@ from functools import partial
 
 import psutil
 
+from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command
 from sidecar.core.samples import ProcessInfo, ProcessTreeSample
 
 COMMAND_MAX_CHARS = 512
@@ -223,9 +224,32 @@ def _fd_names(count: int) -> list[str]:
     return _FD_NAMES[:count]
 
 
-def _command(cmdline: bytes, max_chars: int) -> str:
-    # Arguments are NUL-separated and NUL-terminated; the environment is never read.
-    return cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", errors="replace")[:max_chars]
+def _command(cmdline: bytes, max_chars: int, rules: RedactionRules) -> str:
+    # Arguments are NUL-separated and NUL-terminated; the environment is never read. Secrets are
+    # redacted argument by argument before the line is joined and truncated.
+    argv = cmdline.rstrip(b"\0").decode("utf-8", errors="replace").split("\0")
+    return " ".join(redact_command(argv, rules))[:max_chars]
+
+
+class _Commands:
+    """Redacted command lines by raw cmdline, remembered for the processes of the last sample:
+    redaction costs more than reading, and a command line seldom changes."""
+
+    def __init__(self, max_chars: int, rules: RedactionRules) -> None:
+        self._max_chars = max_chars
+        self._rules = rules
+        self._last: dict[bytes, str] = {}
+        self._next: dict[bytes, str] = {}
+
+    def new_sample(self) -> None:
+        self._last, self._next = self._next, {}
+
+    def __call__(self, cmdline: bytes) -> str:
+        command = self._last.get(cmdline)
+        if command is None:
+            command = _command(cmdline, self._max_chars, self._rules)
+        self._next[cmdline] = command
+        return command
 
 
 class ProcfsProcessTable:
@@ -243,8 +267,10 @@ class ProcfsProcessTable:
     the next (same bound) to skip listing their fd dirs while the tables do not change.
     """
 
-    def __init__(self, *, command_max_chars: int = COMMAND_MAX_CHARS) -> None:
-        self._command_max_chars = command_max_chars
+    def __init__(
+        self, *, command_max_chars: int = COMMAND_MAX_CHARS, redaction: RedactionRules = DEFAULT_RULES
+    ) -> None:
+        self._commands = _Commands(command_max_chars, redaction)
         self._boot_time = psutil.boot_time()
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
         self._root: int | None = None
@@ -258,6 +284,7 @@ class ProcfsProcessTable:
             self._previous = {}
         found: dict[int, ProcessInfo] = {}
         self._fd_names_next = {}
+        self._commands.new_sample()
         self._walk(root_pid, None, found)
         for pid, ticks in self._previous.items():
             if pid not in found:
@@ -355,7 +382,7 @@ class ProcfsProcessTable:
             fd_classes=classify_fds(links),
             threads=threads,
             state=_STATES.get(state, state),
-            command=_command(cmdline, self._command_max_chars),
+            command=self._commands(cmdline),
         )
         return info, children
 

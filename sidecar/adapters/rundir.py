@@ -24,6 +24,7 @@ from typing import IO, Any, Literal
 from sidecar import launcher as proto
 from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
 from sidecar.core.launch_records import ExitRecord, LauncherInfo, SoftStopRecord, TrainerInfo
+from sidecar.core.trainer_env import trainer_environment
 
 Action = Literal["soft_stop", "terminate", "kill"]
 SIDECAR_LOCK = ".sidecar.lock"
@@ -313,10 +314,13 @@ def spawn_local_launcher(
     stdout: int | IO[bytes] | None = None,
     stderr: int | IO[bytes] | None = None,
     pass_fds: Sequence[int] = (),
+    keep_env: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Local mode: start the launcher as our child, in its own session (a Ctrl-C at the terminal
     reaches the sidecar, which decides what the trainer gets). owner_pid defaults to this process:
-    the launcher kills the trainer as soon as its parent is no longer that process."""
+    the launcher kills the trainer as soon as its parent is no longer that process. The launcher,
+    and so the trainer, gets this process's environment without the sidecar's settings and
+    credentials (sidecar.core.trainer_env), but for the names in ``keep_env``."""
     if not command:
         raise ConfigError("missing trainer command")
     argv = [
@@ -338,6 +342,7 @@ def spawn_local_launcher(
             stdout=stdout,
             stderr=stderr,
             pass_fds=tuple(pass_fds),
+            env=trainer_environment(os.environ, keep_env),
         )
     except OSError as exc:
         raise LauncherError(f"cannot start the launcher with {python}: {exc}") from exc
@@ -346,8 +351,9 @@ def spawn_local_launcher(
 class LocalLauncherSpawner:
     """Starts the launcher as this process's child (local mode); implements LauncherSpawner."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, *, keep_env: Sequence[str] = ()) -> None:
         self._run_dir = run_dir
+        self._keep_env = tuple(keep_env)
 
     def spawn(
         self, command: Sequence[str], *, go_timeout_s: float, pass_fds: Sequence[int], capture_output: bool
@@ -359,6 +365,7 @@ class LocalLauncherSpawner:
             pass_fds=pass_fds,
             stdout=subprocess.PIPE if capture_output else None,
             stderr=subprocess.STDOUT if capture_output else None,
+            keep_env=self._keep_env,
         )
 
 

@@ -19,6 +19,7 @@ from sidecar.core.artifact import (
     utc_timestamp,
 )
 from sidecar.core.launch_records import ExitRecord
+from sidecar.core.redaction import RedactionRules, redact_command, redact_command_line
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
 from sidecar.settings import Settings
@@ -55,12 +56,13 @@ def build_artifact(
     request = started.request
     console = files.keep_copies(ports.channel.console_logs())
     command = evidence.launched.command if evidence.launched else request.command
+    rules = settings.redaction.rules()
     artifact = Artifact(
         status=verdict.status,
         failure_reason=verdict.reason,
         failure_classification=verdict.classification,
         exit_code=int(verdict.exit_code),
-        command=list(command),
+        command=list(redact_command(command, rules)),
         context={
             **request.context,
             "mode": request.mode,
@@ -84,7 +86,8 @@ def build_artifact(
         resource_summary=recorder.summary,
         shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
         post_shutdown=PostShutdown(
-            residual_processes=list(evidence.residuals), launcher_exit=ports.channel.exit_json()
+            residual_processes=list(evidence.residuals),
+            launcher_exit=_redacted_exit(ports.channel.exit_json(), rules),
         ),
         run_summary=json_safe(summary.data) if summary else None,
         console_log=str(console[-1].resolve()) if console else None,
@@ -93,6 +96,24 @@ def build_artifact(
     if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
         artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
     return artifact
+
+
+def _redacted_exit(exit_json: dict[str, Any] | None, rules: RedactionRules) -> dict[str, Any] | None:
+    """The launcher's exit record with the command lines of the processes it killed redacted."""
+    if exit_json is None:
+        return None
+    redacted = dict(exit_json)
+    for key in ("killed_with_trainer", "survivors_killed"):
+        entries = exit_json.get(key)
+        if isinstance(entries, list):
+            redacted[key] = [_redacted_entry(entry, rules) for entry in entries]
+    return redacted
+
+
+def _redacted_entry(entry: object, rules: RedactionRules) -> object:
+    if isinstance(entry, dict) and isinstance(entry.get("command"), str):
+        return {**entry, "command": redact_command_line(entry["command"], rules)}
+    return entry
 
 
 def _deadline_info(ports: Ports, evidence: Evidence, verdict: verdicts.Verdict) -> DeadlineInfo | None:

@@ -35,6 +35,7 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         command=launched.command,
         deadline_store=ports.store.location,
         image_digest=ports.image_digest(),
+        redaction=settings.redaction.rules(),
     )
     resume_checkpoint = None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
     check_approval(

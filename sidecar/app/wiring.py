@@ -42,8 +42,8 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
     lock_loss = LockLoss()
     ports = Ports(
         channel=RunDir(run_dir),
-        spawner=LocalLauncherSpawner(run_dir),
-        processes=ProcfsProcessTable(),
+        spawner=LocalLauncherSpawner(run_dir, keep_env=settings.launcher.keep_env),
+        processes=ProcfsProcessTable(redaction=settings.redaction.rules()),
         progress=DirectoryProgressProbe(
             settings.monitor.progress_dir,
             exclude=[

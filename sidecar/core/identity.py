@@ -12,6 +12,7 @@ import json
 import posixpath
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import (
@@ -25,6 +26,7 @@ from pydantic import (
 )
 
 from sidecar.core.errors import ConfigError
+from sidecar.core.redaction import RedactionRules, redact_command
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Kubernetes imageID forms: "sha256:<hex>", "repo@sha256:<hex>", "docker-pullable://repo@sha256:<hex>".
@@ -82,7 +84,14 @@ class RunIdentity(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     run_id: _Str
+    # Redacted (sidecar.core.redaction): the identity is stored in records and artifacts.
     command: tuple[_Str, ...]
+    command_sha256: _Str | None = Field(
+        None,
+        description="sha256 of the unredacted command's canonical JSON, where redaction changed it: "
+        "a changed secret is still a changed run. Left out of the canonical form when None, so "
+        "identities of commands without secrets keep their digests.",
+    )
     budget_s: _FiniteSeconds
     checkpoint_margin_s: _FiniteSeconds
     deadline_store: _Str = Field(
@@ -113,6 +122,13 @@ class RunIdentity(BaseModel):
     def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value or not value[0]:
             raise ValueError("missing command")
+        return value
+
+    @field_validator("command_sha256")
+    @classmethod
+    def _command_digest(cls, value: str | None) -> str | None:
+        if value is not None and not _SHA256_HEX.fullmatch(value):
+            raise ValueError("command_sha256 must be 64 lowercase hex digits")
         return value
 
     @field_validator("deadline_store")
@@ -161,7 +177,10 @@ class RunIdentity(BaseModel):
 
     def canonical(self) -> dict[str, Any]:
         """The JSON object stored in records (lists for tuples, floats for seconds)."""
-        return self.model_dump(mode="json")
+        value = self.model_dump(mode="json")
+        if value["command_sha256"] is None:
+            del value["command_sha256"]
+        return value
 
     def canonical_json(self) -> bytes:
         return canonical_json(self.canonical())
@@ -173,7 +192,15 @@ class RunIdentity(BaseModel):
     def differences(self, other: RunIdentity) -> list[str]:
         """Names of the fields whose canonical values differ, in field order."""
         mine, theirs = self.canonical(), other.canonical()
-        return [name for name in type(self).model_fields if mine[name] != theirs[name]]
+        return [name for name in type(self).model_fields if mine.get(name) != theirs.get(name)]
+
+
+def redacted_command(command: Sequence[str], rules: RedactionRules) -> dict[str, Any]:
+    """The identity's ``command`` and ``command_sha256`` fields for ``command``."""
+    redacted = redact_command(command, rules)
+    if redacted == tuple(command):
+        return {"command": redacted, "command_sha256": None}
+    return {"command": redacted, "command_sha256": sha256_hex(canonical_json(list(command)))}
 
 
 def make_identity(**fields: Any) -> RunIdentity:

@@ -28,6 +28,7 @@ from sidecar.core.errors import (
     StoreUnavailableError,
 )
 from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
+from sidecar.core.redaction import DEFAULT_RULES
 from sidecar.settings import DeadlineSettings
 from tests.fixtures.processes import PYTHON, Spawner
 
@@ -262,9 +263,7 @@ def test_second_supervisor_in_another_process_is_refused(tmp_path: Path, spawn: 
     first = holder(spawn, tmp_path)
     assert read_line(first) == "locked"
     with (
-        pytest.raises(
-            AlreadySupervisedError, match=f"another supervisor holds run {RUN_ID}"
-        ) as caught,
+        pytest.raises(AlreadySupervisedError, match=f"another supervisor holds run {RUN_ID}") as caught,
         store.lock(RUN_ID),
     ):
         pass
@@ -305,9 +304,7 @@ def test_inherited_lock_fd_outlives_the_supervisor(tmp_path: Path, spawn: Spawne
     store = FileDeadlineStore(tmp_path)
     with store.lock(RUN_ID):
         fd = store.inheritable_lock_fd(RUN_ID)
-        child = spawn(
-            [PYTHON, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(fd,)
-        )
+        child = spawn([PYTHON, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, pass_fds=(fd,))
     with pytest.raises(ConfigError, match="not locked"):
         store.inheritable_lock_fd(RUN_ID)
     with pytest.raises(AlreadySupervisedError), store.lock(RUN_ID):
@@ -335,19 +332,21 @@ def test_identity_from_settings_hashes_files_and_resolves_the_checkpoint(tmp_pat
         run_id=RUN_ID.upper(),
         command=["python3", "train.py"],
         deadline_store=store.location,
+        redaction=DEFAULT_RULES,
     )
     assert got.run_id == RUN_ID
     assert got.command == ("python3", "train.py")
     assert got.dataset_manifest_sha256 == sha256_hex(b'{"shards": 3}')
     assert got.code_sha256 == {str(train): sha256_hex(b"print('train')\n")}
     assert got.resume_checkpoint_path == str(tmp_path.resolve() / "ckpt" / "model.pt")
-    assert (
-        got.budget_s == settings.budget_s
-        and got.checkpoint_margin_s == settings.checkpoint_margin_s
-    )
+    assert got.budget_s == settings.budget_s and got.checkpoint_margin_s == settings.checkpoint_margin_s
     train.write_bytes(b"print('changed')\n")
     changed = identity_from_settings(
-        settings, run_id=RUN_ID, command=["python3", "train.py"], deadline_store=store.location
+        settings,
+        run_id=RUN_ID,
+        command=["python3", "train.py"],
+        deadline_store=store.location,
+        redaction=DEFAULT_RULES,
     )
     assert got.differences(changed) == ["code_sha256"]
 
@@ -361,6 +360,7 @@ def test_identity_from_settings_errors(tmp_path: Path) -> None:
             run_id=RUN_ID,
             command=["t"],
             deadline_store="/s",
+            redaction=DEFAULT_RULES,
         )
     with pytest.raises(ConfigError, match="cannot read"):
         identity_from_settings(
@@ -368,10 +368,15 @@ def test_identity_from_settings_errors(tmp_path: Path) -> None:
             run_id=RUN_ID,
             command=["t"],
             deadline_store="/s",
+            redaction=DEFAULT_RULES,
         )
     with pytest.raises(ConfigError, match="run id must be a UUID"):
         identity_from_settings(
-            DeadlineSettings.model_validate({}), run_id="job-1", command=["t"], deadline_store="/s"
+            DeadlineSettings.model_validate({}),
+            run_id="job-1",
+            command=["t"],
+            deadline_store="/s",
+            redaction=DEFAULT_RULES,
         )
 
 
@@ -400,9 +405,7 @@ def test_attempts_are_numbered_once_each_even_under_a_race(tmp_path: Path) -> No
 def planted(tmp_path: Path) -> tuple[FileDeadlineStore, Path, bytes]:
     """A store with a genuine record, its path and bytes, for a test to replace by hand."""
     store = FileDeadlineStore(tmp_path / "deadlines")
-    create_or_resume(
-        store, identity(store), now_wall=1.7e9, resume_required=False, max_budget_s=MAX_BUDGET
-    )
+    create_or_resume(store, identity(store), now_wall=1.7e9, resume_required=False, max_budget_s=MAX_BUDGET)
     path = store.record_path(RUN_ID)
     return store, path, path.read_bytes()
 

@@ -32,6 +32,7 @@ from sidecar.app.values import RunRequest, RunResult
 from sidecar.app.wiring import build_ports
 from sidecar.core.deadline import create_or_resume
 from sidecar.core.identity import new_run_id
+from sidecar.core.redaction import DEFAULT_RULES
 from sidecar.settings import Settings, load_settings
 from tests.waiting import wait_until
 
@@ -389,7 +390,11 @@ def test_insufficient_budget_at_start(tmp_path: Path) -> None:
     run_id = new_run_id()
     store = FileDeadlineStore(settings.deadline.store_dir)
     identity = identity_from_settings(
-        settings.deadline, run_id=run_id, command=command, deadline_store=store.location
+        settings.deadline,
+        run_id=run_id,
+        command=command,
+        deadline_store=store.location,
+        redaction=DEFAULT_RULES,
     )
     # the original attempt started 8.5 s ago: 1.5 s of the 10 s budget left, below the margin
     record = create_or_resume(
@@ -529,9 +534,7 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
     artifact = json.loads(artifacts[0].read_text(encoding="utf-8"))
     assert artifact["failure_classification"] == "external_cancellation"
     assert artifact["exit_code"] == 17
-    assert (artifact["failure_reason"] or "").startswith(
-        "soak was interrupted before the trainer completed"
-    )
+    assert (artifact["failure_reason"] or "").startswith("soak was interrupted before the trainer completed")
     assert "FAILED [external_cancellation]" in stderr
     assert trainer_pid is not None
     wait_until("trainer gone", lambda: gone(trainer_pid), timeout_s=10)

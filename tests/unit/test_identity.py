@@ -15,8 +15,10 @@ from sidecar.core.identity import (
     make_identity,
     new_run_id,
     parse_run_id,
+    redacted_command,
     sha256_hex,
 )
+from sidecar.core.redaction import DEFAULT_RULES
 
 RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
 HEX = "a" * 64
@@ -62,9 +64,7 @@ def test_sha256_hex() -> None:
 
 def test_digest_is_stable_across_int_float_and_key_order() -> None:
     one = make_identity(**fields())
-    two = make_identity(
-        **fields(budget_s=7200.0, checkpoint_margin_s=120.0, command=list(one.command))
-    )
+    two = make_identity(**fields(budget_s=7200.0, checkpoint_margin_s=120.0, command=list(one.command)))
     reordered = RunIdentity.model_validate(json.loads(json.dumps(one.canonical(), sort_keys=False)))
     assert one.digest() == two.digest() == reordered.digest()
     assert one.canonical_json() == two.canonical_json()
@@ -76,6 +76,7 @@ def test_every_field_changes_the_digest() -> None:
     changes: dict[str, Any] = {
         "run_id": "1b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10",
         "command": ("python3", "train.py", "--steps", "101"),
+        "command_sha256": "c" * 64,
         "budget_s": 7199,
         "checkpoint_margin_s": 121,
         "deadline_store": "/other",
@@ -153,3 +154,23 @@ def test_kubernetes_image_id_forms_are_accepted(image: str) -> None:
 )
 def test_is_canonical_absolute(path: str, ok: bool) -> None:
     assert is_canonical_absolute(path) is ok
+
+
+def test_a_command_with_a_secret_is_stored_redacted_and_identified_by_its_hash() -> None:
+    def with_password(password: str) -> RunIdentity:
+        command = ("python3", "train.py", f"--password={password}")
+        return make_identity(**{**fields(), **redacted_command(command, DEFAULT_RULES)})
+
+    first, second = with_password("hunter2"), with_password("hunter3")
+    assert first.command == ("python3", "train.py", "--password=<redacted>")
+    assert "hunter2" not in first.canonical_json().decode()
+    assert first.differences(second) == ["command_sha256"]  # a changed secret is a changed run
+
+
+def test_a_command_without_secrets_keeps_its_digest() -> None:
+    plain = make_identity(**fields())
+    assert redacted_command(plain.command, DEFAULT_RULES) == {
+        "command": plain.command,
+        "command_sha256": None,
+    }
+    assert "command_sha256" not in plain.canonical()

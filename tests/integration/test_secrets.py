@@ -1,0 +1,82 @@
+"""Secrets stay out of what the product stores and prints: the real CLI, launcher and trainer.
+
+The trainer's argv carries a password, an API key and a Hugging Face token; none of them may show
+up in the artifact, the samples, the deadline record (and the trainer's copy of it) or the
+sidecar's output. A locally started trainer gets none of the sidecar's credentials.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cli_local import DATA, FAST, cli
+
+pytestmark = pytest.mark.integration
+
+SECRETS = ("hunter2", "sk-live0123456789abcdefghij", "hf_abcdefghijklmnopqrstuvwx", "AKIAEXAMPLEKEY123456")
+
+# Records its environment and argv, runs long enough to be sampled, then passes.
+TRAINER = textwrap.dedent(
+    """
+    import json, os, pathlib, shutil, sys, time
+    progress = pathlib.Path(os.environ["SOAK_PROGRESS_DIR"])
+    (progress / "seen.json").write_text(json.dumps({"env": dict(os.environ), "argv": sys.argv}))
+    for step in range(8):
+        (progress / "step").write_text(str(step) * (step + 1))
+        time.sleep(0.1)
+    shutil.copy(sys.argv[1], progress / "run_summary.json")
+    """
+)
+
+
+def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path) -> None:
+    trainer = [
+        sys.executable, "-c", TRAINER, str(DATA / "minimal_completed.json"),
+        f"--password={SECRETS[0]}", "--api-key", SECRETS[1], "--model", SECRETS[2],
+    ]  # fmt: skip
+    env = {
+        "AWS_ACCESS_KEY_ID": SECRETS[3],
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "SOAK_REDACTION__EXTRA_WORDS": "[]",
+    }
+    done = cli("run", "--local", *FAST, "--", *trainer, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "soak-output"
+    (seen_file,) = out.glob("runs/*/progress/seen.json")
+    seen = json.loads(seen_file.read_text(encoding="utf-8"))
+    assert SECRETS[0] in " ".join(seen["argv"])  # the trainer itself got its real arguments
+    assert (
+        not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SOAK_REDACTION__EXTRA_WORDS"} & seen["env"].keys()
+    )
+
+    (artifact_file,) = out.glob("runs/*/attempt-1/artifact.json")
+    (samples_file,) = out.glob("runs/*/attempt-1/samples.jsonl.gz")
+    (record_file,) = out.glob("deadlines/*.json")
+    (trainer_copy,) = out.glob("runs/*/run/deadline.json")
+    stored = {
+        "artifact.json": artifact_file.read_text(encoding="utf-8"),
+        "samples.jsonl.gz": gzip.decompress(samples_file.read_bytes()).decode(),
+        "deadline record": record_file.read_text(encoding="utf-8"),
+        "run/deadline.json": trainer_copy.read_text(encoding="utf-8"),
+        "sidecar output": done.stdout + done.stderr,
+    }
+    for name, text in stored.items():
+        for secret in (*SECRETS[:3], "s3cr3t-value"):
+            assert secret not in text, f"{secret} in {name}"
+    artifact = json.loads(stored["artifact.json"])
+    assert artifact["command"][-5:] == [
+        "--password=<redacted>",
+        "--api-key",
+        "<redacted>",
+        "--model",
+        "<redacted>",
+    ]
+    assert "--api-key <redacted>" in stored["samples.jsonl.gz"]  # the sampled process, redacted
+    identity = json.loads(stored["deadline record"])["identity"]
+    assert len(identity["command_sha256"]) == 64  # the unredacted command still identifies the run

@@ -1,0 +1,84 @@
+"""Secrets in trainer command lines: what is redacted, what is kept, and the configured extras."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.core.redaction import (
+    DEFAULT_RULES,
+    REDACTED,
+    RedactionRules,
+    redact_command,
+    redact_command_line,
+)
+from sidecar.core.trainer_env import trainer_environment
+
+R = REDACTED
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["train.py", "--password=hunter2"], ["train.py", f"--password={R}"]),
+        (["train.py", "--api-key", "k-123", "--lr", "0.1"], ["train.py", "--api-key", R, "--lr", "0.1"]),
+        (["train.py", "--hf-token", "abc"], ["train.py", "--hf-token", R]),
+        (
+            ["train.py", "--secret", "s", "--credentials=a:b"],
+            ["train.py", "--secret", R, f"--credentials={R}"],
+        ),
+        (["train.py", "--dbPassword", "p"], ["train.py", "--dbPassword", R]),
+        (
+            ["env", "AWS_SECRET_ACCESS_KEY=x", "HF_TOKEN=y", "python"],
+            ["env", f"AWS_SECRET_ACCESS_KEY={R}", f"HF_TOKEN={R}", "python"],
+        ),
+        (["curl", "-H", "Authorization: Bearer abc"], ["curl", "-H", f"Authorization: {R}"]),
+        (["x", "https://user:pa55@host/path"], ["x", f"https://user:{R}@host/path"]),
+        (["x", "--model", "hf_abcdefghijklmnopqrstuv"], ["x", "--model", R]),
+        (["x", "--openai", "sk-abcdefghijklmnopqrstuv"], ["x", "--openai", R]),
+        (["x", "ghp_abcdefghijklmnopqrstuvwxyz0123"], ["x", R]),
+        (["x", "AKIAABCDEFGHIJKLMNOP"], ["x", R]),
+        (["python", "-c", "login('hf_abcdefghijklmnopqrstuv')"], ["python", "-c", f"login('{R}')"]),
+    ],
+)
+def test_secrets_are_redacted(command: list[str], expected: list[str]) -> None:
+    assert redact_command(command) == tuple(expected)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["torchrun", "--nproc-per-node", "8", "train.py", "--max-tokens", "4096"],
+        ["train.py", "--key-file", "/etc/key.pem", "--token-path", "/var/run/token"],
+        ["train.py", "--monkey", "see", "--tokenizer", "bpe", "https://host/path"],
+        ["train.py", "--secret", "--verbose"],  # a flag that takes no value keeps the next flag
+    ],
+)
+def test_ordinary_arguments_are_kept(command: list[str]) -> None:
+    assert redact_command(command) == tuple(command)
+
+
+def test_configured_words_and_patterns_are_redacted_too() -> None:
+    rules = RedactionRules(extra_words=frozenset({"salt"}), extra_patterns=(r"corp-[0-9]{6}",))
+    assert redact_command(["x", "--salt", "s", "id=corp-123456"], rules) == ("x", "--salt", R, f"id={R}")
+    assert redact_command(["x", "--salt", "s"], DEFAULT_RULES) == ("x", "--salt", "s")
+
+
+def test_a_joined_command_line_is_redacted_word_by_word() -> None:
+    line = "python train.py --password hunter2 -H Authorization: Bearer abc def"
+    assert redact_command_line(line) == f"python train.py --password {R} -H Authorization: {R}"
+
+
+def test_the_trainer_gets_no_sidecar_settings_or_credentials() -> None:
+    environ = {
+        "PATH": "/bin",
+        "HOME": "/root",
+        "AWS_ACCESS_KEY_ID": "a",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_PROFILE": "p",
+        "SOAK_S3__BUCKET": "b",
+        "KUBECONFIG": "/k",
+        "CUDA_VISIBLE_DEVICES": "0",
+    }
+    assert trainer_environment(environ) == {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0"}
+    kept = trainer_environment(environ, keep=["AWS_PROFILE"])
+    assert kept["AWS_PROFILE"] == "p" and "AWS_SECRET_ACCESS_KEY" not in kept

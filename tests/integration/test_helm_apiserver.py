@@ -19,8 +19,12 @@ import pytest
 import yaml
 
 from tests.fixtures.helm import CHART_DIR, RUN_ID, HelmBinaryEngine, HelmEngine, Manifest
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.kube]
+
+POLICY_WAIT_S = 60.0
+
 
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
@@ -86,6 +90,12 @@ def apply(
     if dry_run:
         args.append("--dry-run=server")
     return kubectl.run(*args, stdin=yaml.safe_dump_all(objects))
+
+
+def pod_token(admin: Kubectl, account: str, namespace: str, pod: str | None) -> str:
+    """A token of ``account``; bound to ``pod`` like the kubelet's projected one, unless None."""
+    bound = [] if pod is None else ["--bound-object-kind", "Pod", "--bound-object-name", pod]
+    return admin.run("create", "token", account, "-n", namespace, "--duration=10m", *bound).stdout.strip()
 
 
 def pod_from_job(job: Manifest, name: str) -> Manifest:
@@ -159,8 +169,9 @@ def test_chart_service_account_has_exactly_what_the_sidecar_needs(
     apply(admin, [m for m in manifests if m["kind"] != "Job"])
     admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, "soak-probe")))
     account = job["spec"]["template"]["spec"]["serviceAccountName"]
-    token = admin.run("create", "token", account, "-n", namespace, "--duration=10m").stdout.strip()
-    sidecar = Kubectl(kubectl_binary, apiserver.kubeconfig(token, namespace))
+    sidecar = Kubectl(
+        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-probe"), namespace)
+    )
 
     for verb, resource in [
         ("get", "pods"),
@@ -208,3 +219,103 @@ def test_chart_service_account_has_exactly_what_the_sidecar_needs(
     assert annotated["metadata"]["annotations"]["soak.sidecar.io/verdict"] == "passed"
     denied = sidecar.run("delete", "pod", "soak-probe", "-n", namespace, check=False)
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
+
+
+def merge(key: str, value: object) -> str:
+    return json.dumps({"metadata": {key: value}})
+
+
+def test_the_admission_policy_confines_the_token_to_its_own_pods_annotations(
+    engine: HelmEngine, admin: Kubectl, apiserver: Any, kubectl_binary: Path
+) -> None:
+    namespace = make_namespace(admin)
+    manifests = engine.template({"runId": RUN_ID}, namespace=namespace)
+    kinds = {m["kind"] for m in manifests}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
+    job = next(m for m in manifests if m["kind"] == "Job")
+    apply(admin, [m for m in manifests if m["kind"] != "Job"])
+    for name in ("soak-own", "soak-other"):
+        admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, name)))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    sidecar = Kubectl(
+        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-own"), namespace)
+    )
+
+    def patch(kubectl: Kubectl, pod: str, body: str, kind: str = "merge") -> subprocess.CompletedProcess[str]:
+        return kubectl.run("patch", "pod", pod, "-n", namespace, f"--type={kind}", "-p", body, check=False)
+
+    # The policy is in force once the apiserver has loaded it: wait for that handshake.
+    # (Patches made before it loads land: they use a key of their own.)
+    other_annotation = merge("annotations", {"soak.sidecar.io/probe": "x"})
+    attempts: list[subprocess.CompletedProcess[str]] = []
+
+    def refused() -> bool:
+        attempts.append(patch(sidecar, "soak-other", other_annotation))
+        return attempts[-1].returncode != 0
+
+    wait_until("the admission policy in force", refused, timeout_s=POLICY_WAIT_S, interval_s=0.5)
+    denied = attempts[-1]
+    assert "may change only its own pod" in denied.stderr, denied.stderr
+    denied = patch(sidecar, "soak-other", merge("annotations", {"soak.sidecar.io/verdict": "passed"}))
+    assert denied.returncode != 0 and "may change only its own pod" in denied.stderr, denied.stderr
+
+    allowed = patch(sidecar, "soak-own", merge("annotations", {"soak.sidecar.io/verdict": "passed"}))
+    assert allowed.returncode == 0, allowed.stderr
+    image = json.dumps({"spec": {"containers": [{"name": "trainer", "image": "evil:latest"}]}})
+    for body, kind, message in [
+        (merge("labels", {"soak.sidecar.io/verdict": "passed"}), "merge", "only annotations of its pod"),
+        (
+            merge("annotations", {"example.com/owner": "me"}),
+            "merge",
+            "only annotations under soak.sidecar.io/",
+        ),
+        (image, "strategic", "only annotations of its pod"),
+    ]:
+        result = patch(sidecar, "soak-own", body, kind)
+        assert result.returncode != 0 and message in result.stderr, (body, result.stderr)
+    unbound = Kubectl(
+        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, None), namespace)
+    )
+    result = patch(unbound, "soak-own", merge("annotations", {"soak.sidecar.io/verdict": "failed"}))
+    assert result.returncode != 0 and "token bound to its pod" in result.stderr, result.stderr
+
+    def event(pod: str) -> str:
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{pod}.{uuid.uuid4().hex[:8]}", "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace},
+                "reason": "SoakPassed",
+                "message": "soak passed every check",
+                "type": "Normal",
+            }
+        )
+
+    assert sidecar.run("create", "-f", "-", stdin=event("soak-own"), check=False).returncode == 0
+    forged = sidecar.run("create", "-f", "-", stdin=event("soak-other"), check=False)
+    assert forged.returncode != 0 and "Events only about its own pod" in forged.stderr, forged.stderr
+    stored = json.loads(admin.run("get", "pod", "soak-other", "-n", namespace, "-o", "json").stdout)
+    assert "soak.sidecar.io/verdict" not in stored["metadata"].get("annotations", {})
+
+
+def test_without_the_admission_policy_the_token_reaches_other_pods(
+    engine: HelmEngine, admin: Kubectl, apiserver: Any, kubectl_binary: Path
+) -> None:
+    """What the policy prevents: with rbac.admissionPolicy=false the Role alone lets the token
+    patch another pod of the namespace (the finding this policy answers)."""
+    namespace = make_namespace(admin)
+    manifests = engine.template({"runId": RUN_ID, "rbac": {"admissionPolicy": False}}, namespace=namespace)
+    assert "ValidatingAdmissionPolicy" not in {m["kind"] for m in manifests}
+    job = next(m for m in manifests if m["kind"] == "Job")
+    apply(admin, [m for m in manifests if m["kind"] != "Job"])
+    for name in ("soak-own", "soak-other"):
+        admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, name)))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    sidecar = Kubectl(
+        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-own"), namespace)
+    )
+    result = sidecar.run(
+        "patch", "pod", "soak-other", "-n", namespace, "--type=merge", "-p", merge("labels", {"x": "y"})
+    )
+    assert result.returncode == 0

@@ -430,7 +430,11 @@ def test_labels(helm_engine: HelmEngine) -> None:
         assert labels["app.kubernetes.io/instance"] == "nightly"
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["helm.sh/chart"] == "soak-sidecar-0.1.0"
-        assert manifest["metadata"]["name"] == "nightly-soak-sidecar"
+        # Cluster-scoped objects carry the namespace: one release per namespace, unique names.
+        cluster_scoped = manifest["kind"].startswith("ValidatingAdmissionPolicy")
+        assert manifest["metadata"]["name"] == (
+            "nightly-soak-sidecar-soak" if cluster_scoped else "nightly-soak-sidecar"
+        )
     pod_labels = only(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
     assert pod_labels["soak.sidecar.io/run-id"] == RUN_ID
 

@@ -35,9 +35,11 @@ import sys
 import threading
 import time
 import uuid
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 PROTOCOL = 1
@@ -50,6 +52,8 @@ CONTROL_FILE = "control.json"
 SOFT_STOP_FILE = "soft-stop.json"
 TRAINER_FILE = "trainer.json"
 EXIT_FILE = "exit.json"
+# The trainer-side agent's report of its tree's fd tables, for a sidecar under another UID.
+FD_REPORT_FILE = "fds.json"
 DEADLINE_COPY_FILE = "deadline.json"
 CONSOLE_LOG = "console.log"
 CONSOLE_LOG_ROTATED = "console.log.1"
@@ -66,6 +70,7 @@ RUN_DIR_FILES = (
     CONSOLE_LOG,
     CONSOLE_LOG_ROTATED,
     EXIT_FILE,
+    FD_REPORT_FILE,
 )
 
 ACTIONS = ("soft_stop", "terminate", "kill")
@@ -92,6 +97,13 @@ ENV_RUN_DIR = "SOAK_RUN_DIR"
 ENV_RUN_ID = "SOAK_RUN_ID"
 ENV_DEADLINE_FILE = "SOAK_DEADLINE_FILE"
 ENV_SOFT_STOP_FILE = "SOAK_SOFT_STOP_FILE"
+# The trainer's GPU selection, reported in launcher.json: a sidecar under another UID cannot read
+# the trainer's /proc/<pid>/environ, and the trainer inherits the launcher's environment.
+GPU_ENV_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+# Bounds of fd reporting: never more often than this, and at most this many processes per report.
+MIN_FD_REPORT_S = 0.01
+FD_REPORT_MAX_PROCESSES = 20_000
+FD_REPORT_LIMIT_BYTES = 8 * 1024 * 1024
 
 # Launcher exit codes besides the trainer's own (0-255, 128+N when the trainer died of signal N).
 EXIT_USAGE = 64  # bad command line
@@ -276,9 +288,9 @@ def atomic_write_json(path: str, payload: Mapping[str, Any], *, durable: bool = 
             os.close(dir_fd)
 
 
-def read_json(path: str) -> dict[str, Any] | None:
+def read_json(path: str, limit: int = RECORD_LIMIT_BYTES) -> dict[str, Any] | None:
     """The JSON object at path, or None when missing or not (yet) a valid object."""
-    data = read_bytes(path)
+    data = read_bytes(path, limit)
     if data is None:
         return None
     try:
@@ -577,6 +589,8 @@ class GoRequest:
     env: Mapping[str, str] = field(default_factory=dict)
     # Appended to the trainer's argv: the seed's approved `--resume <checkpoint>`.
     extra_args: tuple[str, ...] = ()
+    # Seconds between fd reports (fds.json); None when the sidecar reads the fd tables itself.
+    fd_report_s: float | None = None
 
     def __post_init__(self) -> None:
         for key in GO_NUMBERS:
@@ -595,6 +609,10 @@ class GoRequest:
             raise ValueError("go.json: env must map strings to strings")
         if not all(isinstance(arg, str) for arg in self.extra_args):
             raise ValueError("go.json: extra_args must be a list of strings")
+        if self.fd_report_s is not None:
+            _require_finite("fd_report_s", self.fd_report_s)
+            if self.fd_report_s < MIN_FD_REPORT_S:
+                raise ValueError(f"go.json: fd_report_s must be >= {MIN_FD_REPORT_S}")
 
     @property
     def soft_stop_signum(self) -> int:
@@ -657,7 +675,145 @@ class GoRequest:
             soft_stop_signal=str(raw.get("soft_stop_signal", "SIGUSR1")),
             env=raw.get("env", {}),
             extra_args=tuple(extra_args),
+            fd_report_s=raw.get("fd_report_s"),
         )
+
+
+# ----------------------------------------------------------------------------- fd tables
+
+# Prefix rules of the seed's ``_fd_class`` plus "/memfd:", which is how Linux actually names a
+# memfd target ("/memfd:<name> (deleted)"; the seed's "memfd:" never matches, so the seed counts
+# memfds as "other"). The prefixes are mutually exclusive, so first-match order does not matter.
+_FD_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("pipe:", "pipe"),
+    ("socket:", "socket"),
+    ("memfd:", "memfd"),
+    ("/memfd:", "memfd"),
+    ("/dev/nvidia", "nvidia"),
+    ("/dev/shm/", "shared_memory"),
+    ("/run/shm/", "shared_memory"),
+)
+_FD_EXACT: tuple[tuple[str, str], ...] = (
+    ("anon_inode:[eventfd]", "eventfd"),
+    ("anon_inode:[eventpoll]", "eventpoll"),
+)
+# Sorted-range bounds: every string starting with prefix p lies in [p, p[:-1] + next char).
+_FD_PREFIX_RANGES = tuple(
+    (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), label) for prefix, label in _FD_PREFIXES
+)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def fd_class(link: str) -> str:
+    """Class of one fd from its readlink target (the seed's rules, plus "/memfd:")."""
+    for prefix, label in _FD_PREFIXES:
+        if link.startswith(prefix):
+            return label
+    for exact, label in _FD_EXACT:
+        if link == exact:
+            return label
+    return "other"
+
+
+def classify_fds(links: list[str]) -> dict[str, int]:
+    """Counts per class, equal to ``fd_class`` applied to each link; sorts ``links`` in place.
+
+    Sorting in C and counting prefix ranges by bisection costs about a quarter of a
+    Python-level ``fd_class`` call per link.
+    """
+    links.sort()
+    counts: dict[str, int] = {}
+    matched = 0
+    for low, high, label in _FD_PREFIX_RANGES:
+        found = bisect_left(links, high) - bisect_left(links, low)
+        if found:
+            counts[label] = counts.get(label, 0) + found
+            matched += found
+    for exact, label in _FD_EXACT:
+        found = bisect_right(links, exact) - bisect_left(links, exact)
+        if found:
+            counts[label] = found
+            matched += found
+    if len(links) > matched:
+        counts["other"] = len(links) - matched
+    return dict(sorted(counts.items()))
+
+
+_FD_NAMES: list[str] = []
+
+
+def _fd_names(count: int) -> list[str]:
+    """The names "0".."count-1" (cached: this is called for every process of every sample)."""
+    while len(_FD_NAMES) < count:
+        _FD_NAMES.append(str(len(_FD_NAMES)))
+    return _FD_NAMES[:count]
+
+
+def fd_links(pid_fd: int, guess: list[str] | None) -> tuple[list[str], list[str] | None] | None:
+    """Readlink targets of the open fds, and their fd names when they are not simply 0..n-1.
+
+    None when the process is gone; PermissionError when its fd dir is another user's (reading
+    it takes the same UID or CAP_SYS_PTRACE). On Linux >= 6.2 the fd dir's size is
+    its number of open fds, n. When n candidate names all resolve, they are exactly the open
+    fds, and the directory listing (a third of the kernel cost) is skipped. Candidates are the
+    names seen last time (``guess``) when there were n of them, else 0..n-1: fds are allocated
+    lowest first, so a table without holes is the common case.
+    """
+    try:
+        dir_fd = os.open("fd", _DIR_FLAGS, dir_fd=pid_fd)
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    try:
+        readlink = partial(os.readlink, dir_fd=dir_fd)
+        count = os.fstat(dir_fd).st_size
+        if count:
+            names = guess if guess is not None and len(guess) == count else None
+            try:
+                return list(map(readlink, names or _fd_names(count))), names
+            except OSError:
+                pass  # the table has changed or has holes: list it instead
+        names = os.listdir(dir_fd)
+        try:
+            links = list(map(readlink, names))
+        except OSError:
+            # An fd closed between listing and reading: redo one by one, skipping it.
+            links = []
+            kept: list[str] = []
+            for name in names:
+                try:
+                    links.append(readlink(name))
+                except OSError:
+                    continue
+                kept.append(name)
+            names = kept
+        return links, None if names == _fd_names(len(names)) else names
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+
+
+
+def fd_table(pid: int) -> dict[str, Any] | None:
+    """One process's fd count and classes for fds.json; None when it is gone or unreadable."""
+    try:
+        pid_fd = os.open(f"/proc/{pid}", _DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        ticks = start_ticks(pid)
+        found = fd_links(pid_fd, None)
+    except OSError:
+        return None
+    finally:
+        os.close(pid_fd)
+    if found is None or ticks is None:
+        return None
+    links = found[0]
+    return {"pid": pid, "start_ticks": ticks, "fd_count": len(links), "fd_classes": classify_fds(links)}
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -724,6 +880,7 @@ class Launcher:
         self.hb_content: bytes | None = None
         self.hb_changed_at = 0.0
         self.last_fallback = 0.0
+        self.next_fd_report: float | None = None
 
         self._pending: list[int] = []
         self._owner_fd: int | None = None
@@ -861,6 +1018,7 @@ class Launcher:
                 "owner_pid": self.owner_pid,
                 "go_timeout_s": self.go_timeout_s,
                 "started_unix": time.time(),
+                "gpu_env": {name: os.environ[name] for name in GPU_ENV_VARS if name in os.environ},
             },
         )
 
@@ -1075,6 +1233,7 @@ class Launcher:
             self._enforce_kills(remaining, now)
             self._deadline_stops(remaining)
             self._read_changes(now)
+            self._report_fds(now)
             timeout = self._wait_timeout(now)
             if timeout is None:
                 return
@@ -1150,7 +1309,31 @@ class Launcher:
             due.append(remaining - go.term_grace_s)
         if self.escalate_at is not None:
             due.append(self.escalate_at - now)
+        if self.next_fd_report is not None:
+            due.append(self.next_fd_report - now)
         return max(0.0, min(due))
+
+    def _report_fds(self, now: float) -> None:
+        """fds.json when due: the fd tables of the launcher's tree, which a sidecar under another
+        UID cannot read (that takes the same UID or CAP_SYS_PTRACE)."""
+        go = self.go
+        if go is None or go.fd_report_s is None:
+            return
+        if self.next_fd_report is not None and now < self.next_fd_report:
+            return
+        self.next_fd_report = now + go.fd_report_s
+        pids = [self.pid, *alive_descendants(self.pid)][:FD_REPORT_MAX_PROCESSES]
+        processes = [fd_table(pid) for pid in pids]
+        report = {
+            "protocol": PROTOCOL,
+            "launch_id": self.launch_id,
+            "written_unix": time.time(),
+            "processes": [table for table in processes if table is not None],
+        }
+        try:
+            atomic_write_json(self.path(FD_REPORT_FILE), report, durable=False)
+        except OSError as exc:
+            log(f"cannot write {FD_REPORT_FILE}: {exc}")
 
     def cleanup(self) -> None:
         """After the trainer: TERM survivors, KILL them after kill_grace_s (at once past the

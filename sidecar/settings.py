@@ -308,6 +308,12 @@ class S3Settings(_Group):
         "auto", description="Bucket addressing. Default auto."
     )
     prefix: str = Field("soak", description="First key segment. Default soak.")
+    credentials_dir: Path | None = Field(
+        None,
+        description="Directory with files access-key-id, secret-access-key and optionally "
+        "session-token (a mounted Secret), re-read as they rotate; replaces AWS_* environment "
+        "credentials. Default none (boto3's chain).",
+    )
     key_template: str = Field(
         "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/",
         description="Artifact key prefix template. "

@@ -267,6 +267,9 @@ class FakeProcesses:
     def is_exiting(self, pid: int, start_ticks: int | None) -> bool:
         return False
 
+    def fd_tables_readable(self, pid: int) -> bool:
+        return True
+
     def environ(self, pid: int) -> Mapping[str, str] | None:
         return {"NVIDIA_VISIBLE_DEVICES": "0"}
 

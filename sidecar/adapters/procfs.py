@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
+from sidecar.core.launch_records import FdTable
 from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command
 from sidecar.core.samples import ProcessInfo, ProcessTreeSample
+from sidecar.launcher import classify_fds, fd_links
 
 COMMAND_MAX_CHARS = 512
 _PROC = "/proc"
@@ -34,27 +34,6 @@ _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Indexes into the stat fields after the command name: field N of proc(5) is index N - 3.
 _STATE, _PPID, _FLAGS, _NUM_THREADS, _STARTTIME, _RSS = 0, 1, 6, 17, 19, 21
 _PF_EXITING = 0x4  # task flag: the process is inside exit()
-
-# Prefix rules of the seed's ``_fd_class`` plus "/memfd:", which is how Linux actually names a
-# memfd target ("/memfd:<name> (deleted)"; the seed's "memfd:" never matches, so the seed counts
-# memfds as "other"). The prefixes are mutually exclusive, so first-match order does not matter.
-_FD_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("pipe:", "pipe"),
-    ("socket:", "socket"),
-    ("memfd:", "memfd"),
-    ("/memfd:", "memfd"),
-    ("/dev/nvidia", "nvidia"),
-    ("/dev/shm/", "shared_memory"),
-    ("/run/shm/", "shared_memory"),
-)
-_FD_EXACT: tuple[tuple[str, str], ...] = (
-    ("anon_inode:[eventfd]", "eventfd"),
-    ("anon_inode:[eventpoll]", "eventpoll"),
-)
-# Sorted-range bounds: every string starting with prefix p lies in [p, p[:-1] + next char).
-_FD_PREFIX_RANGES = tuple(
-    (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1), label) for prefix, label in _FD_PREFIXES
-)
 
 _STATES = {
     "R": psutil.STATUS_RUNNING,
@@ -70,41 +49,6 @@ _STATES = {
     "P": psutil.STATUS_PARKED,
     "I": psutil.STATUS_IDLE,
 }
-
-
-def fd_class(link: str) -> str:
-    """Class of one fd from its readlink target (the seed's rules, plus "/memfd:")."""
-    for prefix, label in _FD_PREFIXES:
-        if link.startswith(prefix):
-            return label
-    for exact, label in _FD_EXACT:
-        if link == exact:
-            return label
-    return "other"
-
-
-def classify_fds(links: list[str]) -> dict[str, int]:
-    """Counts per class, equal to ``fd_class`` applied to each link; sorts ``links`` in place.
-
-    Sorting in C and counting prefix ranges by bisection costs about a quarter of a
-    Python-level ``fd_class`` call per link.
-    """
-    links.sort()
-    counts: dict[str, int] = {}
-    matched = 0
-    for low, high, label in _FD_PREFIX_RANGES:
-        found = bisect_left(links, high) - bisect_left(links, low)
-        if found:
-            counts[label] = counts.get(label, 0) + found
-            matched += found
-    for exact, label in _FD_EXACT:
-        found = bisect_right(links, exact) - bisect_left(links, exact)
-        if found:
-            counts[label] = found
-            matched += found
-    if len(links) > matched:
-        counts["other"] = len(links) - matched
-    return dict(sorted(counts.items()))
 
 
 def _stat_fields(stat: bytes) -> list[bytes]:
@@ -171,59 +115,6 @@ def _children(pid_fd: int) -> list[int]:
     return children
 
 
-def _fd_links(pid_fd: int, guess: list[str] | None) -> tuple[list[str], list[str] | None] | None:
-    """Readlink targets of the open fds, and their fd names when they are not simply 0..n-1.
-
-    None when the fd dir cannot be read (gone or denied). On Linux >= 6.2 the fd dir's size is
-    its number of open fds, n. When n candidate names all resolve, they are exactly the open
-    fds, and the directory listing (a third of the kernel cost) is skipped. Candidates are the
-    names seen last time (``guess``) when there were n of them, else 0..n-1: fds are allocated
-    lowest first, so a table without holes is the common case.
-    """
-    try:
-        dir_fd = os.open("fd", _DIR_FLAGS, dir_fd=pid_fd)
-    except OSError:
-        return None
-    try:
-        readlink = partial(os.readlink, dir_fd=dir_fd)
-        count = os.fstat(dir_fd).st_size
-        if count:
-            names = guess if guess is not None and len(guess) == count else None
-            try:
-                return list(map(readlink, names or _fd_names(count))), names
-            except OSError:
-                pass  # the table has changed or has holes: list it instead
-        names = os.listdir(dir_fd)
-        try:
-            links = list(map(readlink, names))
-        except OSError:
-            # An fd closed between listing and reading: redo one by one, skipping it.
-            links = []
-            kept: list[str] = []
-            for name in names:
-                try:
-                    links.append(readlink(name))
-                except OSError:
-                    continue
-                kept.append(name)
-            names = kept
-        return links, None if names == _fd_names(len(names)) else names
-    except OSError:
-        return None
-    finally:
-        os.close(dir_fd)
-
-
-_FD_NAMES: list[str] = []
-
-
-def _fd_names(count: int) -> list[str]:
-    """The names "0".."count-1" (cached: this is called for every process of every sample)."""
-    while len(_FD_NAMES) < count:
-        _FD_NAMES.append(str(len(_FD_NAMES)))
-    return _FD_NAMES[:count]
-
-
 def _command(cmdline: bytes, max_chars: int, rules: RedactionRules) -> str:
     # Arguments are NUL-separated and NUL-terminated; the environment is never read. Secrets are
     # redacted argument by argument before the line is joined and truncated.
@@ -268,9 +159,16 @@ class ProcfsProcessTable:
     """
 
     def __init__(
-        self, *, command_max_chars: int = COMMAND_MAX_CHARS, redaction: RedactionRules = DEFAULT_RULES
+        self,
+        *,
+        command_max_chars: int = COMMAND_MAX_CHARS,
+        redaction: RedactionRules = DEFAULT_RULES,
+        fd_reports: Callable[[], Mapping[tuple[int, int], FdTable]] | None = None,
     ) -> None:
         self._commands = _Commands(command_max_chars, redaction)
+        # Another UID's fd tables, as its launcher reported them (sidecar.launcher fds.json).
+        self._fd_reports = fd_reports
+        self._reported: Mapping[tuple[int, int], FdTable] = {}
         self._boot_time = psutil.boot_time()
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
         self._root: int | None = None
@@ -285,6 +183,7 @@ class ProcfsProcessTable:
         found: dict[int, ProcessInfo] = {}
         self._fd_names_next = {}
         self._commands.new_sample()
+        self._reported = self._fd_reports() if self._fd_reports is not None else {}
         self._walk(root_pid, None, found)
         for pid, ticks in self._previous.items():
             if pid not in found:
@@ -361,16 +260,14 @@ class ProcfsProcessTable:
             state = fields[_STATE].decode()
             cmdline = _read_at(pid_fd, "cmdline")
             children = _children(pid_fd)
-            fds = _fd_links(pid_fd, self._fd_names.get((pid, ticks)))
+            fds = self._fd_table(pid_fd, pid, ticks)
         except (OSError, IndexError, ValueError):
             return None
         finally:
             os.close(pid_fd)
         if fds is None:
             return None
-        links, names = fds
-        if names is not None:
-            self._fd_names_next[(pid, ticks)] = names
+        fd_count, fd_classes = fds
         # Built from typed values read above: validation would only cost time.
         info = ProcessInfo.model_construct(
             pid=pid,
@@ -378,13 +275,39 @@ class ProcfsProcessTable:
             start_time=self._boot_time + ticks / self._clock_ticks,
             start_ticks=ticks,
             rss_kib=rss_kib,
-            fd_count=len(links),
-            fd_classes=classify_fds(links),
+            fd_count=fd_count,
+            fd_classes=fd_classes,
             threads=threads,
             state=_STATES.get(state, state),
             command=self._commands(cmdline),
         )
         return info, children
+
+
+    def _fd_table(self, pid_fd: int, pid: int, ticks: int) -> tuple[int, dict[str, int]] | None:
+        """Count and classes of the fds; None when the process is gone. Another user's table is
+        read off its launcher's report (none yet: zero)."""
+        try:
+            fds = fd_links(pid_fd, self._fd_names.get((pid, ticks)))
+        except PermissionError:
+            reported = self._reported.get((pid, ticks))
+            return (0, {}) if reported is None else (reported.fd_count, dict(reported.fd_classes))
+        if fds is None:
+            return None
+        links, names = fds
+        if names is not None:
+            self._fd_names_next[(pid, ticks)] = names
+        return len(links), classify_fds(links)
+
+    def fd_tables_readable(self, pid: int) -> bool:
+        """Whether this process may read ``pid``'s fd table (same UID or CAP_SYS_PTRACE)."""
+        try:
+            os.close(os.open(f"{_PROC}/{pid}/fd", _DIR_FLAGS))
+        except PermissionError:
+            return False
+        except OSError:
+            return True  # gone: nothing to report either way
+        return True
 
 
 def _tree(processes: list[ProcessInfo]) -> ProcessTreeSample:

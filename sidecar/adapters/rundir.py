@@ -23,7 +23,14 @@ from typing import IO, Any, Literal
 
 from sidecar import launcher as proto
 from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
-from sidecar.core.launch_records import ExitRecord, LauncherInfo, SoftStopRecord, TrainerInfo
+from sidecar.core.launch_records import (
+    ExitRecord,
+    FdTable,
+    LauncherInfo,
+    SoftStopRecord,
+    TrainerInfo,
+    parse_fd_report,
+)
 from sidecar.core.trainer_env import trainer_environment
 
 Action = Literal["soft_stop", "terminate", "kill"]
@@ -165,6 +172,18 @@ class RunDir:
         if raw.get("reason") not in proto.REASONS:
             raise LauncherError(f"exit.json: unknown reason {raw.get('reason')!r}")
         return ExitRecord.parse(raw)
+
+    def fd_report(self) -> dict[tuple[int, int], FdTable]:
+        """The launcher's fds.json (the fd tables of a tree under another UID) by (pid, start
+        ticks); {} when absent, of another launch or malformed. The trainer can write this file:
+        a bad report hides only its own fds and never stops the monitor."""
+        raw = proto.read_json(str(self.file(proto.FD_REPORT_FILE)), proto.FD_REPORT_LIMIT_BYTES)
+        if raw is None or self._launch_id is None or raw.get("protocol") != proto.PROTOCOL:
+            return {}
+        try:
+            return parse_fd_report(raw, self._launch_id)
+        except LauncherError:
+            return {}
 
     def exit_json(self) -> dict[str, Any] | None:
         """exit.json as the launcher wrote it (for the artifact), None when absent or unreadable."""
@@ -372,12 +391,12 @@ class LocalLauncherSpawner:
 # ----------------------------------------------------------------------------- early exit (pod)
 
 
-def launcher_pids() -> list[int]:
-    """PIDs of launchers in this PID namespace: processes running the launcher file with
-    ``--run-dir``. In a pod (shareProcessNamespace) that is the pod's own launcher, whatever run dir
-    it was given."""
+def launchers() -> list[tuple[int, Path | None]]:
+    """Launchers in this PID namespace and the run dir each was given: processes running the
+    launcher file with ``--run-dir``. In a pod (shareProcessNamespace) that is the pod's own
+    launcher. Command lines are world-readable, so this works under another UID too."""
     name = launcher_path().name.encode()
-    found = []
+    found: list[tuple[int, Path | None]] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -386,15 +405,17 @@ def launcher_pids() -> list[int]:
         except OSError:
             continue
         if any(arg.endswith(name) for arg in argv[:3]) and b"--run-dir" in argv:
-            found.append(int(entry.name))
+            at = argv.index(b"--run-dir") + 1
+            given = argv[at].decode(errors="replace") if at < len(argv) and argv[at] else None
+            found.append((int(entry.name), None if given is None else Path(given)))
     return found
 
 
 def release_waiting_launcher(run_dir: Path | None, reason: str, exit_code: int) -> str:
     """A pod's sidecar is ending before the go-ahead: the launcher must not wait for a go that never
     comes (the pod would linger with the trainer container up). abort.json when the run dir takes it,
-    SIGTERM to the launcher otherwise; nothing once go.json exists (heartbeat loss stops the trainer
-    then). Returns what was done, for the log."""
+    else in the run dir the launcher was given, else SIGTERM to the launcher; nothing once go.json
+    exists (heartbeat loss stops the trainer then). Returns what was done, for the log."""
     if run_dir is not None and (run_dir / proto.GO_FILE).exists():
         return "the trainer was started: the launcher stops it when the heartbeat ends"
     if run_dir is not None:
@@ -403,8 +424,16 @@ def release_waiting_launcher(run_dir: Path | None, reason: str, exit_code: int) 
             return f"abort.json written to {run_dir}"
         except (LauncherError, ConfigError):
             pass  # an unusable run dir: signal the launcher instead
-    pids = launcher_pids()
-    for pid in pids:
+    done = []
+    for pid, given in launchers():
+        # The launcher's own run dir, from its command line (a sidecar under another UID cannot
+        # signal it); SIGTERM where that fails too.
+        if given is not None and given != run_dir and given.is_dir() and not (given / proto.GO_FILE).exists():
+            with contextlib.suppress(LauncherError, ConfigError):
+                RunDir(given).abort(reason, min(max(exit_code, 1), 255))
+                done.append(f"abort.json written to {given}")
+                continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGTERM)
-    return f"SIGTERM to launcher pid(s) {pids}" if pids else "no launcher found to stop"
+            done.append(f"SIGTERM to launcher pid {pid}")
+    return "; ".join(done) if done else "no launcher found to stop"

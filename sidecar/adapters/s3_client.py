@@ -1,7 +1,9 @@
 """The boto3 client shared by the S3 artifact sink and the S3 deadline store.
 
-Credentials come from boto3's own chain (env, web identity, shared files, container/instance
-metadata); a Kubernetes Secret reaches us as ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` env.
+Credentials come from files when ``s3.credentials_dir`` is set (the chart mounts its Secret there, in
+the sidecar container only, so they are in no environment a trainer could read), re-read as they
+rotate; otherwise from boto3's own chain (env, web identity, shared files, container/instance
+metadata).
 Retries are botocore's "standard" mode; every attempt is counted so callers and tests can see
 how many retries an outcome took.
 """
@@ -13,11 +15,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 import botocore.exceptions
 from botocore.config import Config
+from botocore.credentials import CredentialProvider, RefreshableCredentials
 
 from sidecar.core.errors import ConfigError
 from sidecar.settings import S3Settings
@@ -137,9 +142,66 @@ def build_client(
 
 
 def make_s3_client(settings: S3Settings, *, session: boto3.session.Session | None = None) -> S3Client:
-    """An S3 client for ``settings``; ``session`` overrides boto3's default credential chain."""
-    chosen = session if session is not None else boto3.session.Session()
-    return chosen.client("s3", endpoint_url=settings.endpoint_url, config=botocore_config(settings))
+    """An S3 client for ``settings``; ``session`` overrides the credentials (files or boto3's chain)."""
+    if session is None:
+        session = boto3.session.Session()
+        if settings.credentials_dir is not None:
+            provider = FileCredentialProvider(settings.credentials_dir)
+            provider.load()  # unreadable files are a usage error now, not an upload failure later
+            session._session.get_component("credential_provider").insert_before("env", provider)
+    return session.client("s3", endpoint_url=settings.endpoint_url, config=botocore_config(settings))
+
+
+ACCESS_KEY_FILE = "access-key-id"
+SECRET_KEY_FILE = "secret-access-key"  # noqa: S105 - a file name, not a secret
+SESSION_TOKEN_FILE = "session-token"  # noqa: S105 - a file name, not a secret
+CREDENTIAL_FILE_LIMIT = 4096
+# How long a reading counts: botocore refreshes in the last 15 minutes, so the files are re-read
+# about every five minutes (a rotated Secret reaches the mounted files within a minute or two).
+CREDENTIAL_REFRESH_S = 20 * 60
+
+
+class FileCredentialProvider(CredentialProvider):
+    """Credentials from ``access-key-id``, ``secret-access-key`` and (optional) ``session-token``
+    files in one directory, such as a mounted Kubernetes Secret; refreshed as the files change."""
+
+    METHOD = "soak-sidecar-credential-files"
+    CANONICAL_NAME = "SoakSidecarCredentialFiles"
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__()
+        self._directory = directory
+
+    def load(self) -> RefreshableCredentials:
+        return RefreshableCredentials.create_from_metadata(
+            metadata=self._read(), refresh_using=self._read, method=self.METHOD
+        )
+
+    def _read(self) -> dict[str, Any]:
+        token = self._file(SESSION_TOKEN_FILE, optional=True)
+        expiry = datetime.now(timezone.utc) + timedelta(seconds=CREDENTIAL_REFRESH_S)
+        return {
+            "access_key": self._file(ACCESS_KEY_FILE),
+            "secret_key": self._file(SECRET_KEY_FILE),
+            "token": token,
+            "expiry_time": expiry.isoformat(),
+        }
+
+    def _file(self, name: str, *, optional: bool = False) -> str | None:
+        path = self._directory / name
+        try:
+            with path.open("rb") as handle:
+                data = handle.read(CREDENTIAL_FILE_LIMIT + 1)
+        except FileNotFoundError:
+            if optional:
+                return None
+            raise ConfigError(f"S3 credentials: {path} is missing") from None
+        except OSError as exc:
+            raise ConfigError(f"S3 credentials: cannot read {path}: {exc.strerror}") from exc
+        text = data.decode("utf-8", errors="replace").strip()
+        if not text or len(data) > CREDENTIAL_FILE_LIMIT:
+            raise ConfigError(f"S3 credentials: {path} is empty or larger than {CREDENTIAL_FILE_LIMIT} bytes")
+        return text
 
 
 def b64_digest(digest: bytes) -> str:

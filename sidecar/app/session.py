@@ -72,7 +72,11 @@ class LaunchSession:
                 f"the trainer command {command[0]!r} {info.command_problem} "
                 "(found by the launcher before the go-ahead: no deadline record, no attempt used)"
             )
-        self.launched = Launched(launcher=info, command=tuple(command))
+        self.launched = Launched(
+            launcher=info,
+            command=tuple(command),
+            fd_tables_readable=self._ports.processes.fd_tables_readable(info.pid),
+        )
         return self.launched
 
     @contextlib.contextmanager
@@ -170,4 +174,6 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
         soft_stop_signal=lset.soft_stop_signal,
         env=env,
         extra_args=preflight.extra_args,
+        # The trainer-side agent reports its tree's fd tables when this sidecar cannot read them.
+        fd_report_s=None if launched.fd_tables_readable else settings.monitor.sample_interval_s,
     )

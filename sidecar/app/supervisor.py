@@ -112,9 +112,11 @@ class Supervisor:
             checked = preflight(self._settings, self._ports, self._started, launched)
             files = self._claim_attempt()
             # The trainer inherits the launcher's environment (go.json names no GPUs), so the
-            # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's. Opened before the go-ahead, so a
+            # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's; under another UID its environ is
+            # unreadable and launcher.json's report stands in. Opened before the go-ahead, so a
             # broken GPU setup stops the run before the trainer starts.
-            trainer_env = dict(self._ports.processes.environ(launched.launcher.pid) or {})
+            environ = self._ports.processes.environ(launched.launcher.pid)
+            trainer_env = dict(launched.launcher.gpu_env if environ is None else environ)
             gpu = self._ports.open_gpu(trainer_env or None)
             going = Going(self._settings, self._ports, self._started, launched, checked)
             with self._stopping_on_failure():

@@ -48,6 +48,8 @@ class Started:
 class Launched:
     launcher: LauncherInfo
     command: tuple[str, ...]
+    # False when the trainer's tree runs under another UID: its fd tables come from the launcher.
+    fd_tables_readable: bool = True
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,11 @@ class Wiring:
 def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None = sys.stderr) -> Wiring:
     run_dir = settings.launcher.run_dir
     lock_loss = LockLoss()
+    channel = RunDir(run_dir)
     ports = Ports(
-        channel=RunDir(run_dir),
+        channel=channel,
         spawner=LocalLauncherSpawner(run_dir, keep_env=settings.launcher.keep_env),
-        processes=ProcfsProcessTable(redaction=settings.redaction.rules()),
+        processes=ProcfsProcessTable(redaction=settings.redaction.rules(), fd_reports=channel.fd_report),
         progress=DirectoryProgressProbe(
             settings.monitor.progress_dir,
             exclude=[

@@ -7,10 +7,17 @@ LauncherError, never a crash.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.errors import LauncherError
+
+MAX_GPU_ENV_VARS = 8
+MAX_GPU_ENV_CHARS = 4096
+# fds.json bounds: far above any real tree; a report beyond them is the trainer's forgery.
+MAX_FD_REPORT_PROCESSES = 20_000
+MAX_FD_COUNT = 10_000_000
+MAX_FD_CLASSES = 32
 
 
 def _get(raw: object, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
@@ -61,6 +68,8 @@ class LauncherInfo:
     owner_pid: int | None
     go_timeout_s: float
     started_unix: float
+    # The launcher's GPU selection variables (the trainer inherits them); {} from older launchers.
+    gpu_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> LauncherInfo:
@@ -79,7 +88,19 @@ class LauncherInfo:
             owner_pid=_get(raw, "owner_pid", int, optional=True),
             go_timeout_s=float(_get(raw, "go_timeout_s", (int, float))),
             started_unix=float(_get(raw, "started_unix", (int, float))),
+            gpu_env=_gpu_env(_get(raw, "gpu_env", Mapping, optional=True) or {}),
         )
+
+
+def _gpu_env(raw: Mapping[str, Any]) -> dict[str, str]:
+    if len(raw) > MAX_GPU_ENV_VARS:
+        raise LauncherError(f"run dir record: gpu_env holds {len(raw)} variables")
+    env = {}
+    for name, value in raw.items():
+        if not isinstance(value, str) or len(value) > MAX_GPU_ENV_CHARS:
+            raise LauncherError(f"run dir record: gpu_env {name!r:.40} is not a short string")
+        env[str(name)] = value
+    return env
 
 
 @dataclass(frozen=True)
@@ -214,3 +235,37 @@ class ExitRecord:
             started_unix=_number(raw, "started_unix", optional=True),
             ended_unix=_number(raw, "ended_unix", optional=True),
         )
+
+
+@dataclass(frozen=True)
+class FdTable:
+    """One process's fd count and classes, as the launcher reported them in fds.json."""
+
+    fd_count: int
+    fd_classes: Mapping[str, int]
+
+
+def parse_fd_report(raw: Mapping[str, Any], launch_id: str) -> dict[tuple[int, int], FdTable]:
+    """fds.json by (pid, start ticks). The trainer can write the run dir, so this is its word on its
+    own fd tables: bounded and typed, and a report of another launch counts as none."""
+    if raw.get("launch_id") != launch_id:
+        return {}
+    entries = _get(raw, "processes", list)
+    if len(entries) > MAX_FD_REPORT_PROCESSES:
+        raise LauncherError(f"run dir record: fds.json lists {len(entries)} processes")
+    tables: dict[tuple[int, int], FdTable] = {}
+    for entry in entries:
+        pid, ticks, count = (
+            _get(entry, "pid", int),
+            _get(entry, "start_ticks", int),
+            _get(entry, "fd_count", int),
+        )
+        classes = _get(entry, "fd_classes", Mapping)
+        if not 0 <= count <= MAX_FD_COUNT or len(classes) > MAX_FD_CLASSES:
+            raise LauncherError(f"run dir record: fds.json entry of pid {pid} is out of bounds")
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= count for n in classes.values()
+        ):
+            raise LauncherError(f"run dir record: fds.json classes of pid {pid} are not counts")
+        tables[(pid, ticks)] = FdTable(fd_count=count, fd_classes={str(k): v for k, v in classes.items()})
+    return tables

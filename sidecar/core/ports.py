@@ -61,6 +61,10 @@ class ProcessTable(Protocol):
 
     def environ(self, pid: int) -> Mapping[str, str] | None: ...
 
+    def fd_tables_readable(self, pid: int) -> bool:
+        """Whether ``pid``'s fd table can be read here (same UID or CAP_SYS_PTRACE)."""
+        ...
+
 
 class ProgressProbe(Protocol):
     def sample(self) -> ProgressSample: ...

@@ -1,6 +1,8 @@
 """A pod's sidecar that ends before the go-ahead releases the waiting launcher, so the trainer never
-starts and the pod does not linger: through abort.json when the run dir takes it, by SIGTERM to the
-launcher when it does not. Run as in a pod: launcher and sidecar side share a fresh PID namespace."""
+starts and the pod does not linger: through abort.json when the run dir takes it, else through
+abort.json in the run dir named on the launcher's command line (a sidecar under another UID cannot
+signal it), else by SIGTERM to the launcher. Run as in a pod: launcher and sidecar side share a
+fresh PID namespace."""
 
 from __future__ import annotations
 
@@ -22,20 +24,33 @@ import json, subprocess, sys, time
 from pathlib import Path
 from sidecar.adapters.rundir import RunDir, launcher_path, release_waiting_launcher
 run_dir, sidecar_run_dir, marker, term_log = map(Path, sys.argv[1:5])
+moved = sys.argv[5] == "move"
 launcher = subprocess.Popen([sys.executable, str(launcher_path()), "--run-dir", str(run_dir),
                              "--termination-log", str(term_log), "--",
                              sys.executable, "-c", f"open({str(marker)!r}, 'w').write('ran')"])
 RunDir(run_dir).wait_for_launcher(30)
+if moved:
+    run_dir.rename(run_dir.with_name("moved"))
 done = release_waiting_launcher(sidecar_run_dir, "soak-sidecar exited early: bad settings", 64)
 print(json.dumps({"done": done, "launcher_exit": launcher.wait(timeout=30)}))
 """
 
 
-def pod(pidns: Callable[..., PidNsResult], tmp_path: Path, sidecar_run_dir: Path) -> dict[str, object]:
+def pod(
+    pidns: Callable[..., PidNsResult], tmp_path: Path, sidecar_run_dir: Path, *, move: bool = False
+) -> dict[str, object]:
     run_dir = tmp_path / "run"
     result = pidns(
-        [sys.executable, "-c", POD, str(run_dir), str(sidecar_run_dir), str(tmp_path / "marker"),
-         str(tmp_path / "termination-log")],
+        [
+            sys.executable,
+            "-c",
+            POD,
+            str(run_dir),
+            str(sidecar_run_dir),
+            str(tmp_path / "marker"),
+            str(tmp_path / "termination-log"),
+            "move" if move else "stay",
+        ],
         timeout_s=90,
     )
     assert result.returncode == 0, result.output
@@ -56,11 +71,21 @@ def test_abort_through_the_run_dir(pidns: Callable[..., PidNsResult], tmp_path: 
     assert exit_record["reason"] == "aborted"
 
 
-def test_sigterm_when_the_run_dir_is_unusable(pidns: Callable[..., PidNsResult], tmp_path: Path) -> None:
+def test_abort_through_the_launchers_run_dir_when_the_sidecars_is_unusable(
+    pidns: Callable[..., PidNsResult], tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the sidecar expects its run dir")
     report = pod(pidns, tmp_path, blocker / "run")
-    assert str(report["done"]).startswith("SIGTERM to launcher pid(s) [")
+    assert report["done"] == f"abort.json written to {tmp_path / 'run'}"
+    assert report["launcher_exit"] == 64
+
+
+def test_sigterm_when_no_run_dir_is_usable(pidns: Callable[..., PidNsResult], tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the sidecar expects its run dir")
+    report = pod(pidns, tmp_path, blocker / "run", move=True)  # the launcher's run dir is gone too
+    assert str(report["done"]).startswith("SIGTERM to launcher pid ")
     assert report["launcher_exit"] == 128 + 15
     assert '"reason": "signalled"' in (tmp_path / "termination-log").read_text()
 

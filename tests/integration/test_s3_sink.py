@@ -14,7 +14,7 @@ import pytest
 
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.adapters.s3_sink import S3ArtifactSink
-from sidecar.core.errors import ObjectConflictError, UploadError
+from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.settings import S3Settings
 from tests.fixtures.s3 import REGION, SeaweedServer, free_ports
 
@@ -315,3 +315,35 @@ def test_server_side_encryption_and_storage_class_are_applied(
     head = seaweedfs.client().head_object(Bucket=seaweedfs.bucket, Key=f"{s3_prefix}a.json")
     assert head.get("ServerSideEncryption") == "AES256"
     assert head.get("StorageClass") == "STANDARD_IA"
+
+
+def credentials(directory: Path, access_key: str, secret_key: str) -> Path:
+    """A mounted Secret's shape: one file per key (with a trailing newline, as editors leave it)."""
+    directory.mkdir()
+    (directory / "access-key-id").write_text(access_key + "\n")
+    (directory / "secret-access-key").write_text(secret_key + "\n")
+    return directory
+
+
+def test_credentials_come_from_files_not_the_environment(
+    tmp_path: Path, seaweedfs: SeaweedServer, s3_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    directory = credentials(tmp_path / "s3-credentials", seaweedfs.access_key, seaweedfs.secret_key)
+    evidence = tmp_path / "artifact.json"
+    evidence.write_text("{}")
+    sink = S3ArtifactSink(seaweedfs.settings(credentials_dir=directory))
+    (uploaded,) = sink.upload([evidence], s3_prefix)
+    assert uploaded.uri.endswith("/artifact.json")
+
+    wrong = credentials(tmp_path / "wrong", seaweedfs.access_key, "not-the-secret")
+    with pytest.raises(UploadError, match=r"(?i)signature|denied|forbidden"):
+        S3ArtifactSink(seaweedfs.settings(credentials_dir=wrong)).upload([evidence], s3_prefix + "w/")
+
+
+def test_missing_credential_files_are_a_usage_error_at_once(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="access-key-id is missing"):
+        S3ArtifactSink(seaweedfs.settings(credentials_dir=tmp_path / "empty"))

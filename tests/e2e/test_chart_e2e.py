@@ -356,3 +356,102 @@ def test_early_sidecar_exit_ends_the_pod(e2e: E2ECluster, soak: Any, release: st
     # Why, in the pod status and so in soak-sidecar verdict.
     _, report = verdict(e2e, job_name)
     assert EARLY_REASONS[release] in report["attempts"][-1]["reason"], report
+
+
+# Trainer code probing the boundary from inside the trainer container, then the example trainer.
+PROBE = """
+import json, os, sys
+import boto3, botocore
+from botocore import UNSIGNED
+from botocore.config import Config
+
+def find_sidecar():
+    for entry in os.listdir("/proc"):
+        try:
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if argv[:3] == [b"/opt/venv/bin/python3", b"/opt/venv/bin/soak-sidecar", b"run"]:
+            return int(entry)
+        if any(a.endswith(b"/soak-sidecar") for a in argv[:2]) and b"run" in argv:
+            return int(entry)
+    return None
+
+def uid_of(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+
+found = {}
+def attempt(name, action):
+    try:
+        action()
+        found[name] = "allowed"
+    except PermissionError:
+        found[name] = "denied"
+    except botocore.exceptions.ClientError as exc:
+        found[name] = "denied" if exc.response["ResponseMetadata"]["HTTPStatusCode"] == 403 else repr(exc)
+    except Exception as exc:
+        found[name] = repr(exc)
+
+sidecar = find_sidecar()
+found.update(sidecar_pid=sidecar, sidecar_uid=uid_of(sidecar), trainer_uid=os.getuid())
+root = f"/proc/{sidecar}/root"
+attempt("environ", lambda: open(f"/proc/{sidecar}/environ", "rb").read())
+attempt("token", lambda: open(root + "/var/run/secrets/kubernetes.io/serviceaccount/token").read())
+attempt("s3_secret", lambda: open(root + "/soak/credentials/s3/secret-access-key").read())
+attempt("memory", lambda: open(f"/proc/{sidecar}/mem", "rb").read(1))
+attempt("signal", lambda: os.kill(sidecar, 0))
+endpoint, bucket = os.environ["PROBE_S3_ENDPOINT"], os.environ["PROBE_S3_BUCKET"]
+record = "soak-deadlines/" + os.environ["SOAK_RUN_ID"] + ".json"
+guessed = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                       aws_access_key_id="AKIAGUESSEDGUESSED12", aws_secret_access_key="guessed")
+attempt("s3_guessed_delete", lambda: guessed.delete_object(Bucket=bucket, Key=record))
+anonymous = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                         config=Config(signature_version=UNSIGNED))
+attempt("s3_anonymous_delete", lambda: anonymous.delete_object(Bucket=bucket, Key=record))
+print("SOAK-PROBE " + json.dumps(found), flush=True)
+os.execvp(sys.executable, [sys.executable, "-m", "sidecar.examples.trainer", *sys.argv[1:]])
+"""
+
+
+def test_the_trainer_cannot_reach_the_sidecars_secrets(e2e: E2ECluster, soak: Any) -> None:
+    """Separate UIDs on a real kubelet: trainer code finds the sidecar in the shared PID namespace
+    and is refused its environment, its token and S3 credentials (through /proc/<pid>/root), its
+    memory and signals; S3 refuses guessed and anonymous deletes of the deadline record. The soak
+    still passes, with the trainer's fd tables reported by the launcher."""
+    endpoint = e2e.s3_values.get("s3", {}).get("endpointUrl") or "http://seaweedfs-s3:8333"
+    values = {
+        "trainer": {
+            "command": ["python3", "-c", PROBE],
+            "args": ["--steps", "12", "--step-s", "0.5"],
+            "env": [
+                {"name": "PROBE_S3_ENDPOINT", "value": endpoint},
+                {"name": "PROBE_S3_BUCKET", "value": "soak-e2e"},
+            ],
+        }
+    }
+    job_name, run_id = soak("boundary", values)
+    condition, _ = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    (pod,) = e2e.pods(job_name)
+    name = pod["metadata"]["name"]
+    trainer_log = e2e.logs(name, "trainer")
+    assert condition == "Complete", (trainer_log[-2000:], e2e.logs(name, "soak-sidecar")[-3000:])
+    (line,) = [line for line in trainer_log.splitlines() if line.startswith("SOAK-PROBE ")]
+    probe = json.loads(line.removeprefix("SOAK-PROBE "))
+    assert probe["sidecar_pid"], probe
+    assert (probe["trainer_uid"], probe["sidecar_uid"]) == (10001, 10002), probe
+    for what in (
+        "environ",
+        "token",
+        "s3_secret",
+        "memory",
+        "signal",
+        "s3_guessed_delete",
+        "s3_anonymous_delete",
+    ):
+        assert probe[what] == "denied", (what, probe)
+    (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert artifact["status"] == "passed", artifact["failure_reason"]
+    # fd tables of a tree under another UID came from the launcher's reports.
+    assert artifact["resource_summary"]["max_fd_count"] > 0, artifact["resource_summary"]

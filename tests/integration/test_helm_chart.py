@@ -344,10 +344,13 @@ def test_security_settings(helm_engine: HelmEngine, value_set: tuple[str, dict[s
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["automountServiceAccountToken"] is False
     assert "hostPID" not in spec and "hostNetwork" not in spec
+    sidecar_uid = values.get("sidecar", {}).get("runAsUser", DEFAULTS["sidecar"]["runAsUser"])
+    assert sidecar_uid != uid, "the sidecar runs under a UID of its own by default"
     for item in spec["initContainers"] + spec["containers"]:
         context = item["securityContext"]
         assert context["runAsNonRoot"] is True, item["name"]
-        assert context["runAsUser"] == uid, f"{item['name']}: one UID for every container"
+        expected = sidecar_uid if item["name"] == "soak-sidecar" else uid
+        assert context["runAsUser"] == expected, f"{item['name']}: runs as {context['runAsUser']}"
         assert context["readOnlyRootFilesystem"] is True, item["name"]
         assert context["allowPrivilegeEscalation"] is False, item["name"]
         assert context["privileged"] is False, item["name"]
@@ -517,11 +520,33 @@ def sidecar_environment(manifests: list[Manifest]) -> dict[str, str]:
     return env
 
 
+def assert_credentials_are_sidecar_files(
+    manifests: list[Manifest], env: dict[str, str], values: dict[str, Any], settings: Settings
+) -> None:
+    # Credentials are never environment variables, only files in the sidecar container.
+    assert not [name for name in env if name.startswith("AWS_")]
+    secret = values.get("s3", {}).get("credentials", {}).get("existingSecret")
+    if secret:
+        assert str(settings.s3.credentials_dir) == "/soak/credentials/s3"
+        sidecar = container(manifests, "soak-sidecar")
+        assert {"name": "s3-credentials", "mountPath": "/soak/credentials/s3", "readOnly": True} in sidecar[
+            "volumeMounts"
+        ]
+        trainer = container(manifests, "trainer")
+        assert "s3-credentials" not in {m["name"] for m in trainer["volumeMounts"]}
+        (volume,) = [v for v in pod_spec(manifests)["volumes"] if v["name"] == "s3-credentials"]
+        assert volume["secret"]["secretName"] == secret
+        assert {i["path"] for i in volume["secret"]["items"]} == {"access-key-id", "secret-access-key"}
+    else:
+        assert settings.s3.credentials_dir is None
+
+
 def test_sidecar_env_builds_valid_settings(
     helm_engine: HelmEngine, value_set: tuple[str, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     values = value_set[1]
-    env = sidecar_environment(render(helm_engine, values))
+    manifests = render(helm_engine, values)
+    env = sidecar_environment(manifests)
     for name in list(os.environ):
         if name.startswith("SOAK_"):
             monkeypatch.delenv(name)
@@ -558,10 +583,7 @@ def test_sidecar_env_builds_valid_settings(
     assert settings.s3.endpoint_url == (s3["endpointUrl"] or None)
     monitor = {**DEFAULTS["monitor"], **values.get("monitor", {})}
     assert settings.monitor.sample_interval_s == monitor["sampleIntervalSeconds"]
-    if values.get("s3", {}).get("credentials", {}).get("existingSecret"):
-        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} <= env.keys()
-    else:
-        assert "AWS_ACCESS_KEY_ID" not in env
+    assert_credentials_are_sidecar_files(manifests, env, values, settings)
     if values.get("gpu", {}).get("mock", {}).get("enabled"):
         assert settings.gpu.backend == "mock"
         assert str(settings.gpu.mock_scenario) == "/soak/gpu-mock/scenario.json"

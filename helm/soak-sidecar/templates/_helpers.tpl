@@ -76,9 +76,20 @@ action, Count. tests/integration/test_helm_chart.py keeps this list equal to Exi
 
 {{/* The container securityContext shared by every container: one non-root UID, nothing more. */}}
 {{- define "soak-sidecar.containerSecurityContext" -}}
+{{- include "soak-sidecar.securityContext" (dict "uid" .Values.podSecurity.runAsUser "gid" .Values.podSecurity.runAsGroup) }}
+{{- end }}
+
+{{/*
+The sidecar's container securityContext: its own UID, so the trainer cannot reach its secrets.
+*/}}
+{{- define "soak-sidecar.sidecarSecurityContext" -}}
+{{- include "soak-sidecar.securityContext" (dict "uid" .Values.sidecar.runAsUser "gid" .Values.sidecar.runAsGroup) }}
+{{- end }}
+
+{{- define "soak-sidecar.securityContext" -}}
 runAsNonRoot: true
-runAsUser: {{ .Values.podSecurity.runAsUser }}
-runAsGroup: {{ .Values.podSecurity.runAsGroup }}
+runAsUser: {{ .uid }}
+runAsGroup: {{ .gid }}
 allowPrivilegeEscalation: false
 privileged: false
 readOnlyRootFilesystem: true

@@ -6,6 +6,7 @@
 # Build and runtime share the interpreter, so the venv's interpreter path and glibc match.
 # Offline builds (the real-node e2e, tests/cluster/images.py): BUILD_IMAGE may be a base that already
 # has gcc, and wheels in docker/wheels/ are installed with --no-index, so no step needs a network.
+# Either way the dependencies are requirements.lock's, hash-checked (pip --require-hashes).
 # No `# syntax=` line: BuildKit would fetch its frontend image for it.
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254
 ARG BUILD_IMAGE=${PYTHON_IMAGE}
@@ -22,14 +23,18 @@ RUN if ! command -v gcc >/dev/null; then \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY sidecar ./sidecar
 COPY docker/wheels ./wheels
+# Dependencies only as locked, each file checked against its hash; then the project without deps.
 RUN python3 -m venv /opt/venv \
     && if ls wheels/*.whl >/dev/null 2>&1; then \
-        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links wheels soak-sidecar; \
+        /opt/venv/bin/pip install --no-cache-dir --no-index --find-links wheels \
+            --require-hashes -r requirements.lock \
+        && /opt/venv/bin/pip install --no-cache-dir --no-index --find-links wheels --no-deps soak-sidecar; \
     else \
-        /opt/venv/bin/pip install --no-cache-dir .; \
+        /opt/venv/bin/pip install --no-cache-dir --require-hashes -r requirements.lock \
+        && /opt/venv/bin/pip install --no-cache-dir --no-deps .; \
     fi \
     && /opt/venv/bin/python -m sidecar.nvml_mock.build /opt/soak/nvml-mock \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib

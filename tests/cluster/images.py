@@ -177,28 +177,15 @@ def context_files() -> list[str]:
 
 
 def wheelhouse(dest: Path, source: Path) -> None:
-    """Wheels of the project (built from ``source``) and every dependency for the base's interpreter."""
+    """Wheels of the project (built from ``source``) and every dependency in requirements.lock, hash-checked,
+    for the base's interpreter."""
     dest.mkdir(parents=True, exist_ok=True)
-    pyproject = (REPO_ROOT / "pyproject.toml").read_bytes()
-    cached = images_dir() / f"wheels-py{BASE_PYTHON}-{_digest(pyproject)}"
+    lock = REPO_ROOT / "requirements.lock"
+    cached = images_dir() / f"wheels-py{BASE_PYTHON}-{_digest(lock.read_bytes())}"
     if not cached.is_dir():
         tmp = _atomic_output(cached)
         shutil.rmtree(tmp, ignore_errors=True)
-        requirements = tmp / "requirements.txt"
         tmp.mkdir()
-        deps = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                "import tomllib,sys;print('\\n'.join(tomllib.load(open(sys.argv[1],'rb'))"
-                "['project']['dependencies']))",
-                str(REPO_ROOT / "pyproject.toml"),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        requirements.write_text(deps, encoding="utf-8")
         run_logged(
             [
                 sys.executable,
@@ -219,14 +206,14 @@ def wheelhouse(dest: Path, source: Path) -> None:
                 "manylinux2014_x86_64",
                 "--platform",
                 "linux_x86_64",
+                "--require-hashes",
                 "--dest",
                 str(tmp),
                 "-r",
-                str(requirements),
+                str(lock),
             ],
             timeout=900,
         )
-        requirements.unlink()
         tmp.replace(cached)
     for wheel in cached.glob("*.whl"):
         shutil.copy2(wheel, dest / wheel.name)

@@ -196,3 +196,34 @@ def test_kind_node_image_is_pinned_by_digest() -> None:
     assert config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     for node in config["nodes"]:
         assert re.fullmatch(r"kindest/node:v1\.3\d+\.\d+@sha256:[0-9a-f]{64}", node["image"]), node
+
+
+def locked(lock: Path) -> dict[str, str]:
+    """name -> version of every pin in a lock file, each of which must carry hashes."""
+    pins: dict[str, str] = {}
+    entries = re.split(r"\n(?=[A-Za-z0-9])", lock.read_text())
+    for entry in entries:
+        if entry.startswith("#") or "==" not in entry:
+            continue
+        name, _, rest = entry.partition("==")
+        version = rest.split()[0]
+        assert "--hash=sha256:" in entry, f"{lock.name}: {name} has no hash"
+        pins[re.sub(r"\[.*\]", "", name).lower().replace("_", "-")] = version
+    return pins
+
+
+def test_dependencies_are_locked_with_hashes_and_installed_from_the_lock() -> None:
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    runtime, dev = locked(REPO_ROOT / "requirements.lock"), locked(REPO_ROOT / "requirements-dev.lock")
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+        assert name in runtime and runtime[name] == dev.get(name), f"{name}: re-lock both files"
+    for requirement in project["optional-dependencies"]["dev"]:
+        name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower()
+        assert name in dev, f"{name} is not in requirements-dev.lock"
+    runs = " ".join(arguments for instruction, arguments in instructions() if instruction == "RUN")
+    assert runs.count("--require-hashes -r requirements.lock") == 2  # online and offline builds
+    assert ".[dev]" not in (REPO_ROOT / ".ci" / "run").read_text()
+    assert "--require-hashes -r requirements-dev.lock" in (REPO_ROOT / ".ci" / "run").read_text()

@@ -319,3 +319,12 @@ def test_without_the_admission_policy_the_token_reaches_other_pods(
         "patch", "pod", "soak-other", "-n", namespace, "--type=merge", "-p", merge("labels", {"x": "y"})
     )
     assert result.returncode == 0
+
+
+def test_the_network_policy_is_accepted_by_the_apiserver(engine: HelmEngine, admin: Kubectl) -> None:
+    namespace = make_namespace(admin)
+    values = yaml.safe_load((CHART_DIR / "ci" / "gpu-values.yaml").read_text())
+    manifests = engine.template(values, release="soak", namespace=namespace)
+    (policy,) = [m for m in manifests if m["kind"] == "NetworkPolicy"]
+    applied = apply(admin, [policy])
+    assert "serverside-applied" in applied.stdout, applied.stdout

@@ -658,3 +658,16 @@ def test_engines_render_the_same_objects(helm_binary: Path) -> None:
 
         binary = ordered(HelmBinaryEngine(helm_binary).template(values))
         assert binary == ordered(HelmSdkEngine().template(values)), name
+
+
+def test_the_network_policy_is_optional_closes_ingress_and_limits_egress(helm_engine: HelmEngine) -> None:
+    assert "NetworkPolicy" not in {m["kind"] for m in render(helm_engine, VALUE_SETS["default"])}
+    values = VALUE_SETS["gpu-values.yaml"]
+    manifests = render(helm_engine, values)
+    policy = only(manifests, "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
+    pod_labels = only(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    dns, *given = policy["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert given == values["networkPolicy"]["egress"]

@@ -796,24 +796,63 @@ def fd_links(pid_fd: int, guess: list[str] | None) -> tuple[list[str], list[str]
         os.close(dir_fd)
 
 
+# A table whose fd count is unchanged is re-classified only every this many reports: the readlinks
+# are nearly all the cost, counts stay exact, and a change of classes at an equal count shows within
+# this many intervals.
+FD_CLASSES_EVERY = 4
 
-def fd_table(pid: int) -> dict[str, Any] | None:
-    """One process's fd count and classes for fds.json; None when it is gone or unreadable."""
-    try:
-        pid_fd = os.open(f"/proc/{pid}", _DIR_FLAGS)
-    except OSError:
-        return None
-    try:
-        ticks = start_ticks(pid)
+
+class FdReporter:
+    """The tables of fds.json, one report after another (see FD_CLASSES_EVERY)."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[int, int], tuple[int, dict[str, int], int]] = {}
+
+    def tables(self, pids: list[int]) -> list[dict[str, Any]]:
+        known, self._known = self._known, {}
+        found = []
+        for pid in pids:
+            table = self._table(pid, known)
+            if table is not None:
+                found.append(table)
+        return found
+
+    def _table(
+        self, pid: int, known: dict[tuple[int, int], tuple[int, dict[str, int], int]]
+    ) -> dict[str, Any] | None:
+        try:
+            pid_fd = os.open(f"/proc/{pid}", _DIR_FLAGS)
+        except OSError:
+            return None
+        try:
+            ticks = start_ticks(pid)
+            if ticks is None:
+                return None
+            count, classes, age = self._classes(pid_fd, known.get((pid, ticks)))
+        except OSError:
+            return None
+        finally:
+            os.close(pid_fd)
+        self._known[(pid, ticks)] = (count, classes, age)
+        return {"pid": pid, "start_ticks": ticks, "fd_count": count, "fd_classes": classes}
+
+    @staticmethod
+    def _classes(
+        pid_fd: int, previous: tuple[int, dict[str, int], int] | None
+    ) -> tuple[int, dict[str, int], int]:
+        """(count, classes, reports since they were read); OSError when the process is gone."""
+        dir_fd = os.open("fd", _DIR_FLAGS, dir_fd=pid_fd)
+        try:
+            count = os.fstat(dir_fd).st_size  # the number of open fds on Linux >= 6.2, else 0
+        finally:
+            os.close(dir_fd)
+        if previous is not None and count and previous[0] == count and previous[2] + 1 < FD_CLASSES_EVERY:
+            return count, previous[1], previous[2] + 1
         found = fd_links(pid_fd, None)
-    except OSError:
-        return None
-    finally:
-        os.close(pid_fd)
-    if found is None or ticks is None:
-        return None
-    links = found[0]
-    return {"pid": pid, "start_ticks": ticks, "fd_count": len(links), "fd_classes": classify_fds(links)}
+        if found is None:
+            raise ProcessLookupError("gone")
+        links = found[0]
+        return len(links), classify_fds(links), 0
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -881,6 +920,7 @@ class Launcher:
         self.hb_changed_at = 0.0
         self.last_fallback = 0.0
         self.next_fd_report: float | None = None
+        self.fd_reporter = FdReporter()
 
         self._pending: list[int] = []
         self._owner_fd: int | None = None
@@ -1323,12 +1363,11 @@ class Launcher:
             return
         self.next_fd_report = now + go.fd_report_s
         pids = [self.pid, *alive_descendants(self.pid)][:FD_REPORT_MAX_PROCESSES]
-        processes = [fd_table(pid) for pid in pids]
         report = {
             "protocol": PROTOCOL,
             "launch_id": self.launch_id,
             "written_unix": time.time(),
-            "processes": [table for table in processes if table is not None],
+            "processes": self.fd_reporter.tables(pids),
         }
         try:
             atomic_write_json(self.path(FD_REPORT_FILE), report, durable=False)

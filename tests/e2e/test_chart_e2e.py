@@ -11,10 +11,12 @@ import base64
 import json
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -177,6 +179,15 @@ def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
     code, report = verdict(e2e, job_name)
     assert code != 0 and [a["exit_code"] for a in report["attempts"]] == [ExitCode.TRAINER_FAILED]
     assert any(k.endswith("/artifact.json") for k in artifacts_of(e2e, run_id))
+    # Annotations that claim a pass are not believed over the kubelet's record of the exit code.
+    (pod,) = e2e.pods(job_name)
+    forged = {"metadata": {"annotations": {f"{PREFIX}verdict": "passed", f"{PREFIX}exit-code": "0"}}}
+    e2e.kubectl(
+        "patch", "pod", pod["metadata"]["name"], "-n", NAMESPACE, "--type=merge", "-p", json.dumps(forged)
+    )
+    code, report = verdict(e2e, job_name)
+    assert code != 0 and report["passed"] is False, report
+    assert "mismatch" in json.dumps(report["attempts"][-1]), report
 
 
 def test_stall(e2e: E2ECluster, soak: Any) -> None:
@@ -455,3 +466,51 @@ def test_the_trainer_cannot_reach_the_sidecars_secrets(e2e: E2ECluster, soak: An
     assert artifact["status"] == "passed", artifact["failure_reason"]
     # fd tables of a tree under another UID came from the launcher's reports.
     assert artifact["resource_summary"]["max_fd_count"] > 0, artifact["resource_summary"]
+    assert_token_confined_to_its_pod(e2e, job_name, name)
+
+
+def token_kubeconfig(e2e: E2ECluster, token: str) -> Path:
+    """A kubeconfig for this cluster that authenticates with ``token`` alone (no client certificate,
+    which would win over a token)."""
+    config = json.loads(e2e.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    config["users"] = [{"name": config["users"][0]["name"], "user": {"token": token}}]
+    path = Path(tempfile.mkdtemp(prefix="soak-token-")) / "kubeconfig"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def assert_token_confined_to_its_pod(e2e: E2ECluster, job_name: str, pod: str) -> None:
+    """The chart's ValidatingAdmissionPolicy on the real apiserver: a token bound to the soak's pod
+    (what the kubelet projects into the sidecar) annotates that pod and nothing else."""
+    account = e2e.get_json("job", job_name, "-n", NAMESPACE)["spec"]["template"]["spec"]["serviceAccountName"]
+    token = e2e.kubectl(
+        "create", "token", account, "-n", NAMESPACE, "--bound-object-kind", "Pod", "--bound-object-name", pod
+    ).stdout.strip()
+    other: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{pod[:40]}-other", "namespace": NAMESPACE},
+        "spec": {"containers": [{"name": "c", "image": "soak-sidecar:e2e", "command": ["true"]}]},
+    }
+    e2e.kubectl("create", "-f", "-", stdin=json.dumps(other))
+    try:
+        as_sidecar = [
+            "--kubeconfig",
+            str(token_kubeconfig(e2e, token)),
+            "-n",
+            NAMESPACE,
+            "--type=merge",
+            "-p",
+        ]
+        own = json.dumps({"metadata": {"annotations": {f"{PREFIX}probe": "ok"}}})
+        assert e2e.kubectl("patch", "pod", pod, *as_sidecar, own, check=False).returncode == 0
+        for target, body in [
+            (other["metadata"]["name"], own),
+            (pod, json.dumps({"metadata": {"labels": {"evil": "yes"}}})),
+        ]:
+            denied = e2e.kubectl("patch", "pod", target, *as_sidecar, body, check=False)
+            assert denied.returncode != 0 and "soak-sidecar service account may" in denied.stderr, (
+                denied.stderr
+            )
+    finally:
+        e2e.kubectl("delete", "pod", other["metadata"]["name"], "-n", NAMESPACE, "--wait=false", check=False)

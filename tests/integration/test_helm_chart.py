@@ -30,6 +30,7 @@ from tests.fixtures.helm import (
     HelmFailedError,
     HelmSdkEngine,
     Manifest,
+    parse_manifests,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.helm]
@@ -671,3 +672,20 @@ def test_the_network_policy_is_optional_closes_ingress_and_limits_egress(helm_en
     dns, *given = policy["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert given == values["networkPolicy"]["egress"]
+
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "chart"
+
+
+@pytest.mark.parametrize("name", ["default", "file-store-values.yaml", "gpu-values.yaml", "kind-values.yaml"])
+def test_single_pod_values_render_exactly_as_recorded(helm_engine: HelmEngine, name: str) -> None:
+    """tests/data/chart holds what each single-pod value set rendered before multi-pod soaks
+    (``helm template soak helm/soak-sidecar --namespace soak --values VALUES``); a deliberate change
+    regenerates it."""
+    golden = GOLDEN / ("default.yaml" if name == "default" else name)
+
+    def by_kind(manifests: list[Manifest]) -> list[Manifest]:  # engines order kinds differently
+        return sorted(manifests, key=lambda m: (m["kind"], m["metadata"]["name"]))
+
+    expected = by_kind(parse_manifests(golden.read_text(encoding="utf-8")))
+    assert by_kind(render(helm_engine, VALUE_SETS[name])) == expected

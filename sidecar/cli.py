@@ -326,6 +326,8 @@ def _run(args: argparse.Namespace) -> int:
         command=tuple(command),
         context=wiring.context,
         attempt_label=wiring.attempt_label,
+        index=settings.kube.completion_index if pod else None,
+        indexes=settings.kube.completions if pod else 1,
     )
     supervisor = Supervisor(settings, wiring.ports, request)
     rules = settings.redaction.rules()

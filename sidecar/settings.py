@@ -393,10 +393,28 @@ class S3Settings(_Group):
 class KubeSettings(_Group):
     """Pod mode: identity from the downward API and verdict publication."""
 
+    @model_validator(mode="after")
+    def _index_in_range(self) -> KubeSettings:
+        if self.completion_index is not None and self.completion_index >= self.completions:
+            raise ValueError(
+                f"completion_index {self.completion_index} is not below completions {self.completions}"
+            )
+        return self
+
     pod_name: str | None = Field(None, description="Pod name (downward API POD_NAME). Default none.")
     namespace: str | None = Field(None, description="Pod namespace (POD_NAMESPACE). Default none.")
     pod_uid: str | None = Field(None, description="Pod UID (POD_UID). Default none.")
     trainer_container: str = Field("trainer", description="Name of the trainer container. Default trainer.")
+    completion_index: int | None = Field(
+        None,
+        ge=0,
+        le=99_999,
+        description="This pod's index in a multi-pod soak (an Indexed Job's completion index, from the "
+        "downward API): its own lock and attempt numbers, the run's one deadline. Default none.",
+    )
+    completions: int = Field(
+        1, ge=1, le=100_000, description="Pods of the soak (an Indexed Job's completions). Default 1."
+    )
     annotation_prefix: str = Field(
         "soak.sidecar.io/", description="Annotation key prefix. Default soak.sidecar.io/."
     )

@@ -20,6 +20,7 @@ from typing import Any
 
 from sidecar.adapters.kube import KubeClient, connect, default_namespace
 from sidecar.core.errors import SoakError
+from sidecar.core.job_verdict import AttemptOutcome, job_verdict
 from sidecar.core.publication import (
     DEFAULT_PREFIX,
     Publication,
@@ -40,6 +41,8 @@ WAIT_POLL_S = 2.0  # how often --wait reads the Job
 class AttemptRow:
     attempt: int
     pod: str
+    # The pod's index in a multi-pod soak (an Indexed Job), None for a single-pod soak.
+    index: int | None
     phase: str
     verdict: str | None
     classification: str | None
@@ -51,6 +54,7 @@ class AttemptRow:
     created: str | None
     # What the kubelet recorded for the sidecar container: the check on what the pod says of itself.
     sidecar_exit_code: int | None = None
+    indexes: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -59,8 +63,9 @@ class AttemptRow:
 
 
 EPILOG = (
-    "exit codes: 0 the latest attempt passed; 1 it failed, has no verdict yet, or the Job has no "
-    "pods; 15 the API refused (RBAC: needs pods list); 64 bad kubeconfig or arguments; "
+    "exit codes: 0 the latest attempt passed (a multi-pod soak: every index's latest attempt "
+    "passed and the Job is Complete, which needs jobs get); 1 it failed, has no verdict yet, or the "
+    "Job has no pods; 15 the API refused (RBAC: needs pods list); 64 bad kubeconfig or arguments; "
     "151 the API was unreachable"
 )
 
@@ -121,14 +126,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"soak-sidecar verdict: {exc}", file=sys.stderr)
         return int(exc.exit_code)
     rows = attempt_rows(pods, prefix=prefix, sidecar_container=args.sidecar_container)
-    passed = bool(rows) and rows[-1].passed
+    job = job_verdict(
+        [AttemptOutcome(r.index, r.attempt, r.passed, r.indexes) for r in rows],
+        job_condition=_job_condition(args, namespace) if any(r.index is not None for r in rows) else None,
+    )
     if args.output == "json":
         print(
             json.dumps(
                 {
                     "job": args.job,
                     "namespace": namespace,
-                    "passed": passed,
+                    "passed": job.passed,
+                    "reason": job.reason,
                     "attempts": [asdict(r) for r in rows],
                 },
                 indent=2,
@@ -136,9 +145,21 @@ def run(args: argparse.Namespace) -> int:
         )
     elif rows:
         print(render_table(rows))
+        print(f"job: {'PASSED' if job.passed else 'NOT PASSED'}: {job.reason}")
     if not rows:
         print(f"soak-sidecar verdict: no pods of Job {namespace}/{args.job}", file=sys.stderr)
-    return 0 if passed else NOT_PASSED
+    return 0 if job.passed else NOT_PASSED
+
+
+def _job_condition(args: argparse.Namespace, namespace: str) -> str | None:
+    """The Job's end condition, which a multi-pod soak's pass needs (RBAC: jobs get)."""
+    try:
+        api = connect(kubeconfig=args.kubeconfig, prefer_in_cluster=False)
+        with KubeClient(api, retries=2, backoff_s=0.5) as client:
+            return client.job_condition(namespace, args.job)
+    except SoakError as exc:
+        print(f"soak-sidecar verdict: cannot read Job {namespace}/{args.job}: {exc}", file=sys.stderr)
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,20 +180,24 @@ def job_pods(client: KubeClient, namespace: str, job: str) -> list[Any]:
 
 
 def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) -> list[AttemptRow]:
-    """One row per pod, oldest first; attempt is the published one, else one more than the last."""
-    found = [(pod, *_verdict_of(pod, prefix, sidecar_container)) for pod in pods]
-    found.sort(key=lambda f: (_created(f[0]), f[0].metadata.name))
+    """One row per pod, by index then oldest first; attempt is the published one, else one more
+    than the last of the same index."""
+    found = [(pod, _index_of(pod), *_verdict_of(pod, prefix, sidecar_container)) for pod in pods]
+    found.sort(key=lambda f: (-1 if f[1] is None else f[1], _created(f[0]), f[0].metadata.name))
     rows: list[AttemptRow] = []
-    for pod, pub, source, why in found:
+    for pod, index, pub, source, why in found:
         created = _created(pod)
         kubelet = _sidecar_exit_code(pod, sidecar_container)
         verdict, reason = _confirmed(pub, kubelet, sidecar_container, why)
+        previous = rows[-1] if rows and rows[-1].index == index else None
         rows.append(
             AttemptRow(
                 attempt=pub.attempt
                 if pub is not None and pub.attempt is not None
-                else (rows[-1].attempt + 1 if rows else 1),
+                else (previous.attempt + 1 if previous else 1),
                 pod=sanitize(pod.metadata.name, 2048),
+                index=index,
+                indexes=pub.indexes if pub is not None else None,
                 phase=sanitize(_phase(pod), 2048),
                 verdict=verdict,
                 classification=_shown(pub.classification if pub is not None else None),
@@ -186,6 +211,19 @@ def attempt_rows(pods: Sequence[Any], *, prefix: str, sidecar_container: str) ->
             )
         )
     return rows
+
+
+# Set by the Job controller on every pod of an Indexed Job.
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+
+def _index_of(pod: Any) -> int | None:
+    """The pod's completion index (the Job controller's annotation); None for a non-indexed Job."""
+    text = (pod.metadata.annotations or {}).get(COMPLETION_INDEX_ANNOTATION)
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def _shown(text: str | None) -> str | None:
@@ -328,8 +366,19 @@ def _waiting(status: Any) -> str:
 
 
 def render_table(rows: Sequence[AttemptRow]) -> str:
-    header = ("ATTEMPT", "POD", "PHASE", "VERDICT", "CLASSIFICATION", "EXIT", "REASON", "ARTIFACT")
-    body = [
+    """The attempts, one row each; an INDEX column for a multi-pod soak."""
+    indexed = any(r.index is not None for r in rows)
+    header: tuple[str, ...] = (
+        "ATTEMPT",
+        "POD",
+        "PHASE",
+        "VERDICT",
+        "CLASSIFICATION",
+        "EXIT",
+        "REASON",
+        "ARTIFACT",
+    )
+    body: list[tuple[str, ...]] = [
         (
             str(r.attempt),
             r.pod,
@@ -342,6 +391,9 @@ def render_table(rows: Sequence[AttemptRow]) -> str:
         )
         for r in rows
     ]
+    if indexed:
+        header = ("INDEX", *header)
+        body = [("-" if r.index is None else str(r.index), *line) for r, line in zip(rows, body, strict=True)]
     widths = [max(len(line[i]) for line in (header, *body)) for i in range(len(header))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()

@@ -332,8 +332,8 @@ class MemoryStore:
         self.locked: list[str] = []
 
     @contextlib.contextmanager
-    def lock(self, run_id: str) -> Iterator[None]:
-        self.locked.append(run_id)
+    def lock(self, slot: str) -> Iterator[None]:
+        self.locked.append(slot)
         yield
 
     def load(self, run_id: str) -> bytes | None:
@@ -348,13 +348,13 @@ class MemoryStore:
         return None  # an in-memory store has no clock of its own
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
-        return [EPOCH] * self.attempts.get(run_id, 0)
+        return [EPOCH] * sum(n for slot, n in self.attempts.items() if slot.split(".")[0] == run_id)
 
-    def claim_attempt(self, run_id: str) -> int:
-        self.attempts[run_id] = self.attempts.get(run_id, 0) + 1
-        return self.attempts[run_id]
+    def claim_attempt(self, slot: str) -> int:
+        self.attempts[slot] = self.attempts.get(slot, 0) + 1
+        return self.attempts[slot]
 
-    def inheritable_lock_fd(self, run_id: str) -> int | None:
+    def inheritable_lock_fd(self, slot: str) -> int | None:
         return None
 
 

@@ -31,7 +31,7 @@ from sidecar.core.errors import (
     SoakError,
     StoreUnavailableError,
 )
-from sidecar.core.identity import parse_run_id
+from sidecar.core.identity import parse_run_id, parse_slot
 
 
 class FileDeadlineStore:
@@ -49,8 +49,8 @@ class FileDeadlineStore:
         # parse_run_id admits only UUIDs, so the name can never leave the directory.
         return self.directory / f"{parse_run_id(run_id)}.json"
 
-    def lock_path(self, run_id: str) -> Path:
-        return self.directory / f"{parse_run_id(run_id)}.lock"
+    def lock_path(self, slot: str) -> Path:
+        return self.directory / f"{parse_slot(slot)}.lock"
 
     def _ensure_dir(self) -> None:
         try:
@@ -59,13 +59,14 @@ class FileDeadlineStore:
             raise _store_error(f"cannot create deadline store {self.directory}: {exc}", exc) from exc
 
     @contextmanager
-    def lock(self, run_id: str) -> Iterator[None]:
-        """Exclusive flock on ``<run_id>.lock`` until the block exits.
+    def lock(self, slot: str) -> Iterator[None]:
+        """Exclusive flock on ``<slot>.lock`` (``<run_id>.lock``, or ``<run_id>.index-<n>.lock`` for
+        one pod of a multi-pod soak) until the block exits.
 
         flock belongs to the open file description: a second open in this process would also be
         refused, and a child that inherits ``inheritable_lock_fd`` keeps the lock if this process dies.
         """
-        path = self.lock_path(run_id)
+        path = self.lock_path(slot)
         self._ensure_dir()
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -77,25 +78,25 @@ class FileDeadlineStore:
             except OSError as exc:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise AlreadySupervisedError(
-                        f"another supervisor holds run {run_id} ({path}; {_holder(fd)})"
+                        f"another supervisor holds run {slot} ({path}; {_holder(fd)})"
                     ) from exc
                 raise _store_error(f"cannot lock {path}: {exc}", exc) from exc
             _note_holder(fd)
-            self._held[run_id] = fd
+            self._held[slot] = fd
             try:
                 yield
             finally:
-                del self._held[run_id]
+                del self._held[slot]
         finally:
             # Closing the last descriptor releases the flock.
             os.close(fd)
 
-    def inheritable_lock_fd(self, run_id: str) -> int:
-        """The descriptor holding the run's lock (to pass to a child with ``pass_fds``)."""
+    def inheritable_lock_fd(self, slot: str) -> int:
+        """The descriptor holding the slot's lock (to pass to a child with ``pass_fds``)."""
         try:
-            return self._held[run_id]
+            return self._held[slot]
         except KeyError:
-            raise ConfigError(f"run {run_id} is not locked by this store") from None
+            raise ConfigError(f"run {slot} is not locked by this store") from None
 
     def load(self, run_id: str) -> bytes | None:
         """The record's bytes, read only from what the store itself would have written: a regular
@@ -145,7 +146,22 @@ class FileDeadlineStore:
         )
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
-        directory = self.directory / f"{parse_run_id(run_id)}.attempts"
+        """Every slot's claims: the run's own and those of each index of a multi-pod soak."""
+        run = parse_run_id(run_id)
+        try:
+            ledgers = [
+                self.directory / name
+                for name in sorted(os.listdir(self.directory))
+                if name.endswith(".attempts") and _slot_of(name.removesuffix(".attempts"), run)
+            ]
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise _store_error(f"cannot list the deadline store {self.directory}: {exc}", exc) from exc
+        return [claim for ledger in ledgers for claim in self._ledger(ledger)]
+
+    @staticmethod
+    def _ledger(directory: Path) -> list[float | None]:
         try:
             names = [name for name in os.listdir(directory) if name.isdigit()]
         except FileNotFoundError:
@@ -179,9 +195,9 @@ class FileDeadlineStore:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
 
-    def claim_attempt(self, run_id: str) -> int:
-        """``<run_id>.attempts/<n>``, the first n whose exclusive create succeeds."""
-        directory = self.directory / f"{parse_run_id(run_id)}.attempts"
+    def claim_attempt(self, slot: str) -> int:
+        """``<slot>.attempts/<n>``, the first n whose exclusive create succeeds."""
+        directory = self.directory / f"{parse_slot(slot)}.attempts"
         note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "claimed_unix": time.time()})
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -199,6 +215,14 @@ class FileDeadlineStore:
         except OSError as exc:
             raise _store_error(f"cannot claim an attempt number in {directory}: {exc}", exc) from exc
         raise StoreUnavailableError(f"more than {MAX_ATTEMPTS} attempts recorded in {directory}")
+
+
+def _slot_of(name: str, run_id: str) -> bool:
+    """Whether ``name`` is ``run_id``'s slot (the run, or one of its indexes)."""
+    try:
+        return parse_slot(name).split(".", 1)[0] == run_id
+    except ConfigError:
+        return False
 
 
 # A store the configuration points at something unusable will not heal on a retry.

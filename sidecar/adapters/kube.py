@@ -252,6 +252,10 @@ class KubeClient:
 
     def job_finished(self, namespace: str, name: str) -> bool:
         """Whether the Job has ended (a Complete or Failed condition): no retry will follow."""
+        return self.job_condition(namespace, name) is not None
+
+    def job_condition(self, namespace: str, name: str) -> str | None:
+        """The Job's ``Complete`` or ``Failed`` condition, None while it has neither."""
         job = self._call(
             f"get job {namespace}/{name}",
             lambda: k8s.BatchV1Api(self._api).read_namespaced_job(
@@ -259,7 +263,8 @@ class KubeClient:
             ),
         )
         conditions = (job.status.conditions if job.status is not None else None) or []
-        return any(c.type in ("Complete", "Failed") and c.status == "True" for c in conditions)
+        ended = [c.type for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"]
+        return str(ended[0]) if ended else None
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
         """Raw V1Pods matching ``label_selector``."""

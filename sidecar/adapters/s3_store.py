@@ -1,7 +1,9 @@
 """Deadline records and the supervisor lock in an S3 bucket (``DeadlineStore``).
 
 Layout under ``s3://<bucket>/<deadline_prefix>/``: ``<run_id>.json`` (the record, created once
-with ``If-None-Match: *`` and never rewritten) and ``<run_id>.lock`` (the supervisor's lease).
+with ``If-None-Match: *`` and never rewritten), ``<slot>.lock`` (the supervisor's lease) and
+``<slot>.attempts/<n>`` (the attempt ledger); a slot is the run id, or ``<run_id>.index-<n>`` for one
+pod of a multi-pod soak (every index shares the run's record).
 
 Lock semantics. S3 has no locks, so the lock is a lease object:
 
@@ -31,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -63,7 +66,7 @@ from sidecar.core.errors import (
     SoakError,
     StoreUnavailableError,
 )
-from sidecar.core.identity import parse_run_id
+from sidecar.core.identity import parse_run_id, parse_slot
 from sidecar.core.ports import Clock
 from sidecar.settings import S3Settings
 
@@ -126,12 +129,12 @@ class S3DeadlineStore:
         # parse_run_id admits only UUIDs, so the key can never leave the prefix.
         return f"{self._prefix}/{parse_run_id(run_id)}.json"
 
-    def lock_key(self, run_id: str) -> str:
-        return f"{self._prefix}/{parse_run_id(run_id)}.lock"
+    def lock_key(self, slot: str) -> str:
+        return f"{self._prefix}/{parse_slot(slot)}.lock"
 
-    def lock_lost(self, run_id: str) -> str | None:
+    def lock_lost(self, slot: str) -> str | None:
         """Why the lease of a held lock was lost, or None while it is held."""
-        lease = self._leases.get(run_id)
+        lease = self._leases.get(slot)
         return None if lease is None else lease.lost
 
     # -- records ------------------------------------------------------------------------------
@@ -220,14 +223,17 @@ class S3DeadlineStore:
         )
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
-        """The ledger: each claim's ``claimed_unix`` as its claimer wrote it (None when unreadable)."""
-        prefix = f"{self._prefix}/{parse_run_id(run_id)}.attempts/"
-        uri = f"s3://{self._bucket}/{prefix}"
+        """The ledger of every slot of the run (its own, each index's): each claim's ``claimed_unix``
+        as its claimer wrote it (None when unreadable)."""
+        prefix = f"{self._prefix}/{parse_run_id(run_id)}."
+        uri = f"s3://{self._bucket}/{prefix}*.attempts/"
         try:
-            listed = self._client.list_objects_v2(
-                Bucket=self._bucket, Prefix=prefix, MaxKeys=MAX_ATTEMPTS + 1
-            )
-            keys = [item["Key"] for item in listed.get("Contents", [])]
+            keys: list[str] = []
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
+            for page in pages:
+                keys += [item["Key"] for item in page.get("Contents", []) if _is_claim(item["Key"], prefix)]
+                if len(keys) > MAX_ATTEMPTS * 8:
+                    break  # far beyond any real ledger: what is listed suffices to refuse
             return [self._claimed_unix(key) for key in keys]
         except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError, OSError) as exc:
             raise self._error(exc, f"cannot read the attempt ledger {uri}") from exc
@@ -242,13 +248,13 @@ class S3DeadlineStore:
             body.close()
         return float(claimed) if isinstance(claimed, (int, float)) and not isinstance(claimed, bool) else None
 
-    def claim_attempt(self, run_id: str) -> int:
-        """``<run_id>.attempts/<n>``, the first n whose conditional create (If-None-Match) wins.
+    def claim_attempt(self, slot: str) -> int:
+        """``<slot>.attempts/<n>``, the first n whose conditional create (If-None-Match) wins.
 
         A botocore retry of a PUT that had landed meets 412 and moves on to n+1: a gap in the
         numbering, never a shared number.
         """
-        prefix = f"{self._prefix}/{parse_run_id(run_id)}.attempts"
+        prefix = f"{self._prefix}/{parse_slot(slot)}.attempts"
         body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "claimed_unix": time.time()})
         for attempt in range(1, MAX_ATTEMPTS + 1):
             key = f"{prefix}/{attempt}"
@@ -265,18 +271,18 @@ class S3DeadlineStore:
 
     # -- lock ---------------------------------------------------------------------------------
 
-    def inheritable_lock_fd(self, run_id: str) -> int | None:
+    def inheritable_lock_fd(self, slot: str) -> int | None:
         """A lease object is no descriptor: nothing to inherit (its loss kills the trainer instead)."""
         return None
 
     @contextlib.contextmanager
-    def lock(self, run_id: str) -> Iterator[None]:
-        if run_id in self._leases:
-            raise AlreadySupervisedError(f"run {run_id} is already locked by this process")
-        lease = self._acquire(run_id)
-        self._leases[run_id] = lease
+    def lock(self, slot: str) -> Iterator[None]:
+        if slot in self._leases:
+            raise AlreadySupervisedError(f"run {slot} is already locked by this process")
+        lease = self._acquire(slot)
+        self._leases[slot] = lease
         renewer = threading.Thread(
-            target=self._renew_loop, args=(lease,), name=f"s3-lease-{run_id[:8]}", daemon=True
+            target=self._renew_loop, args=(lease,), name=f"s3-lease-{slot[:8]}", daemon=True
         )
         renewer.start()
         try:
@@ -284,7 +290,7 @@ class S3DeadlineStore:
         finally:
             lease.stop.set()
             renewer.join(timeout=self._settings.lock_lease_s)
-            del self._leases[run_id]
+            del self._leases[slot]
             self._release(lease)
 
     def _lease_body(self, lease: _Lease) -> bytes:
@@ -458,3 +464,12 @@ def _holder(note: dict[str, Any]) -> str:
     if not note:
         return "holder unknown"
     return f"held by pid {note.get('pid')} on {note.get('host')}, lease seq {note.get('seq')}"
+
+
+_CLAIM = re.compile(r"(?:index-(?:0|[1-9][0-9]*)\.)?attempts/[0-9]+")
+
+
+def _is_claim(key: str, run_prefix: str) -> bool:
+    """``<run_id>.attempts/<n>`` or ``<run_id>.index-<i>.attempts/<n>``, with ``run_prefix`` the
+    ``<deadline_prefix>/<run_id>.`` before them."""
+    return key.startswith(run_prefix) and _CLAIM.fullmatch(key[len(run_prefix) :]) is not None

@@ -68,6 +68,8 @@ def build_artifact(
             "mode": request.mode,
             "run_id": request.run_id,
             "attempt": started.attempt,
+            # One pod of a multi-pod soak: its index and how many peers share the run's deadline.
+            **({} if request.index is None else {"index": request.index, "indexes": request.indexes}),
         },
         started_at_utc=utc_timestamp(started.wall),
         ended_at_utc=utc_timestamp(ports.clock.wall()),

@@ -29,6 +29,8 @@ class Delivery:
     key_prefix: str
     attempt: int
     deadline_unix: float | None
+    index: int | None = None
+    indexes: int | None = None
 
 
 def deliver(
@@ -106,6 +108,8 @@ def _publish(
             or (files.sha256(ARTIFACT_FILE) if written else None),
             attempt=delivery.attempt,
             deadline_unix=delivery.deadline_unix,
+            index=delivery.index,
+            indexes=delivery.indexes,
         )
     )
     for problem in problems:

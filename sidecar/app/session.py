@@ -42,7 +42,7 @@ class LaunchSession:
         channel, request = self._ports.channel, self._request
         if request.mode == "local":
             channel.reset()
-            lock_fd = self._ports.store.inheritable_lock_fd(request.run_id)
+            lock_fd = self._ports.store.inheritable_lock_fd(request.slot)
             local = self._local = self._ports.spawner.spawn(
                 request.command,
                 go_timeout_s=self._settings.go_timeout_s,

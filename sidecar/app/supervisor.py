@@ -73,7 +73,7 @@ class Supervisor:
             with contextlib.ExitStack() as held:
                 self._hold_run_dir(held)
                 try:
-                    held.enter_context(self._ports.store.lock(self._started.request.run_id))
+                    held.enter_context(self._ports.store.lock(self._started.request.slot))
                     held.callback(self._session.reap, self._unstarted_reap_s)
                     return self._pipeline()
                 except ConfigError as exc:
@@ -140,7 +140,7 @@ class Supervisor:
     def _claim_attempt(self) -> ArtifactFiles:
         """Numbered once the deadline record exists and the run may start: a run refused or unable
         to start uses no attempt, and the ledger never holds a claim without a record."""
-        attempt = self._ports.store.claim_attempt(self._started.request.run_id)
+        attempt = self._ports.store.claim_attempt(self._started.request.slot)
         self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
         files = self._ports.artifact_files(self._started.artifact_dir)
         files.create()
@@ -239,13 +239,17 @@ class Supervisor:
                 ),
                 attempt=attempt,
                 deadline_unix=None if evidence.preflight is None else evidence.preflight.record.deadline_unix,
+                index=self._started.request.index,
+                indexes=None if self._started.request.index is None else self._started.request.indexes,
             ),
         )
 
     def _artifact_dir(self, attempt: int) -> Path:
         request = self._started.request
         if attempt:
-            name = f"attempt-{attempt}" + (f"-{request.attempt_label}" if request.attempt_label else "")
+            index = "" if request.index is None else f"index-{request.index}-"
+            label = f"-{request.attempt_label}" if request.attempt_label else ""
+            name = f"{index}attempt-{attempt}{label}"
         else:
             now = datetime.fromtimestamp(self._ports.clock.wall(), tz=timezone.utc)
             # No attempt number (refused, or could not start): a unique name, so these never collide.

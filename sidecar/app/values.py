@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar.core import verdict as verdicts
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
+from sidecar.core.identity import run_slot
 from sidecar.core.launch_records import ExitRecord, LauncherInfo
 from sidecar.core.samples import ProcessInfo
 from sidecar.settings import Settings
@@ -29,6 +30,14 @@ class RunRequest:
     context: Mapping[str, Any] = field(default_factory=dict)
     # Names the attempt's artifact directory after the pod, so retries never share one.
     attempt_label: str | None = None
+    # One pod of a multi-pod soak (an Indexed Job's completion index) of ``indexes`` pods: its own
+    # lock and attempt numbers, the run's one deadline record.
+    index: int | None = None
+    indexes: int = 1
+
+    @property
+    def slot(self) -> str:
+        return run_slot(self.run_id, self.index)
 
 
 @dataclass(frozen=True)

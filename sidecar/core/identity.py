@@ -52,6 +52,32 @@ def parse_run_id(text: object) -> str:
     return str(value)
 
 
+# Indexes of one multi-pod soak (an Indexed Job's completion indexes); far above any real one.
+MAX_INDEX = 99_999
+_SLOT = re.compile(r"(?P<run>[^.]+)(?:\.index-(?P<index>0|[1-9][0-9]*))?")
+
+
+def run_slot(run_id: str, index: int | None) -> str:
+    """The lock and attempt ledger of one pod of a run: the run itself, or one index of a multi-pod
+    soak. Every index shares the run's deadline record; each has its own lock and attempt numbers."""
+    run = parse_run_id(run_id)
+    if index is None:
+        return run
+    if not 0 <= index <= MAX_INDEX:
+        raise ConfigError(f"index must be 0-{MAX_INDEX}, got {index}")
+    return f"{run}.index-{index}"
+
+
+def parse_slot(text: str) -> str:
+    """A run slot in canonical form (a run id, optionally ``.index-N``); ConfigError otherwise. The
+    name never leaves a store's directory or prefix."""
+    found = _SLOT.fullmatch(text)
+    if found is None:
+        raise ConfigError(f"not a run or run index: {text!r}")
+    index = found.group("index")
+    return run_slot(found.group("run"), None if index is None else int(index))
+
+
 def sha256_hex(data: bytes) -> str:
     """Lowercase hex sha256 of ``data``."""
     return hashlib.sha256(data).hexdigest()

@@ -82,14 +82,17 @@ class GpuBackend(Protocol):
 
 
 class DeadlineStore(Protocol):
-    """Durable storage of deadline records, one per run id."""
+    """Durable storage of deadline records, one per run id.
+
+    Locks and attempt numbers are per slot (``sidecar.core.identity.run_slot``): the run id, or one
+    index of a multi-pod soak. Every slot of a run shares its one record."""
 
     @property
     def location(self) -> str:
         """Human-readable location of the store (for messages and the trainer's env)."""
         ...
 
-    def lock(self, run_id: str) -> AbstractContextManager[None]:
+    def lock(self, slot: str) -> AbstractContextManager[None]:
         """Held for the supervisor's lifetime; raises AlreadySupervisedError if held elsewhere."""
         ...
 
@@ -107,15 +110,15 @@ class DeadlineStore(Protocol):
         ...
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
-        """When each attempt claimed so far was claimed (the claimer's ``claimed_unix``; None when
-        a claim cannot be read): the ledger the record is checked against."""
+        """When each attempt claimed so far, in every slot of the run, was claimed (the claimer's
+        ``claimed_unix``; None when a claim cannot be read): the ledger the record is checked against."""
         ...
 
-    def claim_attempt(self, run_id: str) -> int:
-        """Number this attempt durably: 1 + the attempts claimed before (exclusive creates)."""
+    def claim_attempt(self, slot: str) -> int:
+        """Number this attempt durably: 1 + the slot's attempts claimed before (exclusive creates)."""
         ...
 
-    def inheritable_lock_fd(self, run_id: str) -> int | None:
+    def inheritable_lock_fd(self, slot: str) -> int | None:
         """The descriptor that holds the run's lock, for a local launcher to inherit (so the run stays
         locked while the launcher may still kill the trainer after the sidecar died); None where the
         lock is not a descriptor (an S3 lease)."""

@@ -52,6 +52,8 @@ KEY_BUDGETS: dict[str, int] = {
     "artifact-sha256": SHORT_BYTES,
     "attempt": SHORT_BYTES,
     "deadline": SHORT_BYTES,
+    "index": SHORT_BYTES,
+    "indexes": SHORT_BYTES,
 }
 PROGRESS_KEY_BUDGETS: dict[str, int] = {"phase": SHORT_BYTES, "heartbeat": SHORT_BYTES}
 
@@ -74,6 +76,9 @@ class Publication:
     artifact_sha256: str | None = None
     attempt: int | None = None
     deadline_unix: float | None = None
+    # One pod of a multi-pod soak: its index, of how many (None for a single-pod soak).
+    index: int | None = None
+    indexes: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -148,6 +153,8 @@ def _fields(pub: Publication) -> dict[str, str | bytes | None]:
         "artifact-sha256": pub.artifact_sha256,
         "attempt": None if pub.attempt is None else str(pub.attempt),
         "deadline": _deadline_text(pub.deadline_unix),
+        "index": None if pub.index is None else str(pub.index),
+        "indexes": None if pub.indexes is None else str(pub.indexes),
     }
 
 
@@ -203,6 +210,8 @@ def parse_annotations(
         artifact_sha256=get("artifact-sha256"),
         attempt=_int_or_none(get("attempt")),
         deadline_unix=None if deadline is None else float(deadline),
+        index=_int_or_none(get("index")),
+        indexes=_int_or_none(get("indexes")),
     )
 
 

@@ -27,7 +27,7 @@ from sidecar.core.errors import (
     RefusedError,
     StoreUnavailableError,
 )
-from sidecar.core.identity import RunIdentity, make_identity, sha256_hex
+from sidecar.core.identity import RunIdentity, make_identity, run_slot, sha256_hex
 from sidecar.core.redaction import DEFAULT_RULES
 from sidecar.settings import DeadlineSettings
 from tests.fixtures.processes import PYTHON, Spawner
@@ -475,3 +475,24 @@ def test_the_store_clock_is_the_file_systems(tmp_path: Path) -> None:
     assert reading.record_written == store.record_path(RUN_ID).stat().st_mtime
     assert abs(reading.now - time.time()) < 5 and reading.now >= reading.record_written
     assert not list((tmp_path / "deadlines").glob(".clock-*"))  # the probe is gone
+
+
+def test_indexes_of_one_run_lock_and_number_their_attempts_apart(tmp_path: Path) -> None:
+    """A multi-pod soak: each index holds its own lock and ledger, all share the run's record."""
+    store = FileDeadlineStore(tmp_path)
+    zero, one = run_slot(RUN_ID, 0), run_slot(RUN_ID, 1)
+    with store.lock(zero), store.lock(one):
+        with pytest.raises(AlreadySupervisedError), FileDeadlineStore(tmp_path).lock(one):
+            pass
+        assert [store.claim_attempt(zero), store.claim_attempt(one), store.claim_attempt(one)] == [1, 1, 2]
+    assert store.claim_attempt(RUN_ID) == 1  # the single-pod slot of the same run is apart too
+    assert len(store.attempt_claims(RUN_ID)) == 4
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        f"{RUN_ID}.attempts",
+        f"{RUN_ID}.index-0.attempts",
+        f"{RUN_ID}.index-0.lock",
+        f"{RUN_ID}.index-1.attempts",
+        f"{RUN_ID}.index-1.lock",
+    ]
+    with pytest.raises(ConfigError):
+        store.claim_attempt(f"{RUN_ID}.index-../x")

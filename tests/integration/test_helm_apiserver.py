@@ -108,14 +108,14 @@ def pod_from_job(job: Manifest, name: str) -> Manifest:
     }
 
 
-@pytest.mark.parametrize("value_set", ["default", "kind"])
+@pytest.mark.parametrize("value_set", ["default", "kind", "indexed"])
 def test_chart_objects_are_accepted_by_the_apiserver(
     engine: HelmEngine, admin: Kubectl, value_set: str
 ) -> None:
     namespace = make_namespace(admin, RESTRICTED)
     values: dict[str, Any] = {"runId": RUN_ID}
-    if value_set == "kind":
-        values = yaml.safe_load((CHART_DIR / "ci" / "kind-values.yaml").read_text())
+    if value_set != "default":
+        values = yaml.safe_load((CHART_DIR / "ci" / f"{value_set}-values.yaml").read_text())
     manifests = engine.template(values, release="soak", namespace=namespace)
     job = next(m for m in manifests if m["kind"] == "Job")
     others = [m for m in manifests if m["kind"] != "Job"]

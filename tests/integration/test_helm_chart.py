@@ -284,7 +284,8 @@ def test_pod_layout(helm_engine: HelmEngine, value_set: tuple[str, dict[str, Any
     assert spec["restartPolicy"] == "Never"
     assert spec["shareProcessNamespace"] is True
     assert job["spec"]["podReplacementPolicy"] == "Failed"
-    assert job["spec"]["completions"] == 1 and job["spec"]["parallelism"] == 1
+    completions = values.get("job", {}).get("completions", 1)
+    assert job["spec"]["completions"] == completions and job["spec"]["parallelism"] == completions
     merged = {**DEFAULTS["deadline"], **values.get("deadline", {})}
     grace = {**DEFAULTS["job"], **values.get("job", {})}["activeDeadlineGraceSeconds"]
     assert job["spec"]["activeDeadlineSeconds"] == math.ceil(merged["budgetSeconds"]) + grace
@@ -504,6 +505,7 @@ FIELD_REF_SAMPLES = {
     "metadata.name": "soak-abcde",
     "metadata.namespace": "soak",
     "metadata.uid": "0f9e8d7c-6b5a-4948-8372-615243342516",
+    "metadata.annotations['batch.kubernetes.io/job-completion-index']": "1",
 }
 
 
@@ -689,3 +691,27 @@ def test_single_pod_values_render_exactly_as_recorded(helm_engine: HelmEngine, n
 
     expected = by_kind(parse_manifests(golden.read_text(encoding="utf-8")))
     assert by_kind(render(helm_engine, VALUE_SETS[name])) == expected
+
+
+def test_an_indexed_soak_rendezvouses_through_a_headless_service(helm_engine: HelmEngine) -> None:
+    values = VALUE_SETS["indexed-values.yaml"]
+    manifests = render(helm_engine, values)
+    job = only(manifests, "Job")
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["backoffLimitPerIndex"] == 1 and spec["maxFailedIndexes"] == 0
+    rules = {rule["action"] for rule in spec["podFailurePolicy"]["rules"]}
+    assert "FailJob" in rules  # a permanent verdict of any index fails the Job at once
+    service = only(manifests, "Service")
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert pod["subdomain"] == service["metadata"]["name"]
+    trainer = {e["name"]: e for e in container(manifests, "trainer")["env"]}
+    master = f"{job['metadata']['name']}-0.{service['metadata']['name']}.soak.svc"
+    assert trainer["MASTER_ADDR"]["value"] == trainer["PET_MASTER_ADDR"]["value"] == master
+    assert trainer["MASTER_PORT"]["value"] == "29400" and trainer["NNODES"]["value"] == "2"
+    index_path = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert trainer["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == index_path
+    sidecar = {e["name"]: e for e in container(manifests, "soak-sidecar")["env"]}
+    assert sidecar["SOAK_KUBE__COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == index_path
+    assert sidecar["SOAK_KUBE__COMPLETIONS"]["value"] == "2"

@@ -24,7 +24,7 @@ from sidecar.core.errors import (
     RefusedError,
     StoreUnavailableError,
 )
-from sidecar.core.identity import RunIdentity, make_identity
+from sidecar.core.identity import RunIdentity, make_identity, run_slot
 from sidecar.settings import S3Settings
 from tests.fixtures.processes import PYTHON, Spawner
 from tests.fixtures.s3 import SeaweedServer, free_ports
@@ -349,3 +349,18 @@ def test_a_record_made_by_a_node_whose_clock_was_ahead_is_refused(
         RefusedError, match=r"s later than the deadline store's clock \(S3 LastModified\) dates"
     ):
         DeadlineClock(record, now_wall=time.time() + 600, now_monotonic=0.0, store=reading)
+
+
+def test_indexes_of_one_run_lock_and_number_their_attempts_apart(
+    seaweedfs: SeaweedServer, run_id: str
+) -> None:
+    """A multi-pod soak: each index holds its own lease and ledger; the run's ledger is all of them."""
+    settings = _settings(seaweedfs)
+    first, second = _store(seaweedfs, settings), _store(seaweedfs, settings)
+    zero, one = run_slot(run_id, 0), run_slot(run_id, 1)
+    with first.lock(zero), second.lock(one):
+        with pytest.raises(AlreadySupervisedError), _store(seaweedfs, settings).lock(one):
+            pass
+        assert [first.claim_attempt(zero), second.claim_attempt(one), second.claim_attempt(one)] == [1, 1, 2]
+    assert len(first.attempt_claims(run_id)) == 3
+    assert first.attempt_claims(str(uuid.uuid4())) == []

@@ -111,3 +111,31 @@ JSON-sourced values ("1000000", not "1e+06"), fractions as they are.
 {{- . }}
 {{- end }}
 {{- end }}
+
+{{/*
+The rendezvous of a multi-node trainer (Indexed Jobs): index 0's stable name, the number of nodes
+and this pod's rank, as torchrun and most launchers read them (PET_* are torchrun's own).
+*/}}
+{{- define "soak-sidecar.rendezvousEnv" -}}
+{{- $master := printf "%s-0.%s.%s.svc" .fullname .fullname .root.Release.Namespace }}
+- name: NODE_RANK
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+- name: NNODES
+  value: {{ .root.Values.job.completions | quote }}
+- name: MASTER_ADDR
+  value: {{ $master | quote }}
+- name: MASTER_PORT
+  value: {{ .root.Values.job.rendezvousPort | quote }}
+- name: PET_NODE_RANK
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.annotations['batch.kubernetes.io/job-completion-index']
+- name: PET_NNODES
+  value: {{ .root.Values.job.completions | quote }}
+- name: PET_MASTER_ADDR
+  value: {{ $master | quote }}
+- name: PET_MASTER_PORT
+  value: {{ .root.Values.job.rendezvousPort | quote }}
+{{- end }}

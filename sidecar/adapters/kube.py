@@ -266,6 +266,21 @@ class KubeClient:
         ended = [c.type for c in conditions if c.type in ("Complete", "Failed") and c.status == "True"]
         return str(ended[0]) if ended else None
 
+    def job_failure(self, namespace: str, name: str) -> str | None:
+        """Why the Job failed or is failing (its ``FailureTarget`` or ``Failed`` condition: reason and
+        message), None while it is not."""
+        job = self._call(
+            f"get job {namespace}/{name}",
+            lambda: k8s.BatchV1Api(self._api).read_namespaced_job(
+                name, namespace, _request_timeout=self._timeout
+            ),
+        )
+        conditions = (job.status.conditions if job.status is not None else None) or []
+        for condition in conditions:
+            if condition.type in ("FailureTarget", "Failed") and condition.status == "True":
+                return f"{condition.reason or condition.type}: {condition.message or 'no message'}"
+        return None
+
     def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
         """Raw V1Pods matching ``label_selector``."""
         result = self._call(

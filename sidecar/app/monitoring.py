@@ -7,6 +7,7 @@ progress), reports, and acts on the launcher. Time and sleep come from the ports
 from __future__ import annotations
 
 import contextlib
+import sys
 
 from sidecar.app.console import Console
 from sidecar.app.ports import Ports
@@ -14,13 +15,27 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
-from sidecar.core.errors import LauncherError
+from sidecar.core.errors import LauncherError, SoakError
 from sidecar.core.launch_records import TrainerInfo
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
+from sidecar.core.verdict import MonitorKind
 
 INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
+
+
+def cancellation(ports: Ports) -> tuple[MonitorKind, str]:
+    """Why the sidecar was cancelled: its Job failed (another index of a multi-pod soak failed for
+    good, and the Job controller stops the rest), or anything else from outside."""
+    try:
+        failure = ports.job_failure()
+    except SoakError as exc:
+        print(f"soak-sidecar: cannot read the Job's status: {exc}", file=sys.stderr)
+        failure = None
+    if failure is None:
+        return "external_cancellation", INTERRUPTED_REASON
+    return "job_failed", f"the Job failed, so this pod was stopped: {failure}"
 ZOMBIE = "zombie"
 
 
@@ -87,8 +102,9 @@ def watch(
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled):
         signals.defer()
-        policy.interrupted("external_cancellation", INTERRUPTED_REASON)
-        session.request_stop("terminate", INTERRUPTED_REASON)
+        kind, reason = cancellation(ports)
+        policy.interrupted(kind, reason)
+        session.request_stop("terminate", reason)
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()

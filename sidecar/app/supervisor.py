@@ -20,7 +20,7 @@ from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, deliver, key_prefix
-from sidecar.app.monitoring import INTERRUPTED_REASON, Sampler, watch
+from sidecar.app.monitoring import Sampler, cancellation, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
 from sidecar.app.session import LaunchSession
@@ -200,10 +200,11 @@ class Supervisor:
         return self._unstarted(verdicts.stopped("monitor_failure", reason), launched, checked)
 
     def _cancelled_before_monitoring(self) -> RunResult:
-        decision = verdicts.stopped("external_cancellation", INTERRUPTED_REASON)
-        self._session.abort(INTERRUPTED_REASON, int(decision.exit_code))
+        kind, reason = cancellation(self._ports)
+        decision = verdicts.stopped(kind, reason)
+        self._session.abort(reason, int(decision.exit_code))
         if self._ports.channel.launch_id is not None:
-            self._session.request_stop("kill", INTERRUPTED_REASON)
+            self._session.request_stop("kill", reason)
         self._session.reap(self._unstarted_reap_s)
         return self._unstarted(decision)
 

@@ -26,7 +26,7 @@ from sidecar.nvml_mock.scenario import compile_scenario
 from sidecar.settings import GpuSettings, Settings
 
 if TYPE_CHECKING:
-    from sidecar.adapters.kube import PodPublisher
+    from sidecar.adapters.kube import KubeClient, PodPublisher
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,13 @@ class _PodPublication:
         return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic)
 
 
+def _job_failure(client: KubeClient, namespace: str, job_name: str | None) -> Callable[[], str | None]:
+    def failure() -> str | None:
+        return None if job_name is None else client.job_failure(namespace, job_name)
+
+    return failure
+
+
 def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
     from sidecar.adapters.kube import ApiserverClock, KubeClient, PodPublisher
 
@@ -127,8 +134,10 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
     publisher = PodPublisher.from_settings(client, kube)  # ConfigError without the downward API
     namespace, pod_name, container = kube.namespace or "", kube.pod_name or "", kube.trainer_container
     context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": kube.pod_uid}
+    job_name: str | None = None
     try:
         identity = client.get_pod(namespace, pod_name, container)
+        job_name = identity.job_name
         context.update(
             job=identity.job_name,
             job_uid=identity.job_uid,
@@ -157,5 +166,6 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
         publisher=_PodPublication(publisher, progress_notes=kube.progress_annotations_s > 0),
         image_digest=image_digest,
         reference_clock=ApiserverClock(client),
+        job_failure=_job_failure(client, namespace, job_name),
     )
     return Wiring(pod_ports, context=context, attempt_label=pod_name)

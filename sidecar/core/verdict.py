@@ -39,6 +39,7 @@ MonitorKind = Literal[
     "timeout/startup",
     "timeout/stale_tick",
     "external_cancellation",
+    "job_failed",
     "monitor_failure",
     "launcher_missing",
     "trainer_not_started",
@@ -59,6 +60,8 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         "trainer_failure": ExitCode.TRAINER_FAILED,
         "timeout/stale_tick": ExitCode.STALLED,
         "external_cancellation": ExitCode.CANCELLED,
+        # a multi-pod soak's index stopped because the Job failed on another index
+        "job_failed": ExitCode.CANCELLED,
         # the run_summary contract
         "missing_run_summary": ExitCode.CONTRACT_VIOLATION,
         "invalid_run_summary": ExitCode.CONTRACT_VIOLATION,

@@ -514,3 +514,40 @@ def assert_token_confined_to_its_pod(e2e: E2ECluster, job_name: str, pod: str) -
             )
     finally:
         e2e.kubectl("delete", "pod", other["metadata"]["name"], "-n", NAMESPACE, "--wait=false", check=False)
+
+
+def test_one_index_failing_fails_a_multi_pod_soak_and_stops_the_other(e2e: E2ECluster, soak: Any) -> None:
+    """An Indexed Job of two pods sharing one deadline: index 1's trainer crashes, a permanent
+    verdict; the podFailurePolicy fails the whole Job and its controller stops index 0, whose
+    verdict says why. Both artifacts reach S3; the job verdict names both indexes."""
+    # One command for both indexes (it is the run's identity); index 1 crashes early.
+    by_rank = (
+        'exec python3 -m sidecar.examples.trainer $([ "$NODE_RANK" = 1 ] '
+        '&& echo "--steps 6 --step-s 0.3 --crash" || echo "--steps 400 --step-s 0.5")'
+    )
+    job_name, run_id = soak(
+        "indexed",
+        {"trainer": {"command": ["sh", "-c", by_rank]}, "job": {"completions": 2, "backoffLimitPerIndex": 1}},
+    )
+    started = time.monotonic()
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed", job.get("status")
+    pods = {
+        pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]: pod
+        for pod in e2e.pods(job_name)
+    }
+    assert set(pods) == {"0", "1"}, list(pods)
+    assert sidecar_exit(pods["1"]) == ExitCode.TRAINER_FAILED
+    assert sidecar_exit(pods["0"]) == ExitCode.CANCELLED
+    stopped = ours(pods["0"])
+    assert stopped["classification"] == "job_failed" and stopped["index"] == "0", stopped
+    assert "the Job failed, so this pod was stopped" in stopped["reason"], stopped
+    assert time.monotonic() - started < SOAK_TIMEOUT_S
+    assert pod_lifetime_s(pods["0"]) < 90, pod_lifetime_s(pods["0"])
+    artifacts = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert sorted(a["context"]["index"] for a in artifacts) == [0, 1]
+    assert len({a["deadline"]["started_unix"] for a in artifacts}) == 1  # one deadline for the soak
+    code, report = verdict(e2e, job_name)
+    assert code != 0 and report["passed"] is False
+    assert sorted(a["index"] for a in report["attempts"]) == [0, 1]
+    assert "index 1 attempt 1 did not pass" in report["reason"] and "the Job is Failed" in report["reason"]

@@ -336,6 +336,7 @@ EXPECTED_TABLE = {
     "refused": 15,
     "evidence_lost": 16,
     "external_cancellation": 17,
+    "job_failed": 17,
     "insufficient_budget": 18,
     "launcher_missing": 19,
     "trainer_not_started": 19,

@@ -25,17 +25,35 @@ from sidecar.core.verdict import MonitorKind
 INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
 
 
+# The Job controller may stop a pod before its status shows why: wait this long for it.
+JOB_STATUS_WAIT_S = 10.0
+JOB_STATUS_POLL_S = 0.5
+
+
 def cancellation(ports: Ports) -> tuple[MonitorKind, str]:
     """Why the sidecar was cancelled: its Job failed (another index of a multi-pod soak failed for
     good, and the Job controller stops the rest), or anything else from outside."""
-    try:
-        failure = ports.job_failure()
-    except SoakError as exc:
-        print(f"soak-sidecar: cannot read the Job's status: {exc}", file=sys.stderr)
-        failure = None
+    failure = _job_failure(ports)
     if failure is None:
         return "external_cancellation", INTERRUPTED_REASON
     return "job_failed", f"the Job failed, so this pod was stopped: {failure}"
+
+
+def _job_failure(ports: Ports) -> str | None:
+    if ports.job_failure is None:
+        return None
+    end = ports.clock.monotonic() + JOB_STATUS_WAIT_S
+    while True:
+        try:
+            failure = ports.job_failure()
+        except SoakError as exc:
+            print(f"soak-sidecar: cannot read the Job's status: {exc}", file=sys.stderr)
+            return None
+        if failure is not None or ports.clock.monotonic() >= end:
+            return failure
+        ports.sleep(JOB_STATUS_POLL_S)
+
+
 ZOMBIE = "zombie"
 
 
@@ -102,9 +120,8 @@ def watch(
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled):
         signals.defer()
-        kind, reason = cancellation(ports)
-        policy.interrupted(kind, reason)
-        session.request_stop("terminate", reason)
+        session.request_stop("terminate", INTERRUPTED_REASON)  # first: the cause can wait, the trainer not
+        policy.interrupted(*cancellation(ports))
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()

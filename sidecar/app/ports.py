@@ -139,10 +139,6 @@ def _no_image_digest() -> str | None:
     return None
 
 
-def _no_job_failure() -> str | None:
-    return None
-
-
 @dataclass(frozen=True)
 class Ports:
     """Everything with side effects a run uses, injected by the CLI (or a test)."""
@@ -165,8 +161,8 @@ class Ports:
     clock: NodeClock = field(default_factory=SystemClock)
     # A clock outside the node (the apiserver's, in a pod) that bounds the deadline too.
     reference_clock: ReferenceClock | None = None
-    # Why the pod's Job failed, if it did (a multi-pod soak stops its other indexes): asked when
-    # the sidecar is cancelled, to name the cause.
-    job_failure: Callable[[], str | None] = _no_job_failure
+    # Why the pod's Job failed, if it did: asked when a multi-pod soak's sidecar is cancelled (the
+    # Job controller stops the other indexes when one fails), to name the cause. None elsewhere.
+    job_failure: Callable[[], str | None] | None = None
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

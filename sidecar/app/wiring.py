@@ -166,6 +166,6 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
         publisher=_PodPublication(publisher, progress_notes=kube.progress_annotations_s > 0),
         image_digest=image_digest,
         reference_clock=ApiserverClock(client),
-        job_failure=_job_failure(client, namespace, job_name),
+        job_failure=None if kube.completions == 1 else _job_failure(client, namespace, job_name),
     )
     return Wiring(pod_ports, context=context, attempt_label=pod_name)

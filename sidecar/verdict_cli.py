@@ -365,19 +365,13 @@ def _waiting(status: Any) -> str:
     return "; ".join(found)
 
 
+COLUMNS = ("ATTEMPT", "POD", "PHASE", "VERDICT", "CLASSIFICATION", "EXIT", "REASON", "ARTIFACT")
+
+
 def render_table(rows: Sequence[AttemptRow]) -> str:
     """The attempts, one row each; an INDEX column for a multi-pod soak."""
     indexed = any(r.index is not None for r in rows)
-    header: tuple[str, ...] = (
-        "ATTEMPT",
-        "POD",
-        "PHASE",
-        "VERDICT",
-        "CLASSIFICATION",
-        "EXIT",
-        "REASON",
-        "ARTIFACT",
-    )
+    header: tuple[str, ...] = COLUMNS
     body: list[tuple[str, ...]] = [
         (
             str(r.attempt),

@@ -221,6 +221,26 @@ def test_chart_service_account_has_exactly_what_the_sidecar_needs(
     assert denied.returncode != 0 and "forbidden" in denied.stderr.lower()
 
 
+def only_job(manifests: list[Manifest]) -> Manifest:
+    return next(m for m in manifests if m["kind"] == "Job")
+
+
+def two_pods_and_a_bound_token(
+    engine: HelmEngine, admin: Kubectl, apiserver: Any, kubectl_binary: Path, values: dict[str, Any]
+) -> tuple[str, list[Manifest], Kubectl]:
+    """The chart applied in a fresh namespace, pods soak-own and soak-other made from its Job, and
+    kubectl acting as the sidecar with a token bound to soak-own (as the kubelet projects it)."""
+    namespace = make_namespace(admin)
+    manifests = engine.template({"runId": RUN_ID, **values}, namespace=namespace)
+    job = only_job(manifests)
+    apply(admin, [m for m in manifests if m["kind"] != "Job"])
+    for name in ("soak-own", "soak-other"):
+        admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, name)))
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    token = pod_token(admin, account, namespace, "soak-own")
+    return namespace, manifests, Kubectl(kubectl_binary, apiserver.kubeconfig(token, namespace))
+
+
 def merge(key: str, value: object) -> str:
     return json.dumps({"metadata": {key: value}})
 
@@ -228,18 +248,10 @@ def merge(key: str, value: object) -> str:
 def test_the_admission_policy_confines_the_token_to_its_own_pods_annotations(
     engine: HelmEngine, admin: Kubectl, apiserver: Any, kubectl_binary: Path
 ) -> None:
-    namespace = make_namespace(admin)
-    manifests = engine.template({"runId": RUN_ID}, namespace=namespace)
+    namespace, manifests, sidecar = two_pods_and_a_bound_token(engine, admin, apiserver, kubectl_binary, {})
     kinds = {m["kind"] for m in manifests}
     assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= kinds
-    job = next(m for m in manifests if m["kind"] == "Job")
-    apply(admin, [m for m in manifests if m["kind"] != "Job"])
-    for name in ("soak-own", "soak-other"):
-        admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, name)))
-    account = job["spec"]["template"]["spec"]["serviceAccountName"]
-    sidecar = Kubectl(
-        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-own"), namespace)
-    )
+    account = only_job(manifests)["spec"]["template"]["spec"]["serviceAccountName"]
 
     def patch(kubectl: Kubectl, pod: str, body: str, kind: str = "merge") -> subprocess.CompletedProcess[str]:
         return kubectl.run("patch", "pod", pod, "-n", namespace, f"--type={kind}", "-p", body, check=False)
@@ -304,17 +316,9 @@ def test_without_the_admission_policy_the_token_reaches_other_pods(
 ) -> None:
     """What the policy prevents: with rbac.admissionPolicy=false the Role alone lets the token
     patch another pod of the namespace (the finding this policy answers)."""
-    namespace = make_namespace(admin)
-    manifests = engine.template({"runId": RUN_ID, "rbac": {"admissionPolicy": False}}, namespace=namespace)
+    off = {"rbac": {"admissionPolicy": False}}
+    namespace, manifests, sidecar = two_pods_and_a_bound_token(engine, admin, apiserver, kubectl_binary, off)
     assert "ValidatingAdmissionPolicy" not in {m["kind"] for m in manifests}
-    job = next(m for m in manifests if m["kind"] == "Job")
-    apply(admin, [m for m in manifests if m["kind"] != "Job"])
-    for name in ("soak-own", "soak-other"):
-        admin.run("create", "-f", "-", stdin=json.dumps(pod_from_job(job, name)))
-    account = job["spec"]["template"]["spec"]["serviceAccountName"]
-    sidecar = Kubectl(
-        kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-own"), namespace)
-    )
     result = sidecar.run(
         "patch", "pod", "soak-other", "-n", namespace, "--type=merge", "-p", merge("labels", {"x": "y"})
     )

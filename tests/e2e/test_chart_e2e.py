@@ -269,22 +269,7 @@ def test_sidecar_killed_stops_the_trainer(e2e: E2ECluster, soak: Any) -> None:
         },
     )
     pod = wait_running(e2e, job_name)
-    name = pod["metadata"]["name"]
-    e2e.kubectl(
-        "exec",
-        name,
-        "-n",
-        NAMESPACE,
-        "-c",
-        "soak-sidecar",
-        "--",
-        "python3",
-        "-c",
-        "import os, signal\n"
-        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
-        "    if open(f'/proc/{pid}/cmdline', 'rb').read().endswith(b'soak-sidecar\\0run\\0--pod\\0'):\n"
-        "        os.kill(int(pid), signal.SIGKILL)\n",
-    )
+    kill_sidecar(e2e, pod["metadata"]["name"])
     killed_at = time.time()
     condition, _job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Failed"
@@ -552,3 +537,53 @@ def test_one_index_failing_fails_a_multi_pod_soak_and_stops_the_other(e2e: E2ECl
     assert code != 0 and report["passed"] is False
     assert [a["index"] for a in report["attempts"]] == [1]
     assert "index 1 attempt 1 did not pass" in report["reason"] and "the Job is Failed" in report["reason"]
+
+
+def index_of(pod: dict[str, Any]) -> int:
+    return int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
+
+
+def kill_sidecar(e2e: E2ECluster, pod: str) -> None:
+    e2e.kubectl(
+        "exec", pod, "-n", NAMESPACE, "-c", "soak-sidecar", "--", "python3", "-c",
+        "import os, signal\n"
+        "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    if open(f'/proc/{pid}/cmdline', 'rb').read().endswith(b'soak-sidecar\\0run\\0--pod\\0'):\n"
+        "        os.kill(int(pid), signal.SIGKILL)\n",
+    )  # fmt: skip
+
+
+def test_one_index_is_retried_alone_on_the_same_deadline(e2e: E2ECluster, soak: Any) -> None:
+    """Index 1 loses its sidecar (no verdict: counted against its own backoffLimitPerIndex); only
+    index 1 gets a new pod, which resumes the soak's one deadline as that index's attempt 2. Both
+    indexes then pass and the Job is Complete: the job verdict passes."""
+    job_name, run_id = soak(
+        "retryindex",
+        {
+            "trainer": {"args": ["--steps", "50", "--step-s", "0.5"]},
+            "job": {"completions": 2, "backoffLimitPerIndex": 1},
+            "sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S", "value": "5"}]},
+        },
+    )
+    found: dict[str, str] = {}
+
+    def index_1_sampling() -> bool:
+        pods = [p for p in e2e.pods(job_name) if index_of(p) == 1 and p["status"].get("phase") == "Running"]
+        if pods:
+            found["pod"] = pods[0]["metadata"]["name"]
+        return bool(pods) and '"event": "sample"' in e2e.logs(found["pod"], "soak-sidecar")
+
+    wait_until("index 1 sampling", index_1_sampling, SOAK_TIMEOUT_S, interval_s=1.0)
+    kill_sidecar(e2e, found["pod"])
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Complete", job.get("status")
+    pods = sorted(e2e.pods(job_name), key=lambda p: (index_of(p), p["metadata"]["creationTimestamp"]))
+    assert [index_of(p) for p in pods] == [0, 1, 1]  # index 0 never restarted
+    assert sidecar_exit(pods[1]) == 128 + 9 and sidecar_exit(pods[0]) == sidecar_exit(pods[2]) == 0
+    assert (ours(pods[0])["attempt"], ours(pods[2])["attempt"]) == ("1", "2")  # numbered per index
+    assert ours(pods[0])["deadline"] == ours(pods[2])["deadline"]  # one deadline, never a fresh one
+    artifacts = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert len({a["deadline"]["started_unix"] for a in artifacts}) == 1
+    code, report = verdict(e2e, job_name)
+    assert code == 0 and report["passed"] is True, report
+    assert [(a["index"], a["attempt"]) for a in report["attempts"]] == [(0, 1), (1, 1), (1, 2)]

@@ -398,7 +398,9 @@ def test_verdict_cli_pods_without_a_verdict(env: KubeEnv, capsys: pytest.Capture
     assert doc["attempts"][-1]["pod"] == running
 
     code, table = run_cli(env, job[0], capsys)
-    assert code == 1 and "still running" in table.splitlines()[-1]
+    *_, latest, job_line = table.splitlines()
+    assert code == 1 and "still running" in latest
+    assert job_line.startswith("job: NOT PASSED: attempt ")
     print(table)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.cluster import images
 from tests.cluster.node import NODE_IP, RealNode
-from tests.cluster.system import kube_binaries, log
+from tests.cluster.system import coredns_binary, kube_binaries, log
 from tests.fixtures.helm import layer_tools_dir
 from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, run_seaweedfs
 
@@ -24,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m tests.cluster",
         description="The real single-node cluster of the e2e tests (root, Linux). 'prepare' builds or "
-        "reuses the Kubernetes binaries and the images (what .ci/run does before the tests); 'up' also "
+        "reuses the Kubernetes binaries, CoreDNS and the images (what .ci/run does before the tests); "
+        "'up' also "
         f"starts the node with an S3 store (bucket {BUCKET!r}, Secret {SECRET!r} in namespace default), "
         "prints how to reach both and keeps them up until Ctrl-C, then tears everything down.",
     )
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     kube_binaries(node=True)
+    coredns_binary()
     images.pause_image()
     images.project_image()
     tools = layer_tools_dir()

@@ -33,6 +33,7 @@ from tests.cluster import images
 from tests.cluster.pki import make_pki
 from tests.cluster.system import (
     HostFootprint,
+    coredns_binary,
     kube_binaries,
     log,
     remove_cgroups,
@@ -50,6 +51,9 @@ KUBERNETES_SERVICE_IP = "10.96.0.1"
 API_PORT = 6443
 KUBELET_PORT = 10250
 NODE_NAME = "soak-node"
+# Cluster DNS: CoreDNS on the node's bridge address, the kubelet's clusterDNS for every pod.
+CLUSTER_DOMAIN = "cluster.local"
+DNS_READY_ADDRESS = "127.0.0.1:18181"
 NAT_CHAIN = "SOAK-E2E-APISERVER"
 FILTER_CHAIN = "SOAK-E2E-FORWARD"
 # Chains the kubelet creates on its own; removed at teardown when they were not there before.
@@ -168,6 +172,7 @@ class RealNode:
             if _chain_exists(table, chain)
         }
         bins = kube_binaries(node=True)
+        coredns = coredns_binary()
         pause, project = images.pause_image(), images.project_image()
         self.logs().mkdir(parents=True, exist_ok=True)
         pki = self.workdir / "pki"
@@ -187,6 +192,7 @@ class RealNode:
             f"docker.io/library/{CHART_IMAGE}",
         )
         self._start_control_plane(bins, pki)
+        self._start_cluster_dns(coredns)
         self._start_kubelet(bins, pki)
         self.startup_s = time.monotonic() - started
         log(f"node {NODE_NAME} Ready; cluster start took {self.startup_s:.0f} s (images and binaries cached)")
@@ -414,6 +420,37 @@ state = "{root / "state"}"
             ],
         )
 
+    def _start_cluster_dns(self, coredns: Path) -> None:
+        """CoreDNS serving the cluster domain from the apiserver (Services, and the pods of a
+        headless Service by hostname), as a cluster's own CoreDNS does; nothing else resolves."""
+        corefile = self.workdir / "Corefile"
+        corefile.write_text(
+            f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 {{
+    bind {NODE_IP}
+    errors
+    log
+    ready {DNS_READY_ADDRESS}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa {{
+        kubeconfig {self.kubeconfig} soak-e2e
+        pods insecure
+    }}
+}}
+""",
+            encoding="utf-8",
+        )
+        self._spawn("coredns", [str(coredns), "-conf", str(corefile)])
+
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+        def ready() -> bool:
+            try:
+                with direct.open(f"http://{DNS_READY_ADDRESS}/ready", timeout=5) as resp:
+                    return bool(resp.status == 200)
+            except (urllib.error.URLError, OSError):
+                return False
+
+        self._wait("CoreDNS ready", ready)
+
     def _start_kubelet(self, bins: Path, pki: Path) -> None:
         kubelet_dir = self.workdir / "kubelet"
         kubelet_dir.mkdir(parents=True, exist_ok=True)
@@ -450,6 +487,8 @@ state = "{root / "state"}"
                     "oomScoreAdj": 0,
                     "failSwapOn": False,
                     "resolvConf": str(resolv),
+                    "clusterDNS": [NODE_IP],
+                    "clusterDomain": CLUSTER_DOMAIN,
                     "podLogsDir": str(self.workdir / "pod-logs"),
                     "makeIPTablesUtilChains": False,
                     "evictionHard": {
@@ -533,7 +572,7 @@ state = "{root / "state"}"
                 )
         self._stop("kubelet")
         self._remove_containers()
-        for name in ("kube-scheduler", "kube-controller-manager"):
+        for name in ("coredns", "kube-scheduler", "kube-controller-manager"):
             self._stop(name)
         self._stop("kube-apiserver", APISERVER_STOP_S)
         self._stop("etcd")

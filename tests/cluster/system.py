@@ -61,6 +61,15 @@ def kube_binaries(*, node: bool) -> Path:
     return Path(proc.stdout.decode().strip().splitlines()[-1])
 
 
+def coredns_binary() -> Path:
+    """tests/kube/coredns/build.sh: the cached (or freshly built) CoreDNS of the node's cluster DNS."""
+    argv = ["bash", str(REPO_ROOT / "tests" / "kube" / "coredns" / "build.sh")]
+    proc = subprocess.run(argv, stdout=subprocess.PIPE, timeout=1800, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"tests/kube/coredns/build.sh failed ({proc.returncode})")
+    return Path(proc.stdout.decode().strip().splitlines()[-1])
+
+
 def kube_module_dir() -> Path:
     """The Go module cache copy of k8s.io/kubernetes at the pinned version (for pause.c)."""
     gomodcache = subprocess.run(

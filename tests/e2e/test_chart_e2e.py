@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from sidecar.core.exitcodes import ExitCode
+from tests.cluster import images
 from tests.cluster.providers import NAMESPACE, E2ECluster, container, terminated
+from tests.fixtures import trainers
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.helm]
@@ -590,3 +592,79 @@ def test_one_index_is_retried_alone_on_the_same_deadline(e2e: E2ECluster, soak: 
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True, report
     assert [(a["index"], a["attempt"]) for a in report["attempts"]] == [(0, 1), (1, 1), (1, 2)]
+
+
+# The torch of the trainer venv (.ci/run), mounted read-only into the trainer container; the image's
+# Python must be the venv's minor version for its wheels to load.
+TORCH_MOUNT = "/opt/soak-torch"
+TRAINERS_MOUNT = "/opt/soak-trainers"
+
+
+def host_torch() -> Path:
+    """site-packages of the trainer venv holding torch (the test is skipped or fails without it)."""
+    probe = (
+        "import pathlib, sys, torch\n"
+        "print('%d.%d' % sys.version_info[:2], pathlib.Path(torch.__file__).parents[1])"
+    )
+    version, site = subprocess.run(
+        [str(trainers.trainer_python()), "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    if version != images.BASE_PYTHON:
+        trainers.missing(f"the trainer venv is Python {version}, the image's is {images.BASE_PYTHON}")
+    return Path(site)
+
+
+def test_two_pods_form_one_torch_ddp_group_and_pass(e2e: E2ECluster, soak: Any) -> None:
+    """Two indexes, one torchrun node each: their ranks rendezvous through the headless Service
+    (index 0's stable name, resolved by cluster DNS) into one gloo DDP group of world size 2, train
+    and pass. Each index's sidecar validates its own node's run_summary; the job verdict passes."""
+    if e2e.provider != "node":
+        pytest.skip("torch is mounted from this host's trainer venv: the real node only")
+    torch_site, trainer_dir = host_torch(), trainers.TRAINERS_DIR
+    job_name, run_id = soak(
+        "ddp",
+        {
+            "trainer": {
+                "command": [
+                    "python3", "-m", "torch.distributed.run", "--nproc_per_node=1",
+                    f"{TRAINERS_MOUNT}/ddp_trainer.py",
+                ],
+                "args": ["--steps", "30", "--step-s", "0.2"],
+                "env": [
+                    {"name": "PYTHONPATH", "value": TORCH_MOUNT},
+                    {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
+                ],
+                "volumeMounts": [
+                    {"name": "torch", "mountPath": TORCH_MOUNT, "readOnly": True},
+                    {"name": "trainers", "mountPath": TRAINERS_MOUNT, "readOnly": True},
+                ],
+            },
+            "pod": {
+                "volumes": [
+                    {"name": "torch", "hostPath": {"path": str(torch_site), "type": "Directory"}},
+                    {"name": "trainers", "hostPath": {"path": str(trainer_dir), "type": "Directory"}},
+                ]
+            },
+            "job": {"completions": 2, "backoffLimitPerIndex": 0},
+            "monitor": {"startupTimeoutSeconds": 180},
+        },
+    )  # fmt: skip
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    pods = {index_of(pod): pod for pod in e2e.pods(job_name)}
+    logs = {index: e2e.logs(pod["metadata"]["name"], "trainer") for index, pod in pods.items()}
+    assert condition == "Complete", (job.get("status"), logs)
+    assert sorted(pods) == [0, 1] and all(sidecar_exit(pod) == 0 for pod in pods.values())
+    # One process group across the two pods: rank 0 in index 0's pod, rank 1 in index 1's.
+    assert f"rank 0 of 2 on {job_name}-0" in logs[0], logs[0]
+    assert f"rank 1 of 2 on {job_name}-1" in logs[1], logs[1]
+    artifacts = {
+        o["json"]["context"]["index"]: o["json"]
+        for k, o in artifacts_of(e2e, run_id).items()
+        if k.endswith("/artifact.json")
+    }
+    assert sorted(artifacts) == [0, 1]
+    for artifact in artifacts.values():
+        assert (artifact["status"], artifact["run_summary"]["status"]) == ("passed", "completed")
+    assert len({a["deadline"]["started_unix"] for a in artifacts.values()}) == 1
+    code, report = verdict(e2e, job_name)
+    assert code == 0 and report["passed"] is True, report

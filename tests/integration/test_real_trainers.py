@@ -20,24 +20,17 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.fixtures import trainers
+
 pytestmark = [pytest.mark.integration, pytest.mark.trainers]
 
 REPO = Path(__file__).resolve().parents[2]
-TRAINERS = REPO / "tests" / "trainers"
-DEFAULT_TRAINER_PYTHON = Path.home() / ".cache" / "soak-sidecar" / "trainer-venv" / "bin" / "python"
+TRAINERS = trainers.TRAINERS_DIR
 
 
 @pytest.fixture(scope="module")
 def trainer_python() -> Path:
-    """The trainer venv's Python (SOAK_TRAINER_PYTHON, else the cache path .ci/run uses). Missing,
-    the module is skipped, unless SOAK_REQUIRE_TRAINERS=1 (CI), where that is a failure."""
-    python = Path(os.environ.get("SOAK_TRAINER_PYTHON") or DEFAULT_TRAINER_PYTHON)
-    if not python.is_file():
-        reason = f"no trainer venv at {python} (.ci/run builds it: torch, mpi4py)"
-        if os.environ.get("SOAK_REQUIRE_TRAINERS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return python
+    return trainers.trainer_python()
 
 
 @dataclass(frozen=True)

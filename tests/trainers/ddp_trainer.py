@@ -10,7 +10,8 @@ The soft stop, as soak-sidecar asks of a torchrun trainer:
   that catch it, so torchrun's agent (no handler) is spared and its workers (each in a session of
   its own) are reached;
 - the ranks agree on stopping with an all-reduce, so none is left alone in a collective;
-- each rank writes its checkpoint, rank 0 writes run_summary.json, and all exit 0.
+- each rank writes its checkpoint, each node's local rank 0 writes that node's run_summary.json
+  (every pod of a multi-pod soak has a sidecar that reads its own), and all exit 0.
 
 Faults for the tests (--fault): ``hang`` (rank 1 stops before a collective: rank 0 blocks in it),
 ``raise`` (rank 1 raises), ``daemon`` (rank 0 leaves a setsid()'d process that ignores SIGTERM),
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -60,6 +62,9 @@ def main() -> int:
     args = parse()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    # The node's first rank speaks for the node: its sidecar reads this node's progress dir.
+    node_leader = int(os.environ.get("LOCAL_RANK", rank)) == 0
+    print(f"rank {rank} of {dist.get_world_size()} on {socket.gethostname()}", flush=True)
     asked = {"stop": False}
     soft_stop_signal = signal.Signals[os.environ.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1")]
     signal.signal(soft_stop_signal, lambda *_: asked.update(stop=True))
@@ -81,7 +86,7 @@ def main() -> int:
             # Acted on: a late copy must not kill the rank while Python exits (it restores the
             # default action, death, of every signal it had a handler for).
             signal.signal(soft_stop_signal, signal.SIG_IGN)
-            return soft_stop(model, args.progress_dir, rank, step)
+            return soft_stop(model, args.progress_dir, rank, step, node_leader=node_leader)
         inject(args.fault, rank, step)
         x, y = next(batches)
         optimizer.zero_grad()
@@ -90,7 +95,7 @@ def main() -> int:
         with progress.open("a", encoding="utf-8") as log:
             log.write(f'{{"step": {step}, "t": {time.time()!r}}}\n')
         time.sleep(args.step_s)
-    if rank == 0:
+    if node_leader:
         summary = run_summary(
             steps=args.steps, completed=True, classification="normal_completion", error=None
         )
@@ -106,13 +111,13 @@ def agreed(requested: bool) -> bool:
     return bool(flag.item())
 
 
-def soft_stop(model: object, progress_dir: Path, rank: int, step: int) -> int:
+def soft_stop(model: object, progress_dir: Path, rank: int, step: int, *, node_leader: bool) -> int:
     checkpoint = progress_dir / f"ckpt-rank{rank}.pt"
     torch.save({"step": step, "model": model.module.state_dict()}, f"{checkpoint}.tmp")  # type: ignore[attr-defined]
     os.replace(f"{checkpoint}.tmp", checkpoint)
     print(f"rank {rank}: soft stop at step {step}, checkpoint written", flush=True)
-    dist.barrier()  # every rank's checkpoint is on disk before rank 0 says so
-    if rank == 0:
+    dist.barrier()  # every rank's checkpoint is on disk before any node's summary says so
+    if node_leader:
         summary = run_summary(
             steps=step, completed=False, classification="external_cancellation", error="soft stop"
         )

@@ -565,7 +565,17 @@ class DeadlineClock:
         return min(self.deadline_unix - self._wall(), self.monotonic_end - self._monotonic())
 
 
-GO_NUMBERS = ("deadline_unix", "checkpoint_margin_s", "term_grace_s", "heartbeat_timeout_s", "kill_grace_s")
+GO_NUMBERS = (
+    "deadline_unix",
+    "checkpoint_margin_s",
+    "term_grace_s",
+    "heartbeat_timeout_s",
+    "kill_grace_s",
+    "stop_grace_s",
+)
+# Stop signals from outside (the kubelet deleting the pod, kill, Ctrl-C): with go.json's
+# stop_grace_s > 0 they become the soft stop first and reach the trainer only after that grace.
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
 
 
 def _require_finite(key: str, value: object) -> None:
@@ -591,12 +601,16 @@ class GoRequest:
     extra_args: tuple[str, ...] = ()
     # Seconds between fd reports (fds.json); None when the sidecar reads the fd tables itself.
     fd_report_s: float | None = None
+    # A stop signal from outside: seconds between the soft stop and forwarding it (0: at once).
+    stop_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         for key in GO_NUMBERS:
             _require_finite(key, getattr(self, key))
-        if self.checkpoint_margin_s <= 0 or self.term_grace_s < 0 or self.kill_grace_s < 0:
-            raise ValueError("go.json: need margin > 0, term_grace_s >= 0, kill_grace_s >= 0")
+        if self.checkpoint_margin_s <= 0 or min(self.term_grace_s, self.kill_grace_s, self.stop_grace_s) < 0:
+            raise ValueError(
+                "go.json: need margin > 0, term_grace_s >= 0, kill_grace_s >= 0, stop_grace_s >= 0"
+            )
         if self.heartbeat_timeout_s <= 0:
             raise ValueError("go.json: heartbeat_timeout_s must be > 0")
         cap = self.console_log_bytes
@@ -676,6 +690,7 @@ class GoRequest:
             env=raw.get("env", {}),
             extra_args=tuple(extra_args),
             fd_report_s=raw.get("fd_report_s"),
+            stop_grace_s=raw.get("stop_grace_s", 0.0),
         )
 
 
@@ -905,10 +920,14 @@ class Launcher:
         self.heartbeat_lost = False
         self.owner_lost = False
         self.soft_stop_sent = False
+        self.soft_stop_reason: str | None = None
         self.term_sent = False
         self.kill_sent = False
         self.control_actions: list[dict[str, Any]] = []
         self.signals_forwarded: list[str] = []
+        # Stop signals turned into the soft stop, and when they are forwarded after all.
+        self.signals_deferred: list[str] = []
+        self.forward_stop_at: float | None = None
         self.soft_stop_signalled: list[int] = []
         self.killed_with_trainer: dict[int, str] = {}
         self.survivors_killed: dict[int, str] = {}
@@ -1218,6 +1237,7 @@ class Launcher:
         if self.soft_stop_sent or self.go is None:
             return
         self.soft_stop_sent = True
+        self.soft_stop_reason = reason
         atomic_write_json(
             self.path(SOFT_STOP_FILE),
             {
@@ -1266,11 +1286,11 @@ class Launcher:
         signals: list[int] = []
         while self.trainer_status is None:
             for signum in signals:
-                self.signals_forwarded.append(signal_name(signum))
-                self._signal_tree(signum, only_catchers=signum in (signal.SIGUSR1, signal.SIGUSR2))
+                self._on_signal(signum)
             now = time.monotonic()
             remaining = clock.remaining()
             self._enforce_kills(remaining, now)
+            self._forward_deferred_stop(now)
             self._deadline_stops(remaining)
             self._read_changes(now)
             self._report_fds(now)
@@ -1280,6 +1300,34 @@ class Launcher:
             signals = self.wait(timeout)
             if self.kill_sent and self.trainer_status is None:
                 self.kill_everything(self.killed_with_trainer)
+
+    def _on_signal(self, signum: int) -> None:
+        """Forward a signal to the trainer's tree; the first stop signal from outside becomes the soft
+        stop instead, so the trainer can checkpoint (a second one, or the grace's end, forwards it)."""
+        go = self.go
+        assert go is not None
+        name = signal_name(signum)
+        if name in STOP_SIGNALS and go.stop_grace_s > 0 and self.forward_stop_at is None:
+            log(f"{name}: soft stop first, the trainer gets {name} in {go.stop_grace_s:g}s")
+            self.signals_deferred.append(name)
+            self.forward_stop_at = time.monotonic() + go.stop_grace_s
+            self.send_soft_stop(f"signal: {name}")
+            return
+        self.signals_forwarded.append(name)
+        self._signal_tree(signum, only_catchers=signum in (signal.SIGUSR1, signal.SIGUSR2))
+
+    def _forward_deferred_stop(self, now: float) -> None:
+        go = self.go
+        assert go is not None
+        if self.forward_stop_at is None or now < self.forward_stop_at or self.term_sent or self.kill_sent:
+            return
+        name = self.signals_deferred[0]
+        log(f"the trainer still runs {go.stop_grace_s:g}s after the soft stop: {name} to its tree")
+        self.signals_forwarded.append(name)
+        self.reason = self.reason or "signalled"
+        self.term_sent = True
+        self._signal_tree(signal_number(name))
+        self.escalate_at = now + go.kill_grace_s
 
     def _enforce_kills(self, remaining: float, now: float) -> None:
         """KILL at the deadline, when the owner or its heartbeat is lost, and when TERM's grace is up."""
@@ -1349,6 +1397,8 @@ class Launcher:
             due.append(remaining - go.term_grace_s)
         if self.escalate_at is not None:
             due.append(self.escalate_at - now)
+        if self.forward_stop_at is not None and not self.term_sent:
+            due.append(self.forward_stop_at - now)
         if self.next_fd_report is not None:
             due.append(self.next_fd_report - now)
         return max(0.0, min(due))
@@ -1453,10 +1503,12 @@ class Launcher:
             "heartbeat_lost": self.heartbeat_lost,
             "owner_lost": self.owner_lost,
             "soft_stop_sent": self.soft_stop_sent,
+            "soft_stop_reason": self.soft_stop_reason,
             "term_sent": self.term_sent,
             "kill_sent": self.kill_sent,
             "control": self.control_actions,
             "signals_forwarded": self.signals_forwarded,
+            "signals_deferred": self.signals_deferred,
             "soft_stop_signalled": self.soft_stop_signalled,
             "killed_with_trainer": _process_list(self.killed_with_trainer),
             "survivors_killed": _process_list(self.survivors_killed),

@@ -226,6 +226,14 @@ class LauncherSettings(_Group):
     soft_stop_signal: str = Field(
         "SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1."
     )
+    stop_grace_s: float = Field(
+        30.0,
+        ge=0,
+        le=DAY_S,
+        description="A soak stopped from outside (the pod deleted, its Job failed, Ctrl-C, SIGTERM): "
+        "seconds the trainer gets after the soft stop to checkpoint and exit before SIGTERM; 0 sends "
+        "SIGTERM at once. Keep it well inside the pod's terminationGracePeriodSeconds. Default 30.",
+    )
 
     keep_env: list[str] = Field(
         default_factory=list,

@@ -72,6 +72,7 @@ class World:
         self.go_at: float | None = None
         self.exit_record: ExitRecord | None = None
         self.requests: list[tuple[StopRequest, str]] = []
+        self.request_times: list[float] = []
         self.aborted: tuple[str, int] | None = None
         self.alive: dict[int, ProcessInfo] = {}
         self.killed: list[int] = []
@@ -114,10 +115,22 @@ class World:
 
     def stop(self, action: StopRequest, reason: str) -> None:
         self.requests.append((action, reason))
-        if self.script.obeys_stop and self.exit_record is None and self.go_at is not None:
-            self.trainer_exits("requested", returncode=None, signal=15 if action == "terminate" else 9)
+        self.request_times.append(self.now)
+        if not (self.script.obeys_stop and self.exit_record is None and self.go_at is not None):
+            return
+        if action == "soft_stop":  # the trainer checkpoints and exits 0, as the example trainer does
+            self.trainer_exits("exited", returncode=0, soft_stop_reason=f"control: {reason}")
+        else:
+            self.trainer_exits("control", returncode=None, signal=15 if action == "terminate" else 9)
 
-    def trainer_exits(self, reason: str, *, returncode: int | None, signal: int | None = None) -> None:
+    def trainer_exits(
+        self,
+        reason: str,
+        *,
+        returncode: int | None,
+        signal: int | None = None,
+        soft_stop_reason: str | None = None,
+    ) -> None:
         self.alive.pop(TRAINER_PID, None)
         self.exit_record = ExitRecord(
             launch_id=LAUNCH_ID,
@@ -126,6 +139,8 @@ class World:
             returncode=returncode,
             signal=signal,
             trainer_pid=TRAINER_PID,
+            soft_stop_sent=soft_stop_reason is not None,
+            soft_stop_reason=soft_stop_reason,
         )
 
 

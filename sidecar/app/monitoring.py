@@ -120,8 +120,7 @@ def watch(
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled):
         signals.defer()
-        session.request_stop("terminate", INTERRUPTED_REASON)  # first: the cause can wait, the trainer not
-        policy.interrupted(*cancellation(ports))
+        _stop_on_cancellation(going, session, policy, signals)
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()
@@ -138,6 +137,22 @@ def watch(
         last_seen=tuple(last_seen),
         exit_record=ports.channel.wait_exit(2.0),
     )
+
+
+def _stop_on_cancellation(
+    going: Going, session: LaunchSession, policy: MonitorPolicy, signals: DeferredSignals
+) -> None:
+    """The soft stop first, so the trainer can checkpoint and keep its evidence; SIGTERM after
+    launcher.stop_grace_s (or at once when asked again to stop), then the usual escalation."""
+    ports, grace = going.ports, going.settings.launcher.stop_grace_s
+    asked = signals.noted
+    requested = ports.clock.monotonic()
+    # First: the cause can wait, the trainer not.
+    session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
+    policy.interrupted(*cancellation(ports))
+    if grace > 0:
+        session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
+        session.request_stop("terminate", INTERRUPTED_REASON)
 
 
 def _loop(

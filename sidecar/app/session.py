@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from sidecar.app.console import Console
 from sidecar.app.ports import LocalLauncher, Ports, StopRequest
@@ -127,6 +127,13 @@ class LaunchSession:
                 return
             self._ports.sleep(POLL_S)
 
+    def await_soft_exit(self, until: float, hurried: Callable[[], bool]) -> None:
+        """After a soft stop: wait for the launcher to exit until the monotonic time ``until``, or
+        until ``hurried`` says somebody asked again to stop."""
+        clock = self._ports.clock
+        while not self.exited() and clock.monotonic() < until and not hurried():
+            self._ports.sleep(POLL_S)
+
     def emergency_stop(self, reason: str, last_seen: Sequence[ProcessInfo]) -> None:
         """The seed's guardian kills the owned group when its supervisor fails: so do we, rather
         than leave the trainer to the heartbeat timeout."""
@@ -172,6 +179,7 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
         kill_grace_s=lset.kill_grace_s,
         console_log_bytes=lset.console_log_bytes,
         soft_stop_signal=lset.soft_stop_signal,
+        stop_grace_s=lset.stop_grace_s,
         env=env,
         extra_args=preflight.extra_args,
         # The trainer-side agent reports its tree's fd tables when this sidecar cannot read them.

@@ -47,12 +47,14 @@ class DeferredSignals:
 
     def __init__(self) -> None:
         self._saved: dict[int, Any] | None = None
+        self.noted = 0  # signals noted while deferred: somebody asked again to stop
 
     def defer(self) -> None:
         if self._saved is not None or threading.current_thread() is not threading.main_thread():
             return
 
         def note(signum: int, _frame: object) -> None:
+            self.noted += 1
             name = signal.Signals(signum).name
             print(f"soak-sidecar: {name} while concluding: writing the artifact first", file=sys.stderr)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.core import verdict as verdicts
-from sidecar.core.launch_records import ExitRecord
+from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import ProcessInfo, ResidualProcess
 
@@ -132,14 +132,16 @@ def deadline_expired(record: ExitRecord | None, summary: SummaryOutcome, *, dead
     A trainer that died of the deadline's TERM (sent term_grace_s before the deadline) ended because
     of the deadline even if the deadline itself had not passed yet. One stopped at the checkpoint
     margin without completing ran out of budget: the deadline's verdict, not the trainer's (or an
-    external) cancellation.
+    external) cancellation. A soft stop for any other reason (a stop signal, the sidecar's
+    cancellation) is not the deadline's.
     """
     if record is not None and record.deadline_expired:
         return True
     ended_by_deadline = (record is not None and record.reason == "deadline") or deadline_passed
     if ended_by_deadline and (record is None or record.returncode != 0):
         return True
-    return record is not None and record.soft_stop_sent and not summary.passed
+    margin = record is not None and record.soft_stop_reason in (None, DEADLINE_SOFT_STOP)
+    return record is not None and record.soft_stop_sent and margin and not summary.passed
 
 
 def residual_processes(processes: Sequence[ProcessInfo], launcher_pid: int | None) -> list[ProcessInfo]:

@@ -19,6 +19,9 @@ MAX_FD_REPORT_PROCESSES = 20_000
 MAX_FD_COUNT = 10_000_000
 MAX_FD_CLASSES = 32
 
+# The launcher's reason for the soft stop it sends at the deadline's checkpoint margin.
+DEADLINE_SOFT_STOP = "checkpoint_margin"
+
 
 def _get(raw: object, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
     if not isinstance(raw, Mapping):
@@ -169,10 +172,12 @@ class ExitRecord:
     heartbeat_lost: bool = False
     owner_lost: bool = False
     soft_stop_sent: bool = False
+    soft_stop_reason: str | None = None  # DEADLINE_SOFT_STOP, "signal: <name>", "control: <reason>"
     term_sent: bool = False
     kill_sent: bool = False
     control: tuple[ControlAction, ...] = ()
     signals_forwarded: tuple[str, ...] = ()
+    signals_deferred: tuple[str, ...] = ()
     killed_with_trainer: tuple[KilledProcess, ...] = ()
     survivors_killed: tuple[KilledProcess, ...] = ()
     unreaped: tuple[int, ...] = ()
@@ -217,6 +222,7 @@ class ExitRecord:
             heartbeat_lost=flag("heartbeat_lost"),
             owner_lost=flag("owner_lost"),
             soft_stop_sent=flag("soft_stop_sent"),
+            soft_stop_reason=_get(raw, "soft_stop_reason", str, optional=True),
             term_sent=flag("term_sent"),
             kill_sent=flag("kill_sent"),
             control=tuple(
@@ -228,6 +234,7 @@ class ExitRecord:
                 for item in _get(raw, "control", list, optional=True) or []
             ),
             signals_forwarded=_items(raw, "signals_forwarded", str),
+            signals_deferred=_items(raw, "signals_deferred", str),
             killed_with_trainer=processes("killed_with_trainer"),
             survivors_killed=processes("survivors_killed"),
             unreaped=_items(raw, "unreaped", int),

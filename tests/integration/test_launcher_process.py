@@ -21,20 +21,23 @@ import pytest
 
 from sidecar import launcher as proto
 from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
-from sidecar.core.launch_records import ExitRecord
+from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
 from sidecar.launcher import GoRequest
 from tests.fixtures.processes import reap_tree
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-# A trainer that logs the signals it gets; options: ignore-term, child (a TERM-ignoring child).
+# A trainer that logs the signals it gets; options: ignore-term, child (a TERM-ignoring child),
+# stop-on-usr1 (exits 0 on SIGUSR1, as a trainer does on the soft stop).
 SIGNAL_TRAINER = """
 import os, signal, subprocess, sys, time
 log, opts = sys.argv[1], sys.argv[2:]
 def record(signum, frame):
     with open(log, "a") as fh:
         fh.write(f"{signal.Signals(signum).name} {time.time()!r}\\n")
+    if signum == signal.SIGUSR1 and "stop-on-usr1" in opts:
+        sys.exit(0)
 for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT):
     signal.signal(s, record)
 if "ignore-term" in opts:
@@ -95,6 +98,7 @@ class Run:
         kill_grace: float = 1.0,
         cap: int = 1 << 20,
         soft_stop_signal: str = "SIGUSR1",
+        stop_grace: float = 0.0,
     ) -> float:
         self.rd.wait_for_launcher(30, alive=lambda: self.proc.poll() is None)
         deadline = time.time() + deadline_in
@@ -108,6 +112,7 @@ class Run:
                 kill_grace_s=kill_grace,
                 console_log_bytes=cap,
                 soft_stop_signal=soft_stop_signal,
+                stop_grace_s=stop_grace,
                 env={proto.ENV_RUN_ID: "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"},
             )
         )
@@ -167,7 +172,7 @@ def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
     record = run.finish()
 
     soft = run.rd.soft_stop_record()
-    assert soft is not None and soft.reason == "checkpoint_margin"
+    assert soft is not None and soft.reason == DEADLINE_SOFT_STOP  # what the verdict reads as the deadline
     assert soft.sent_unix >= deadline - 2.0 - 0.05
     usr1 = [float(line.split()[1]) for line in log.read_text().splitlines() if "SIGUSR1" in line]
     assert len(usr1) == 1, "soft-stop signal is sent exactly once"
@@ -200,6 +205,55 @@ def test_signals_are_forwarded_and_signalled_exit_is_128_plus_signal(
     assert record.signal == signal.SIGTERM and record.returncode is None
     assert record.exit_code == 128 + signal.SIGTERM
     assert list(record.signals_forwarded) == ["SIGUSR2", "SIGHUP", "SIGINT", "SIGUSR1", "SIGTERM"]
+
+
+def test_a_stop_signal_is_the_soft_stop_first_and_reaches_the_trainer_after_the_grace(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    """The kubelet's SIGTERM (or Ctrl-C) with stop_grace_s > 0: the trainer first gets the soft stop,
+    and SIGTERM only once the grace is over and it still runs."""
+    command, log = signal_trainer(tmp_path)
+    run = launch(command)
+    run.go(stop_grace=1.0)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
+    run.proc.send_signal(signal.SIGTERM)
+    record = run.finish()
+    assert received(log) == ["SIGUSR1"]  # the soft stop; SIGTERM then killed it (no handler)
+    soft = run.rd.soft_stop_record()
+    assert soft is not None and soft.reason == "signal: SIGTERM"
+    assert (record.signals_deferred, record.signals_forwarded) == (("SIGTERM",), ("SIGTERM",))
+    assert record.reason == "signalled" and record.signal == signal.SIGTERM
+    usr1_at = float(log.read_text().split()[1])
+    assert record.ended_unix is not None and record.ended_unix - usr1_at >= 1.0
+
+
+def test_a_trainer_that_stops_on_the_soft_stop_never_gets_the_stop_signal(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    command, log = signal_trainer(tmp_path, "stop-on-usr1")
+    run = launch(command)
+    run.go(stop_grace=600.0)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
+    run.proc.send_signal(signal.SIGTERM)
+    record = run.finish()
+    assert received(log) == ["SIGUSR1"]
+    assert record.exit_code == 0 and record.reason == "exited" and not record.term_sent
+    assert (record.signals_deferred, record.signals_forwarded) == (("SIGTERM",), ())
+
+
+def test_a_second_stop_signal_is_forwarded_at_once(launch: Callable[..., Run], tmp_path: Path) -> None:
+    """Ctrl-C twice: whoever repeats the stop does not wait out the grace."""
+    command, log = signal_trainer(tmp_path)
+    run = launch(command)
+    run.go(stop_grace=600.0)
+    wait_until("trainer ready", Path(str(log) + ".ready").exists)
+    run.proc.send_signal(signal.SIGINT)
+    wait_until("soft stop received", lambda: "SIGUSR1" in received(log))
+    run.proc.send_signal(signal.SIGTERM)
+    record = run.finish()
+    assert received(log) == ["SIGUSR1"]
+    assert (record.signals_deferred, record.signals_forwarded) == (("SIGINT",), ("SIGTERM",))
+    assert record.signal == signal.SIGTERM
 
 
 def test_exit_code_passes_through_and_group_survivors_are_killed(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.core.conclusion import RunFacts, conclude, deadline_expired
-from sidecar.core.launch_records import ExitRecord, KilledProcess
+from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord, KilledProcess
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
 
@@ -124,6 +124,12 @@ def test_deadline_expired_by_the_launcher_by_the_clock_or_at_the_margin() -> Non
     # Stopped at the checkpoint margin without completing: the budget ran out.
     assert deadline_expired(exited(soft_stop_sent=True, returncode=0), missing, deadline_passed=False)
     assert not deadline_expired(exited(soft_stop_sent=True, returncode=0), summary, deadline_passed=False)
+    margin = exited(soft_stop_sent=True, soft_stop_reason=DEADLINE_SOFT_STOP, returncode=0)
+    assert deadline_expired(margin, missing, deadline_passed=False)
+    # Soft-stopped because the soak was stopped from outside: a cancellation, not the deadline.
+    for reason in ("signal: SIGTERM", "control: soak was interrupted before the trainer completed"):
+        stopped = exited(soft_stop_sent=True, soft_stop_reason=reason, returncode=0)
+        assert not deadline_expired(stopped, missing, deadline_passed=False)
 
 
 def test_the_deadline_is_the_verdict_even_over_a_monitor_failure() -> None:

@@ -147,7 +147,20 @@ def test_a_lost_deadline_lock_kills_the_trainer(tmp_path: Path) -> None:
 def test_ctrl_c_while_running_is_an_external_cancellation(tmp_path: Path) -> None:
     result, world, _ = run(tmp_path, Script(runs_s=1000.0, interrupt_at_s=2.0))
     assert result.verdict.classification == "external_cancellation"
-    assert world.world.requests[0][0] == "terminate"
+    # The soft stop first (the trainer checkpoints and exits), so nothing needs terminating.
+    assert [action for action, _ in world.world.requests] == ["soft_stop", "terminate"]
+    assert world.world.exit_record is not None and world.world.exit_record.returncode == 0
+
+
+def test_ctrl_c_reaches_a_trainer_that_ignores_the_soft_stop_after_the_grace(tmp_path: Path) -> None:
+    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0, obeys_stop=False), SUMMARY)
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    grace = settings(tmp_path).launcher.stop_grace_s
+    result = Supervisor(settings(tmp_path), world.ports(), request).run()
+    assert result.verdict.classification == "external_cancellation"
+    assert [action for action, _ in world.world.requests][:2] == ["soft_stop", "terminate"]
+    soft_at, term_at = world.world.request_times[:2]
+    assert grace > 0 and term_at - soft_at >= grace
 
 
 def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) -> None:
@@ -160,7 +173,7 @@ def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) 
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert (result.verdict.classification, result.exit_code) == ("job_failed", 17)  # cancelled
     assert result.verdict.reason == f"the Job failed, so this pod was stopped: {failure}"
-    assert world.world.requests[0][0] == "terminate"
+    assert world.world.requests[0][0] == "soft_stop"
     artifact = world.files.artifact()
     assert (artifact["context"]["index"], artifact["context"]["indexes"]) == (0, 2)
     assert world.store.locked == [f"{RUN_ID}.index-0"] and world.store.attempts == {f"{RUN_ID}.index-0": 1}

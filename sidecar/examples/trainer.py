@@ -124,7 +124,7 @@ def _soft_stop(args: argparse.Namespace, step: int) -> int:
             steps=step,
             completed=False,
             classification="external_cancellation",
-            error="soft stop before the deadline",
+            error="stopped by the soft stop (the deadline near, or the soak stopped from outside)",
         ),
     )
     print(f"soft stop at step {step}: checkpoint written", flush=True)

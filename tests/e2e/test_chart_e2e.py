@@ -290,7 +290,7 @@ def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: A
     job_name, run_id = soak(
         "deleted",
         {
-            "trainer": {"args": LONG_TRAINER},
+            "trainer": {"args": LONG_TRAINER, "stopGraceSeconds": 10},
             "job": {"backoffLimit": 0},
             "pod": {"terminationGracePeriodSeconds": grace_s},
         },
@@ -303,14 +303,22 @@ def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: A
     (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
     assert artifact["failure_classification"] == "external_cancellation", artifact["failure_reason"]
     assert artifact["exit_code"] == ExitCode.CANCELLED
-    # The trainer was told to stop before the pod went: whichever came first, the kubelet's SIGTERM
-    # forwarded by the launcher, or the sidecar's own terminate request on its cancellation.
-    launcher_exit = artifact["post_shutdown"]["launcher_exit"] or {}
-    told = [c for c in launcher_exit.get("control") or [] if c.get("action") == "terminate"]
-    forwarded = launcher_exit.get("signals_forwarded")
-    assert launcher_exit.get("soft_stop_sent") or forwarded or told, launcher_exit
+    # The trainer got the soft stop before any SIGTERM (whichever came first: the kubelet's SIGTERM
+    # to the launcher, or the sidecar's request on its cancellation), checkpointed and exited 0.
+    assert_soft_stopped(artifact)
     events = e2e.events(name)
     assert any("cancel" in (e.get("message") or "").lower() for e in events), events
+
+
+def assert_soft_stopped(artifact: dict[str, Any]) -> None:
+    """The trainer (the example trainer) was stopped by the soft stop, not by a signal: it caught the
+    soft-stop signal, wrote its run_summary and exited 0 of its own accord."""
+    launcher_exit = artifact["post_shutdown"]["launcher_exit"] or {}
+    assert launcher_exit.get("soft_stop_sent") and launcher_exit.get("soft_stop_signalled"), launcher_exit
+    reason = str(launcher_exit.get("soft_stop_reason"))
+    assert reason.startswith(("signal: SIGTERM", "control: ")), launcher_exit
+    assert (launcher_exit.get("returncode"), launcher_exit.get("term_sent")) == (0, False), launcher_exit
+    assert (artifact["run_summary"] or {}).get("status") == "failed", artifact["run_summary"]  # stopped early
 
 
 EARLY_EXITS: dict[str, tuple[dict[str, Any], ExitCode]] = {
@@ -537,6 +545,7 @@ def test_one_index_failing_fails_a_multi_pod_soak_and_stops_the_other(e2e: E2ECl
     stopped = artifacts[0]
     assert (stopped["failure_classification"], stopped["exit_code"]) == ("job_failed", ExitCode.CANCELLED)
     assert "the Job failed, so this pod was stopped" in stopped["failure_reason"], stopped["failure_reason"]
+    assert_soft_stopped(stopped)  # it kept its evidence: a checkpoint and its run_summary
     code, report = verdict(e2e, job_name)
     assert code != 0 and report["passed"] is False
     assert [a["index"] for a in report["attempts"]] == sorted(pods)

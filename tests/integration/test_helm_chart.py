@@ -211,6 +211,19 @@ def test_template_rejects_margin_not_below_budget(helm_engine: HelmEngine) -> No
         render(helm_engine, values)
 
 
+def test_stop_grace_reaches_the_sidecar_and_must_fit_the_pods_grace(helm_engine: HelmEngine) -> None:
+    """trainer.stopGraceSeconds: the sidecar's default (30 s) when null; refused when it leaves the
+    sidecar less than 10 s of terminationGracePeriodSeconds."""
+    assert "SOAK_LAUNCHER__STOP_GRACE_S" not in sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
+    short = with_values({"runId": RUN_ID}, **{"pod.terminationGracePeriodSeconds": 15})
+    values = with_values(short, **{"trainer.stopGraceSeconds": 0})
+    assert sidecar_environment(render(helm_engine, values))["SOAK_LAUNCHER__STOP_GRACE_S"] == "0"
+    for stop_grace in (None, 6):
+        values = with_values(short, **{"trainer.stopGraceSeconds": stop_grace})
+        with pytest.raises(HelmFailedError, match="stopGraceSeconds must leave the sidecar at least 10 s"):
+            render(helm_engine, values)
+
+
 def _schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     yield path, node
     for key, child in node.get("properties", {}).items():

@@ -68,25 +68,30 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
 
 
 def _gpu_opener(settings: Settings) -> Callable[[Mapping[str, str] | None], GpuBackend]:
-    gpu = settings.gpu
+    gpu, index = settings.gpu, settings.kube.completion_index
 
     def open_for(env: Mapping[str, str] | None) -> GpuBackend:
-        return open_gpu(gpu, env)
+        return open_gpu(gpu, env, index=index)
 
     return open_for
 
 
-def open_gpu(settings: GpuSettings, trainer_env: Mapping[str, str] | None) -> GpuBackend:
+def open_gpu(
+    settings: GpuSettings, trainer_env: Mapping[str, str] | None, *, index: int | None = None
+) -> GpuBackend:
     """The GPU backend the settings ask for; backend mock's library and scenario come from
-    sidecar.nvml_mock, prepared only if GPUs are opened at all."""
-    return open_gpu_backend(settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch))
+    sidecar.nvml_mock, prepared only if GPUs are opened at all (the scenario's devices of the pod of
+    completion ``index``)."""
+    return open_gpu_backend(
+        settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch, index)
+    )
 
 
-def _mock_nvml(settings: GpuSettings, scratch: Path) -> MockNvml:
+def _mock_nvml(settings: GpuSettings, scratch: Path, index: int | None) -> MockNvml:
     if settings.mock_scenario is None:
         raise ConfigError("gpu.backend=mock needs gpu.mock_scenario")
     library = mock_library(settings.mock_library_dir)
-    return MockNvml(library, compile_scenario(settings.mock_scenario, scratch))
+    return MockNvml(library, compile_scenario(settings.mock_scenario, scratch, index=index))
 
 
 def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:

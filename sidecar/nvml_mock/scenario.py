@@ -161,6 +161,16 @@ class Scenario(_Model):
     init_error: str | None = None
     missing_functions: list[str] = Field(default_factory=list)
     devices: list[MockDevice] = Field(default_factory=list, max_length=MAX_DEVICES)
+    devices_by_index: dict[Annotated[int, Field(ge=0)], list[MockDevice]] = Field(
+        default_factory=dict,
+        max_length=MAX_DEVICES,
+        description="A multi-pod soak (an Indexed Job): the devices of the pod with that completion "
+        "index, in place of devices; say, one node whose GPU is lost.",
+    )
+
+    def devices_for(self, index: int | None) -> list[MockDevice]:
+        """The devices the pod of completion ``index`` sees (``devices`` outside an Indexed Job)."""
+        return self.devices_by_index.get(index, self.devices) if index is not None else self.devices
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
@@ -171,9 +181,12 @@ class Scenario(_Model):
             raise ValueError(
                 f"cannot mark {unknown} missing; known: {', '.join(sorted(MISSING_FUNCTIONS))}"
             )
-        uuids = [device.uuid for device in self.devices]
-        if len(set(uuids)) != len(uuids):
-            raise ValueError("device UUIDs must be unique")
+        for devices in (self.devices, *self.devices_by_index.values()):
+            uuids = [device.uuid for device in devices]
+            if len(set(uuids)) != len(uuids):
+                raise ValueError("device UUIDs must be unique")
+            if len(devices) > MAX_DEVICES:
+                raise ValueError(f"at most {MAX_DEVICES} devices")
         return self
 
 
@@ -197,17 +210,18 @@ def _error(err: str | InjectedError) -> str:
     return f"{ERROR_CODES[err.code]},{err.from_t!r},{until!r}"
 
 
-def render(scenario: Scenario) -> str:
-    """The flat ``key=value`` text nvml_mock.c reads."""
+def render(scenario: Scenario, index: int | None = None) -> str:
+    """The flat ``key=value`` text nvml_mock.c reads, for the pod of completion ``index``."""
+    devices = scenario.devices_for(index)
     lines = [
         f"format={FORMAT}",
         f"driver_version={scenario.driver_version}",
         f"time_unit={scenario.time_unit}",
         f"init_error={ERROR_CODES[scenario.init_error] if scenario.init_error else 0}",
-        f"device_count={len(scenario.devices)}",
+        f"device_count={len(devices)}",
     ]
     missing = {MISSING_FUNCTIONS[name] for name in scenario.missing_functions}
-    for i, dev in enumerate(scenario.devices):
+    for i, dev in enumerate(devices):
         d = f"d{i}."
         lines += [
             f"{d}uuid={dev.uuid}",
@@ -247,14 +261,15 @@ def render(scenario: Scenario) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compile_scenario(source: Path | Scenario, out_dir: Path) -> Path:
-    """Validate a scenario (JSON path or model) and write its flat form atomically into out_dir."""
+def compile_scenario(source: Path | Scenario, out_dir: Path, *, index: int | None = None) -> Path:
+    """Validate a scenario (JSON path or model) and write its flat form atomically into out_dir, for
+    the pod of completion ``index`` (None: not an Indexed Job)."""
     scenario = load_scenario(source) if isinstance(source, Path) else source
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".scenario-", suffix=".tmp", dir=out_dir)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(render(scenario))
+            handle.write(render(scenario, index))
         name = (source.stem if isinstance(source, Path) else "scenario") + ".nvmlmock"
         target = out_dir / name
         os.chmod(tmp, 0o644)

@@ -264,6 +264,23 @@ def test_a_gpu_lost_before_open_is_reported_as_faulted(mock_gpu_backend: MockBac
     assert sample.devices[0].memory_used_mib == pytest.approx(1100)
 
 
+@pytest.mark.parametrize("index", [None, 0, 1, 2])
+def test_each_index_of_a_multi_pod_soak_sees_its_own_devices(
+    mock_gpu_backend: MockBackendOpener, index: int | None
+) -> None:
+    """devices_by_index: the pod of completion index 1 loses its GPU; index 0, any index not named,
+    and a pod outside an Indexed Job see the scenario's devices."""
+    scenario = two_devices()
+    scenario["devices_by_index"] = {"1": [{**scenario["devices"][1], "lost_at": 3}]}
+    backend = mock_gpu_backend(scenario, index=index)
+    faults = [backend.sample(set(), float(t)).fault for t in range(4)]
+    if index == 1:
+        assert [d.uuid for d in backend.devices()] == [UUID1]
+        assert faults == [None, None, f"GPU 0 ({UUID1}): GPU is lost", f"GPU 0 ({UUID1}): GPU is lost"]
+    else:
+        assert [d.uuid for d in backend.devices()] == [UUID0, UUID1] and faults == [None] * 4
+
+
 def test_a_gpu_that_cannot_be_identified_only_matters_when_selected(
     mock_gpu_backend: MockBackendOpener,
 ) -> None:

@@ -65,6 +65,9 @@ def test_render_maps_metrics_to_functions_and_missing_symbols() -> None:
         {"missing_functions": ["nvmlDeviceGetFanSpeed"]},
         {"init_error": "NOPE"},
         {"devices": [], "extra": 1},
+        {"devices_by_index": {"-1": [{"uuid": "GPU-12345678"}]}},
+        {"devices_by_index": {"one": [{"uuid": "GPU-12345678"}]}},
+        {"devices_by_index": {"1": [{"uuid": "GPU-12345678"}, {"uuid": "GPU-12345678"}]}},
     ],
 )
 def test_invalid_scenarios_are_config_errors(tmp_path: Path, broken: dict[str, object]) -> None:

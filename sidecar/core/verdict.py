@@ -11,7 +11,8 @@
 5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
 
 and its classification rules: a monitor kind or ``resource_leak`` stands unless the trainer wrote
-a valid abnormal shutdown classification, which the seed lets replace it; otherwise the summary's
+a valid abnormal shutdown classification, which the seed lets replace it (except where the monitor's
+kind refines it, see ``REFINES``: same exit code, a more precise name); otherwise the summary's
 classification fills an empty slot; a failure with no kind is ``unknown_failure``.
 
 Added to the seed, ahead of everything above because they explain the rest:
@@ -46,6 +47,9 @@ MonitorKind = Literal[
     "supervisor_lost",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
+# A monitor kind that names more precisely what the trainer's own classification says (same exit
+# code) stands: a trainer soft-stopped because its Job failed elsewhere calls that a cancellation.
+REFINES: Mapping[str, str] = MappingProxyType({"job_failed": "external_cancellation"})
 
 # Classification -> exit code. The single source for the README table and the chart's
 # podFailurePolicy. 1-127 permanent, 128+ retryable (see exitcodes.py).
@@ -173,7 +177,7 @@ def decide(
         )
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
     if summary.classification is not None and (summary.classification_overrides or kind is None):
-        kind = summary.classification
+        kind = kind if REFINES.get(kind or "") == summary.classification else summary.classification
     if deadline_expired:
         kind = "deadline_exhausted"
     elif gpu_fault is not None:

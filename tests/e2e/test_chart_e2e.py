@@ -677,3 +677,42 @@ def test_two_pods_form_one_torch_ddp_group_and_pass(e2e: E2ECluster, soak: Any) 
     assert len({a["deadline"]["started_unix"] for a in artifacts.values()}) == 1
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True, report
+
+
+def test_a_retryable_verdict_retries_only_that_index_on_the_same_deadline(e2e: E2ECluster, soak: Any) -> None:
+    """Index 1's GPU is lost (the mock's devices_by_index): gpu_fault (150), retryable, so only index
+    1 gets a new pod, attempt 2 on the same deadline. It loses its GPU again and exhausts its
+    backoffLimitPerIndex: the Job fails, index 0 (never restarted) is stopped as job_failed."""
+    device = {
+        "uuid": "GPU-00000000-0000-4000-8000-0000000000e3",
+        "memory_used_mib": 2048,
+        "processes": [{"pid": "~sidecar.examples.trainer", "used_memory_mib": 1000}],
+    }
+    scenario = {"devices": [device], "devices_by_index": {"1": [{**device, "lost_at": GPU_LOST_AT_S}]}}
+    job_name, run_id = soak(
+        "indexgpu",
+        {
+            "trainer": {"args": LONG_TRAINER, "stopGraceSeconds": 10},
+            "job": {"completions": 2, "backoffLimitPerIndex": 1, "backoffLimit": 3},
+            "gpu": {"mock": {"scenario": scenario}},
+        },
+    )
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Failed", job.get("status")
+    pods = sorted(e2e.pods(job_name), key=lambda p: (index_of(p), p["metadata"]["creationTimestamp"]))
+    by_index = [(index_of(p), ours(p).get("attempt")) for p in pods if ours(p).get("attempt")]
+    assert [index for index, _ in by_index].count(0) <= 1, by_index  # index 0 never restarted
+    retried = [p for p in pods if index_of(p) == 1]
+    assert [ours(p)["attempt"] for p in retried] == ["1", "2"]
+    assert [sidecar_exit(p) for p in retried] == [ExitCode.GPU_FAULT] * 2
+    assert {ours(p)["classification"] for p in retried} == {"gpu_fault"}
+    artifacts = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    assert sorted((a["context"]["index"], a["failure_classification"]) for a in artifacts) == [
+        (0, "job_failed"),
+        (1, "gpu_fault"),
+        (1, "gpu_fault"),
+    ]
+    assert len({a["deadline"]["started_unix"] for a in artifacts}) == 1  # one deadline, never a fresh one
+    code, report = verdict(e2e, job_name)
+    assert code != 0 and report["passed"] is False
+    assert "index 1 attempt 2 did not pass" in report["reason"], report["reason"]

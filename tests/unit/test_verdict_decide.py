@@ -256,6 +256,19 @@ def test_invalid_abnormal_shutdown_keeps_the_monitor_kind() -> None:
     assert verdict.reason == "stale; shutdown has invalid owner ''"
 
 
+def test_job_failed_stands_over_the_trainers_own_cancellation() -> None:
+    """Soft-stopped because another index failed the Job, the trainer calls it a cancellation; the
+    sidecar knows why (same exit code, a more precise name). Any other classification still wins."""
+    cancelled = copy.deepcopy(ABNORMAL)
+    cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
+    stopped = ("job_failed", "the Job failed, so this pod was stopped: PodFailurePolicy")
+    verdict = run(monitor_failure=stopped, summary=outcome_of(cancelled))
+    assert (verdict.classification, verdict.exit_code) == ("job_failed", ExitCode.CANCELLED)
+    assert run(monitor_failure=stopped, summary=LEARNER).classification == "learner_failure"
+    plain = run(monitor_failure=("external_cancellation", "interrupted"), summary=outcome_of(cancelled))
+    assert plain.classification == "external_cancellation"
+
+
 def test_deadline_outranks_the_kill_it_caused() -> None:
     cancelled = copy.deepcopy(ABNORMAL)
     cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -65,7 +66,8 @@ class AttemptRow:
 EPILOG = (
     "exit codes: 0 the latest attempt passed (a multi-pod soak: every index's latest attempt "
     "passed and the Job is Complete, which needs jobs get); 1 it failed, has no verdict yet, or the "
-    "Job has no pods; 15 the API refused (RBAC: needs pods list); 64 bad kubeconfig or arguments; "
+    "Job has no pods; 15 the API refused (RBAC: needs pods list; events list shows the attempts "
+    "whose pods are gone); 64 bad kubeconfig or arguments; "
     "151 the API was unreachable"
 )
 
@@ -122,10 +124,15 @@ def run(args: argparse.Namespace) -> int:
             if args.wait:
                 _wait_for_job(client, namespace, args.job, args.wait)
             pods = job_pods(client, namespace, args.job)
+            events = _verdict_events(client, namespace)
     except SoakError as exc:
         print(f"soak-sidecar verdict: {exc}", file=sys.stderr)
         return int(exc.exit_code)
     rows = attempt_rows(pods, prefix=prefix, sidecar_container=args.sidecar_container)
+    rows = sorted(
+        rows + gone_rows(events, pods, job=args.job, prefix=prefix),
+        key=lambda r: (-1 if r.index is None else r.index, r.attempt),
+    )
     job = job_verdict(
         [AttemptOutcome(r.index, r.attempt, r.passed, r.indexes) for r in rows],
         job_condition=_job_condition(args, namespace) if any(r.index is not None for r in rows) else None,
@@ -168,6 +175,53 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_arguments(parser)
     return run(parser.parse_args(argv))
+
+
+def _verdict_events(client: KubeClient, namespace: str) -> list[Any]:
+    """The verdict Events of the namespace; none (with a note) when they cannot be listed."""
+    try:
+        return client.list_verdict_events(namespace)
+    except SoakError as exc:
+        print(f"soak-sidecar verdict: pods already gone are not shown: {exc}", file=sys.stderr)
+        return []
+
+
+def gone_rows(events: Sequence[Any], pods: Sequence[Any], *, job: str, prefix: str) -> list[AttemptRow]:
+    """Attempts whose pod is gone (the Job controller deletes the pods it stops when the Job fails),
+    from the verdict Event each sidecar posted with its verdict as annotations. Never counted as
+    passed: no kubelet record confirms them."""
+    present = {pod.metadata.uid for pod in pods}
+    # Pods of Job <job>: <job>-<5 chars>, or <job>-<index>-<5 chars> in an Indexed Job.
+    named = re.compile(rf"{re.escape(job)}-(?:[0-9]+-)?[a-z0-9]{{5}}")
+    latest: dict[str, tuple[Any, Publication]] = {}
+    for event in events:
+        involved = event.involved_object
+        pub = parse_annotations(event.metadata.annotations, prefix)
+        ours = involved is not None and named.fullmatch(involved.name or "") is not None
+        if pub is None or not ours or involved.uid in present:
+            continue
+        latest[involved.uid] = (event, pub)
+    rows = []
+    for event, pub in latest.values():
+        published = sanitize(pub.reason, 2048)
+        rows.append(
+            AttemptRow(
+                attempt=pub.attempt or 1,
+                pod=sanitize(event.involved_object.name, 2048),
+                index=pub.index,
+                indexes=pub.indexes,
+                phase="Gone",
+                verdict=sanitize(pub.status, 256),
+                classification=_shown(pub.classification),
+                exit_code=pub.exit_code,
+                reason=f"{published}; the pod is gone: as its verdict Event records it",
+                artifact=_shown(pub.artifact_uri),
+                artifact_sha256=_shown(pub.artifact_sha256),
+                source="event",
+                created=None,
+            )
+        )
+    return rows
 
 
 def job_pods(client: KubeClient, namespace: str, job: str) -> list[Any]:

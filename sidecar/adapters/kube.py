@@ -30,6 +30,7 @@ from sidecar.core.boot import ReferenceTime
 from sidecar.core.errors import ConfigError, ForbiddenError, PublishError, RefusedError, TransientError
 from sidecar.core.publication import (
     MAX_TERMINATION_MESSAGE_BYTES,
+    VERDICT_EVENT_REASONS,
     Publication,
     build_annotations,
     build_progress_annotations,
@@ -281,6 +282,20 @@ class KubeClient:
                 return f"{condition.reason or condition.type}: {condition.message or 'no message'}"
         return None
 
+    def list_verdict_events(self, namespace: str) -> list[Any]:
+        """Raw CoreV1Events of soak verdicts (reasons SoakPassed and SoakFailed) about pods."""
+        found: list[Any] = []
+        for reason in VERDICT_EVENT_REASONS:
+            selector = f"involvedObject.kind=Pod,reason={reason}"
+            result = self._call(
+                f"list events in {namespace} ({selector})",
+                lambda selector=selector: self._core.list_namespaced_event(  # type: ignore[misc]
+                    namespace, field_selector=selector, _request_timeout=self._timeout
+                ),
+            )
+            found.extend(result.items or [])
+        return found
+
     def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
         """Raw V1Pods matching ``label_selector``."""
         result = self._call(
@@ -315,8 +330,10 @@ class KubeClient:
         message: str,
         type_: str = "Normal",
         container: str | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> str:
-        """A core/v1 Event about the pod; returns its name.
+        """A core/v1 Event about the pod; returns its name. ``annotations``: the verdict's, so the
+        Event keeps it once the pod is gone (``soak-sidecar verdict`` reads them back).
 
         The name is fixed before the first try, so a retry after a lost response finds the
         Event already there (409) instead of recording it twice.
@@ -324,7 +341,9 @@ class KubeClient:
         now = datetime.now(timezone.utc)
         event_name = f"{pod_name[:_EVENT_NAME_STEM]}.{time.time_ns():016x}"
         body = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(name=event_name, namespace=namespace),
+            metadata=k8s.V1ObjectMeta(
+                name=event_name, namespace=namespace, annotations=dict(annotations) if annotations else None
+            ),
             involved_object=k8s.V1ObjectReference(
                 api_version="v1",
                 kind="Pod",
@@ -515,8 +534,9 @@ class PodPublisher:
             with _collect(errors):
                 write_termination_message(self._termination_log, termination_message(pub))
                 wrote = True
+        annotations = build_annotations(pub, self._prefix)
         with _collect(errors):
-            self._client.patch_annotations(self._namespace, self._pod, build_annotations(pub, self._prefix))
+            self._client.patch_annotations(self._namespace, self._pod, annotations)
             patched = True
         if self._events:
             with _collect(errors):
@@ -528,6 +548,7 @@ class PodPublisher:
                     message=event_message(pub),
                     type_=event_type(pub),
                     container=self._container,
+                    annotations={k: v for k, v in annotations.items() if v is not None},
                 )
                 evented = True
         return PublishOutcome(wrote, patched, evented, tuple(errors))

@@ -268,9 +268,12 @@ def parse_termination_message(text: str | None) -> Publication | None:
     return parse_annotations(fields, prefix="")
 
 
+VERDICT_EVENT_REASONS = ("SoakPassed", "SoakFailed")
+
+
 def event_reason(pub: Publication) -> str:
     """The Event's machine-readable reason (UpperCamelCase, as kubectl shows them)."""
-    return "SoakPassed" if pub.passed else "SoakFailed"
+    return VERDICT_EVENT_REASONS[0] if pub.passed else VERDICT_EVENT_REASONS[1]
 
 
 def event_type(pub: Publication) -> str:

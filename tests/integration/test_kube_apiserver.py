@@ -258,6 +258,31 @@ def test_verdict_cli_latest_passed(env: KubeEnv, capsys: pytest.CaptureFixture[s
     print(table)
 
 
+def test_verdict_cli_shows_a_pod_already_gone_from_its_verdict_event(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Job controller deletes the pods it stops when a Job fails: each sidecar's verdict Event
+    carries the verdict as annotations, so the attempt still has its row (never counted as passed)."""
+    job = new_job(env)
+    gone = f"{job[0]}-0-aaaaa"
+    stopped = verdict(classification="job_failed", reason="the Job failed", exit_code=17, index=0, indexes=2)
+    published_pod(env, job, gone, stopped)
+    failed = verdict(exit_code=10, classification="trainer_failure", index=1, indexes=2)
+    published_pod(env, job, f"{job[0]}-1-bbbbb", failed)
+    index = {"metadata": {"annotations": {verdict_cli.COMPLETION_INDEX_ANNOTATION: "1"}}}
+    env.core.patch_namespaced_pod(f"{job[0]}-1-bbbbb", env.namespace, index)
+    env.core.delete_namespaced_pod(gone, env.namespace, grace_period_seconds=0)
+    code, report = run_json(env, job[0], capsys)
+    assert code == 1
+    rows = [(a["index"], a["pod"], a["phase"], a["classification"], a["source"]) for a in report["attempts"]]
+    assert rows == [
+        (0, gone, "Gone", "job_failed", "event"),
+        (1, f"{job[0]}-1-bbbbb", "Failed", "trainer_failure", "annotations"),
+    ]
+    assert "the pod is gone" in report["attempts"][0]["reason"]
+    assert "index 0 attempt 1 did not pass" in report["reason"]
+
+
 def test_verdict_cli_trusts_the_kubelet_over_the_annotations(
     env: KubeEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:

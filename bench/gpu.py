@@ -1,9 +1,14 @@
-"""NVML time per sample with 8 mocked GPUs, through the real pynvml path.
+"""NVML time per sample with 8 mocked GPUs, through the real pynvml path; and what NVML events cost
+a sample.
 
 Prints, for one process: the backend's ``nvml_time_ms`` for a cheap sample (device metrics only)
 and for a sample that also queries the process lists, and as a baseline measured in the same run,
 the bare pynvml calls the backend makes per device (no model building, no error mapping).
 Real GPUs answer slower than the mock; these figures bound the sidecar's own overhead.
+
+Then the event thread under a storm (64 XID and ECC events per GPU within two seconds): the wall
+time of whole samples taken meanwhile, against the same samples with no events (both measured in
+this run); the difference is what events cost a sample (the target: never more than 10 ms).
 
     python bench/gpu.py [--samples N]
 """
@@ -28,10 +33,16 @@ from sidecar.settings import GpuSettings
 DEVICES = 8
 
 
-def scenario() -> Scenario:
+EVENTS_PER_GPU = 64
+STORM_S = 2.0
+
+
+def scenario(*, storm: bool = False) -> Scenario:
+    """8 GPUs; ``storm``: on the seconds clock, each emits EVENTS_PER_GPU events within STORM_S."""
+    kinds = ("xid", "ecc_single_bit", "ecc_double_bit")
     return Scenario.model_validate(
         {
-            "time_unit": "samples",
+            "time_unit": "seconds" if storm else "samples",
             "devices": [
                 {
                     "uuid": f"GPU-{i:08x}-0000-4000-8000-000000000000",
@@ -40,6 +51,10 @@ def scenario() -> Scenario:
                     "processes": [
                         {"pid": 1000 + i, "used_memory_mib": 900},
                         {"pid": 2000 + i, "used_memory_mib": 90},
+                    ],
+                    "events": [
+                        {"at": 0.1 + STORM_S * n / EVENTS_PER_GPU, "type": kinds[n % 3], "data": 31}
+                        for n in range(EVENTS_PER_GPU if storm else 0)
                     ],
                 }
                 for i in range(DEVICES)
@@ -57,6 +72,7 @@ def bare_calls(handles: list[object]) -> None:
         pynvml.nvmlDeviceGetPowerUsage(h)
         pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
         pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)
+        pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
 
 
 def summary(name: str, values_ms: list[float]) -> str:
@@ -68,25 +84,64 @@ def summary(name: str, values_ms: list[float]) -> str:
     )
 
 
+def opened(scratch: Path, lib_dir: Path, *, storm: bool) -> NvmlGpuBackend:
+    scenario_path = scratch / f"bench-{storm}.json"
+    scenario_path.write_text(scenario(storm=storm).model_dump_json(by_alias=True), encoding="utf-8")
+    settings = GpuSettings.model_validate(
+        {
+            "backend": "mock",
+            "mock_library_dir": lib_dir,
+            "mock_scenario": scenario_path,
+            "process_interval_s": 1.0,
+        }
+    )
+    backend = open_gpu(settings, None)
+    assert isinstance(backend, NvmlGpuBackend), backend.sample(set(), 0.0).reason
+    return backend
+
+
+def sample_walls_ms(backend: NvmlGpuBackend, seconds: float) -> tuple[list[float], int]:
+    """Wall time of whole samples taken back to back for ``seconds``, and the events they carried."""
+    walls: list[float] = []
+    events = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        start = time.perf_counter()
+        sample = backend.sample(set(), 0.5)
+        walls.append((time.perf_counter() - start) * 1000.0)
+        events += len(sample.events)
+    return walls, events
+
+
+def event_storm(scratch: Path, lib_dir: Path) -> None:
+    results = {}
+    for storm in (False, True):
+        backend = opened(scratch, lib_dir, storm=storm)
+        try:
+            results[storm] = sample_walls_ms(backend, STORM_S + 0.5)
+        finally:
+            backend.close()
+    (quiet, _), (stormy, received) = results[False], results[True]
+    expected = DEVICES * EVENTS_PER_GPU
+    print(f"event storm: {received}/{expected} events received within {STORM_S + 0.5:g} s")
+    print(summary("sample wall time, no events (baseline)", quiet))
+    print(summary("sample wall time, during the storm", stormy))
+    worst = max(stormy) - statistics.median(quiet)
+    print(
+        f"events' cost to a sample: median {statistics.median(stormy) - statistics.median(quiet):+.3f} ms, "
+        f"worst sample over the baseline median {worst:+.3f} ms (target < 10 ms)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=2000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        lib_dir = Path(scratch) / "lib"
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        lib_dir = scratch / "lib"
         build_mock_library(lib_dir)
-        scenario_path = Path(scratch) / "bench.json"
-        scenario_path.write_text(scenario().model_dump_json(by_alias=True), encoding="utf-8")
-        settings = GpuSettings.model_validate(
-            {
-                "backend": "mock",
-                "mock_library_dir": lib_dir,
-                "mock_scenario": scenario_path,
-                "process_interval_s": 1.0,
-            }
-        )
-        backend = open_gpu(settings, None)
-        assert isinstance(backend, NvmlGpuBackend), backend.sample(set(), 0.0).reason
+        backend = opened(scratch, lib_dir, storm=False)
         try:
             tree = {1000 + i for i in range(DEVICES)}
             first = backend.sample(tree, 0.0)  # includes the process lists
@@ -111,6 +166,10 @@ def main() -> None:
     base = statistics.median(bare)
     print(f"ratio device-metrics sample / baseline: {statistics.median(cheap) / base:5.2f}x")
     print(f"ratio process-list sample / baseline:   {statistics.median(with_processes) / base:5.2f}x")
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        build_mock_library(scratch / "lib")
+        event_storm(scratch, scratch / "lib")
 
 
 if __name__ == "__main__":

@@ -499,6 +499,13 @@ class GpuSettings(_Group):
         le=DAY_S,
         description="Seconds between (expensive) per-process NVML queries. Default 15.",
     )
+    fail_on_slowdown_s: float | None = Field(
+        None,
+        gt=0,
+        le=DAY_S,
+        description="Seconds of unbroken hardware slowdown (HW slowdown, HW thermal, power brake) that "
+        "make a GPU fault (150, retried on another node). Default none: reported, never a failure.",
+    )
 
     @model_validator(mode="after")
     def _backend_consistent(self) -> GpuSettings:

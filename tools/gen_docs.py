@@ -1,7 +1,8 @@
-"""Regenerate the README's configuration and exit-code tables from the code (one source of truth).
+"""Regenerate the docs' tables from the code (one source of truth): the README's configuration and
+exit-code tables, and docs/gpu-health.md's XID table.
 
-    python tools/gen_docs.py          # rewrite README.md in place
-    python tools/gen_docs.py --check  # exit 1 when README.md is stale (the test suite runs this)
+    python tools/gen_docs.py          # rewrite them in place
+    python tools/gen_docs.py --check  # exit 1 when one is stale (the test suite runs this)
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sidecar.core.gpu_health import XID_CATALOG
 from sidecar.core.verdict import exit_code_table_markdown
 from sidecar.settings import Settings
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+GPU_HEALTH = ROOT / "docs" / "gpu-health.md"
 
 
 def _default(value: Any) -> str:
@@ -39,29 +43,52 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
-def render(readme: str) -> str:
-    for marker, table in (("settings", settings_table()), ("exit-codes", exit_code_table_markdown())):
+def xid_table() -> str:
+    blame = {
+        "gpu": "the GPU or its node: `gpu_fault` (150, retried on another node)",
+        "application": "the application: recorded against the trainer, never a GPU fault",
+    }
+    rows = ["| XID | meaning | blames |", "|---|---|---|"]
+    rows += [
+        f"| {xid} | {entry.meaning} | {blame[entry.cause]} |" for xid, entry in sorted(XID_CATALOG.items())
+    ]
+    return "\n".join(rows)
+
+
+def fill(text: str, name: str, tables: dict[str, str]) -> str:
+    for marker, table in tables.items():
         begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
-        head, _, rest = readme.partition(begin)
+        head, _, rest = text.partition(begin)
         _, _, tail = rest.partition(end)
         if not rest:
-            raise SystemExit(f"README.md lacks the {begin} marker")
-        readme = f"{head}{begin}\n{table}\n{end}{tail}"
-    return readme
+            raise SystemExit(f"{name} lacks the {begin} marker")
+        text = f"{head}{begin}\n{table}\n{end}{tail}"
+    return text
+
+
+def render(readme: str) -> str:
+    return fill(readme, "README.md", {"settings": settings_table(), "exit-codes": exit_code_table_markdown()})
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    current = README.read_text(encoding="utf-8")
-    fresh = render(current)
-    if args.check:
-        if fresh != current:
-            print("README.md is stale: run python tools/gen_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(fresh, encoding="utf-8")
+    stale = []
+    for path, refresh in (
+        (README, render),
+        (GPU_HEALTH, lambda text: fill(text, GPU_HEALTH.name, {"xids": xid_table()})),
+    ):
+        current = path.read_text(encoding="utf-8")
+        fresh = refresh(current)
+        if fresh == current:
+            continue
+        stale.append(path.name)
+        if not args.check:
+            path.write_text(fresh, encoding="utf-8")
+    if args.check and stale:
+        print(f"{', '.join(stale)} stale: run python tools/gen_docs.py", file=sys.stderr)
+        return 1
     return 0
 
 

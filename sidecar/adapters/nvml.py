@@ -22,7 +22,9 @@ from typing import Any, Literal, TypeVar
 
 import pynvml
 
+from sidecar.adapters.nvml_events import EventWatcher
 from sidecar.core.errors import ConfigError, GpuUnavailableError
+from sidecar.core.gpu_health import clock_reason_names
 from sidecar.core.gpu_select import DeviceSelection, attribute, resolve_selection, select_devices
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import GpuDevice, GpuProcess, GpuSample
@@ -75,6 +77,8 @@ class _Device:
     process_problem: str | None = None
     ecc_uncorrected: int | None = None
     retired_pages: int | None = None
+    health: dict[str, Any] = field(default_factory=dict)  # GpuDevice health fields, slow cadence
+    nvlink_links: int | None = None  # links the device has, once scanned
 
 
 class NullGpuBackend:
@@ -109,6 +113,7 @@ class NvmlGpuBackend:
         self._notes = notes
         self._last_slow: float | None = None
         self._closed = False
+        self._events = EventWatcher([(d.index, d.uuid, d.handle) for d in devices if d.handle is not None])
 
     @classmethod
     def open(cls, selection: DeviceSelection, process_interval_s: float) -> NvmlGpuBackend:
@@ -192,16 +197,10 @@ class NvmlGpuBackend:
         nvml_time_ms = (time.perf_counter() - started) * 1000.0
 
         processes = [
-            GpuProcess(
-                pid=pid,
-                device_uuid=dev.uuid,
-                used_memory_mib=used,
-                kind=kind,
-                in_tree=pid in tree_pids,
-            )
+            GpuProcess(pid=p, device_uuid=dev.uuid, used_memory_mib=used, kind=kind, in_tree=p in tree_pids)
             for dev in self._devices
             if dev.fault is None
-            for pid, used, kind in dev.processes
+            for p, used, kind in dev.processes
         ]
         reasons = list(self._notes)
         problems = [
@@ -238,12 +237,15 @@ class NvmlGpuBackend:
             nvml_time_ms=nvml_time_ms,
             processes_age_s=None if self._last_slow is None else max(0.0, now_monotonic - self._last_slow),
             driver_version=self._driver_version,
+            events=self._events.drain(),
+            events_unavailable=self._events.unavailable,
         )
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._events.close()
         # Shutting down a library that already failed changes nothing for the run.
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
@@ -257,6 +259,7 @@ class NvmlGpuBackend:
         if dev.fault is None:
             try:
                 self._read_fast(dev, record)
+                self._read_clock_reasons(dev, record)
                 if slow_due:
                     self._read_slow(dev, record)
             except _DeviceFaultError as fault:
@@ -265,6 +268,8 @@ class NvmlGpuBackend:
         record.fault = dev.fault
         record.ecc_uncorrected = dev.ecc_uncorrected
         record.retired_pages = dev.retired_pages
+        for name, value in dev.health.items():
+            setattr(record, name, value)
         record.unavailable = sorted(dev.unsupported)
         return record
 
@@ -339,6 +344,22 @@ class NvmlGpuBackend:
         if mem_clock is not None:
             record.mem_clock_mhz = float(mem_clock)
 
+    def _read_clock_reasons(self, dev: _Device, record: GpuDevice) -> None:
+        handle = dev.handle
+        reasons = self._query(
+            dev, record, "clock_event_reasons", lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        )
+        if reasons is None and "clock_event_reasons" in dev.unsupported:
+            # Drivers before 535 name it "throttle reasons"; the bits are the same.
+            reasons = self._query(
+                dev,
+                record,
+                "clock_throttle_reasons",
+                lambda: pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(handle),
+            )
+        if reasons is not None:
+            record.clock_event_reasons = clock_reason_names(int(reasons))
+
     def _read_slow(self, dev: _Device, record: GpuDevice) -> None:
         handle = dev.handle
         dev.ecc_uncorrected = self._query(
@@ -363,6 +384,7 @@ class NvmlGpuBackend:
                 )
             ),
         )
+        self._read_health(dev, record)
         processes: list[tuple[int, float | None, ProcessKind]] = []
         for kind, metric, query in _PROCESS_LISTS:
             entries = self._query(dev, record, metric, lambda query=query: query(handle))  # type: ignore[misc]
@@ -377,6 +399,68 @@ class NvmlGpuBackend:
                 used = None if entry.usedGpuMemory is None else entry.usedGpuMemory / _MIB
                 processes.append((int(entry.pid), used, kind))
         dev.processes = processes
+
+    def _read_health(self, dev: _Device, record: GpuDevice) -> None:
+        """Row remapping, pending retirements, PCIe replays, NVLink errors (NOT_SUPPORTED: unavailable)."""
+        handle, health = dev.handle, dev.health
+        rows = self._query(dev, record, "remapped_rows", lambda: pynvml.nvmlDeviceGetRemappedRows(handle))
+        if rows is not None:
+            corr, unc, pending, failure = (int(value) for value in rows)
+            health.update(
+                remapped_rows_correctable=corr,
+                remapped_rows_uncorrectable=unc,
+                row_remap_pending=bool(pending),
+                row_remap_failure=bool(failure),
+            )
+        pending_pages = self._query(
+            dev,
+            record,
+            "retired_pages_pending",
+            lambda: pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle),
+        )
+        if pending_pages is not None:
+            health["retired_pages_pending"] = bool(pending_pages)
+        replays = self._query(
+            dev, record, "pcie_replay", lambda: pynvml.nvmlDeviceGetPcieReplayCounter(handle)
+        )
+        if replays is not None:
+            health["pcie_replay_count"] = int(replays)
+        nvlink = self._query(dev, record, "nvlink", lambda: _nvlink_errors(dev))
+        if nvlink is not None:
+            active, crc, replay, recovery = nvlink
+            health.update(
+                nvlink_active_links=active,
+                nvlink_crc_errors=crc,
+                nvlink_replay_errors=replay,
+                nvlink_recovery_errors=recovery,
+            )
+
+
+_NVLINK_CRC = (pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)
+
+
+def _nvlink_errors(dev: _Device) -> tuple[int, int, int, int]:
+    """Active links and their CRC, replay and recovery errors, summed. NOT_SUPPORTED (no NVLink)
+    propagates; a link past the device's last ends the scan (INVALID_ARGUMENT)."""
+    active = crc = replay = recovery = 0
+    links = dev.nvlink_links if dev.nvlink_links is not None else pynvml.NVML_NVLINK_MAX_LINKS
+    for link in range(links):
+        try:
+            up = pynvml.nvmlDeviceGetNvLinkState(dev.handle, link)
+        except pynvml.NVMLError as exc:
+            if exc.value != pynvml.NVML_ERROR_INVALID_ARGUMENT or link == 0:
+                raise
+            links = link
+            break
+        if not up:
+            continue
+        active += 1
+        count = pynvml.nvmlDeviceGetNvLinkErrorCounter
+        crc += sum(int(count(dev.handle, link, counter)) for counter in _NVLINK_CRC)
+        replay += int(count(dev.handle, link, pynvml.NVML_NVLINK_ERROR_DL_REPLAY))
+        recovery += int(count(dev.handle, link, pynvml.NVML_NVLINK_ERROR_DL_RECOVERY))
+    dev.nvlink_links = links
+    return active, crc, replay, recovery
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def build_artifact(
         ),
         deadline=_deadline_info(ports, evidence, verdict),
         samples=recorder.series(None, None),
-        resource_summary=recorder.summary,
+        resource_summary=recorder.resource_summary(),
         shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
         post_shutdown=PostShutdown(
             residual_processes=list(evidence.residuals),

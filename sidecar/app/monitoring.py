@@ -188,7 +188,9 @@ def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Obse
     expired = going.preflight.clock.expired(clock.wall(), clock.monotonic())
     if due == "sample":
         sample = sampler.take(now, going.started)
-        return Observation(sample.progress, sample.gpu.fault, lock_lost, expired), sample
+        # A lost GPU, or a health rule (XID, row remap, ECC, ...) on what the samples showed.
+        fault = sample.gpu.fault or sampler.recorder.summary.gpu_fault
+        return Observation(sample.progress, fault, lock_lost, expired), sample
     progress = ports.progress.sample() if due == "liveness" else None
     return Observation(progress, None, lock_lost, expired), None
 

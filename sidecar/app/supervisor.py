@@ -38,6 +38,7 @@ from sidecar.core.errors import (
     TransientError,
 )
 from sidecar.core.exitcodes import ExitCode
+from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import GpuDevice
 from sidecar.settings import Settings
@@ -172,7 +173,11 @@ class Supervisor:
         """Heartbeat and go-ahead, then monitoring until the launcher exits; samples streamed."""
         with self._session.going(self._settings, self._started, going.preflight):
             samples = files.open_samples(SAMPLES_FILE)
-            recorder = SampleRecorder(samples.write_line, self._settings.monitor.series_points)
+            recorder = SampleRecorder(
+                samples.write_line,
+                self._settings.monitor.series_points,
+                GpuHealthTracker(self._settings.gpu.fail_on_slowdown_s),
+            )
             try:
                 watched = watch(
                     going,

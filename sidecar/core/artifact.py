@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sidecar.core.gpu_health import GpuHealthSummary, GpuHealthTracker
 from sidecar.core.samples import GpuSample, ProcessTreeSample, ProgressSample, ResidualProcess, Sample
 
 ARTIFACT_SCHEMA_VERSION = "2.0.0"
@@ -100,6 +101,9 @@ class ResourceSummary(_Model):
         default=None, description="Why there is no GPU data (no NVML, no GPUs for the trainer, off)."
     )
     gpu_fault: str | None = None
+    gpu_health: GpuHealthSummary | None = Field(
+        default=None, description="XID/ECC events, row remapping, clock-event reasons, link errors."
+    )
     nvml_time_ms_max: float | None = None
     residual_process_count: int = 0
     run_summary_figures: dict[str, Any] = Field(
@@ -198,8 +202,14 @@ class SampleRecorder:
     (imports, model load) nor its teardown (a zombie holds no fds) reads as growth or hides it.
     """
 
-    def __init__(self, write_line: Callable[[str], None] | None, series_points: int) -> None:
+    def __init__(
+        self,
+        write_line: Callable[[str], None] | None,
+        series_points: int,
+        health: GpuHealthTracker | None = None,
+    ) -> None:
         self._write_line = write_line
+        self.health = health or GpuHealthTracker()
         self._capacity = max(16, series_points)
         self._stride = 1
         self._series: list[SeriesPoint] = []
@@ -244,13 +254,22 @@ class SampleRecorder:
             first = self._first_steady.process
             s.rss_growth_kib = proc.rss_kib_total - first.rss_kib_total
             s.fd_growth = proc.fd_count_total - first.fd_count_total
-        self._aggregate_gpu(sample.gpu, steady=steady)
+        self._aggregate_gpu(sample.gpu, sample.elapsed_s, steady=steady)
 
-    def _aggregate_gpu(self, gpu: GpuSample, *, steady: bool) -> None:
+    def resource_summary(self) -> ResourceSummary:
+        """The summary for the artifact, with the GPU health figures once GPUs were sampled."""
+        if not self.health.observed:
+            return self.summary
+        return self.summary.model_copy(update={"gpu_health": self.health.summary()})
+
+    def _aggregate_gpu(self, gpu: GpuSample, t: float, *, steady: bool) -> None:
         s = self.summary
         if not gpu.available:
             s.gpu_unavailable_reason = s.gpu_unavailable_reason or gpu.reason
             return
+        health_fault = self.health.observe(gpu, t)
+        if health_fault and s.gpu_fault is None:
+            s.gpu_fault = health_fault
         s.max_gpu_used_memory_mib = _max(s.max_gpu_used_memory_mib, gpu.used_memory_mib_total)
         s.nvml_time_ms_max = _max(s.nvml_time_ms_max, gpu.nvml_time_ms)
         # A sample taken after the trainer exited (the launcher still cleaning up) finds no

@@ -83,6 +83,30 @@ class GpuDevice(_Model):
         default_factory=dict, description="Metrics that failed in this sample (other NVML errors)."
     )
     fault: str | None = Field(default=None, description="Hardware fault (GPU lost, reset needed).")
+    # Health (read with the process lists, every gpu.process_interval_s; clock reasons every sample).
+    clock_event_reasons: list[str] | None = Field(
+        default=None, description="Active clock-event (throttle) reasons, by name."
+    )
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    row_remap_pending: bool | None = None
+    row_remap_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+    pcie_replay_count: int | None = None
+    nvlink_active_links: int | None = None
+    nvlink_crc_errors: int | None = Field(default=None, description="Flit and data CRC errors, all links.")
+    nvlink_replay_errors: int | None = None
+    nvlink_recovery_errors: int | None = None
+
+
+class GpuEvent(_Model):
+    """One NVML event (XID, ECC) as the event thread received it."""
+
+    t_wall: float
+    device_index: int
+    device_uuid: str
+    kind: Literal["xid", "ecc_single_bit", "ecc_double_bit"]
+    data: int = Field(description="The XID number; for ECC events, NVML's event data.")
 
 
 class GpuProcess(_Model):
@@ -111,6 +135,10 @@ class GpuSample(_Model):
         default=None, description="Age of the process list (queried every gpu.process_interval_s)."
     )
     driver_version: str | None = None
+    events: list[GpuEvent] = Field(default_factory=list, description="Events since the previous sample.")
+    events_unavailable: str | None = Field(
+        default=None, description="Why NVML events are not watched (no event API, not supported)."
+    )
 
 
 class Sample(_Model):

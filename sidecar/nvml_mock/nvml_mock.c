@@ -101,14 +101,41 @@ enum {
     F_GRAPHICS_PROCESSES,
     F_NAME,
     F_UUID,
+    F_EVENTS,
+    F_REMAPPED_ROWS,
+    F_RETIRED_PAGES_PENDING,
+    F_CLOCK_EVENT_REASONS,
+    F_CLOCK_THROTTLE_REASONS,
+    F_PCIE_REPLAY,
+    F_NVLINK,
     F_COUNT
 };
 
 static const char *const function_keys[F_COUNT] = {
     "memory", "memory_v2", "utilization", "temperature", "temperature_v", "power", "clock_graphics",
     "clock_sm", "clock_mem", "ecc", "retired_pages", "compute_processes", "graphics_processes", "name",
-    "uuid",
+    "uuid", "events", "remapped_rows", "retired_pages_pending", "clock_event_reasons",
+    "clock_throttle_reasons", "pcie_replay", "nvlink",
 };
+
+#define MAX_EVENTS 64
+#define MAX_LINKS 36 /* NVML_NVLINK_MAX_LINKS */
+/* nvmlEventType*: the kinds a scenario can emit, all that nvmlDeviceGetSupportedEventTypes reports. */
+#define EVENT_SINGLE_BIT_ECC 0x1ULL
+#define EVENT_DOUBLE_BIT_ECC 0x2ULL
+#define EVENT_XID_CRITICAL 0x8ULL
+#define SUPPORTED_EVENTS (EVENT_SINGLE_BIT_ECC | EVENT_DOUBLE_BIT_ECC | EVENT_XID_CRITICAL)
+
+typedef struct {
+    double at;
+    unsigned long long type;
+    unsigned long long data;
+} mock_event;
+
+typedef struct {
+    int active;
+    unsigned long long counters[4]; /* NVML_NVLINK_ERROR_DL_REPLAY, _RECOVERY, _CRC_FLIT, _CRC_DATA */
+} mock_link;
 
 typedef struct {
     int count;
@@ -136,13 +163,21 @@ typedef struct mock_device {
     series used_mib;
     unsigned int util_gpu, util_mem, temperature_c, power_mw;
     unsigned int clock_graphics, clock_sm, clock_mem;
-    unsigned long long ecc_uncorrected;
+    series ecc_uncorrected; /* errors counted so far: a soak's new ones are a GPU fault */
     unsigned int retired_sbe, retired_dbe;
     injected_error errors[F_COUNT];
     double lost_at, reset_at; /* < 0: never */
     int process_count;
     mock_process processes[MAX_PROCS];
     unsigned long samples; /* memory queries so far: the "samples" time unit */
+    int event_count;
+    mock_event events[MAX_EVENTS]; /* sorted by time */
+    unsigned int remap_corr, remap_unc, remap_pending, remap_failure;
+    unsigned int retired_pending;
+    series clock_reasons; /* a step function: the mask of the last point at or before t */
+    series pcie_replay;
+    int link_count;
+    mock_link links[MAX_LINKS];
 } mock_device;
 
 typedef mock_device *nvmlDevice_t;
@@ -156,6 +191,7 @@ static int time_in_samples;
 static int device_count;
 static mock_device devices[MAX_DEVICES];
 static struct timespec init_time;
+static int no_event_api; /* a driver older than the event API: every event call is FUNCTION_NOT_FOUND */
 
 /* Exported so the sidecar can tell this mock from a real driver library. */
 int soak_nvml_mock_version(void) { return 1; }
@@ -196,6 +232,15 @@ static double series_at(const series *s, double t) {
         }
     }
     return s->v[s->count - 1];
+}
+
+/* The value of the last point at or before t: masks and counts step, they do not ramp. */
+static unsigned long long step_at(const series *s, double t) {
+    double value = 0;
+    for (int i = 0; i < s->count && s->t[i] <= t; i++) {
+        value = s->v[i];
+    }
+    return (unsigned long long)value;
 }
 
 /* "t:v,t:v,..." */
@@ -272,12 +317,50 @@ static int apply_process_key(mock_device *dev, int pi, const char *key, const ch
     return -1;
 }
 
+/* "at,type,data" */
+static int apply_event_key(mock_device *dev, int ei, const char *value) {
+    if (ei < 0 || ei >= MAX_EVENTS) {
+        return -1;
+    }
+    if (ei >= dev->event_count) {
+        dev->event_count = ei + 1;
+    }
+    mock_event *event = &dev->events[ei];
+    return sscanf(value, "%lf,%llu,%llu", &event->at, &event->type, &event->data) == 3 ? 0 : -1;
+}
+
+/* "active,replay,recovery,crc_flit,crc_data" */
+static int apply_link_key(mock_device *dev, int li, const char *value) {
+    if (li < 0 || li >= MAX_LINKS) {
+        return -1;
+    }
+    if (li >= dev->link_count) {
+        dev->link_count = li + 1;
+    }
+    mock_link *link = &dev->links[li];
+    unsigned long long *c = link->counters;
+    return sscanf(value, "%d,%llu,%llu,%llu,%llu", &link->active, &c[0], &c[1], &c[2], &c[3]) == 5 ? 0 : -1;
+}
+
 static int apply_device_key(mock_device *dev, const char *key, const char *value) {
     int pi = 0;
     int consumed = 0;
     if (sscanf(key, "p%d.%n", &pi, &consumed) == 1 && consumed > 0) {
         return apply_process_key(dev, pi, key + consumed, value);
     }
+    if (sscanf(key, "event%d%n", &pi, &consumed) == 1 && key[consumed] == '\0') {
+        return apply_event_key(dev, pi, value);
+    }
+    if (sscanf(key, "link%d%n", &pi, &consumed) == 1 && key[consumed] == '\0') {
+        return apply_link_key(dev, pi, value);
+    }
+    if (strcmp(key, "remapped_rows") == 0) {
+        return sscanf(value, "%u,%u,%u,%u", &dev->remap_corr, &dev->remap_unc, &dev->remap_pending,
+                      &dev->remap_failure) == 4 ? 0 : -1;
+    }
+    if (strcmp(key, "retired_pending") == 0) return parse_uint(value, &dev->retired_pending);
+    if (strcmp(key, "clock_reasons") == 0) return parse_series(value, &dev->clock_reasons);
+    if (strcmp(key, "pcie_replay") == 0) return parse_series(value, &dev->pcie_replay);
     if (strncmp(key, "err.", 4) == 0) {
         for (int f = 0; f < F_COUNT; f++) {
             if (strcmp(key + 4, function_keys[f]) == 0) {
@@ -306,11 +389,7 @@ static int apply_device_key(mock_device *dev, const char *key, const char *value
     if (strcmp(key, "clock_mem") == 0) return parse_uint(value, &dev->clock_mem);
     if (strcmp(key, "retired_sbe") == 0) return parse_uint(value, &dev->retired_sbe);
     if (strcmp(key, "retired_dbe") == 0) return parse_uint(value, &dev->retired_dbe);
-    if (strcmp(key, "ecc_uncorrected") == 0) {
-        char *end = NULL;
-        dev->ecc_uncorrected = strtoull(value, &end, 10);
-        return (end == value || *end != '\0') ? -1 : 0;
-    }
+    if (strcmp(key, "ecc_uncorrected") == 0) return parse_series(value, &dev->ecc_uncorrected);
     if (strcmp(key, "lost_at") == 0) return parse_double(value, &dev->lost_at);
     if (strcmp(key, "reset_at") == 0) return parse_double(value, &dev->reset_at);
     return -1;
@@ -335,6 +414,7 @@ static int apply_key(const char *key, const char *value, int *init_error) {
         return (time_in_samples || strcmp(value, "seconds") == 0) ? 0 : -1;
     }
     if (strcmp(key, "init_error") == 0) return sscanf(value, "%d", init_error) == 1 ? 0 : -1;
+    if (strcmp(key, "no_event_api") == 0) return sscanf(value, "%d", &no_event_api) == 1 ? 0 : -1;
     if (strcmp(key, "device_count") == 0) {
         if (sscanf(value, "%d", &device_count) != 1 || device_count < 0 || device_count > MAX_DEVICES) {
             return -1;
@@ -362,6 +442,7 @@ static nvmlReturn_t load_scenario(void) {
     memset(devices, 0, sizeof devices);
     device_count = 0;
     time_in_samples = 0;
+    no_event_api = 0;
     snprintf(driver_version, sizeof driver_version, "%s", "535.129.03");
     int init_error = 0;
     char line[8192];
@@ -708,7 +789,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, in
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     }
     /* Corrected errors are not modelled; uncorrected ones are the same for volatile and aggregate. */
-    *count = error_type == 1 ? device->ecc_uncorrected : 0;
+    *count = error_type == 1 ? (unsigned long long)step_at(&device->ecc_uncorrected, device_time(device)) : 0;
     return leave(NVML_SUCCESS);
 }
 
@@ -858,4 +939,195 @@ nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsig
 nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
                                                       nvmlProcessInfo_t *infos) {
     return running_processes(device, 1, count, infos);
+}
+
+/* ---- health: row remapping, pending retirements, clock event reasons, PCIe replays, NVLink ---- */
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    nvmlReturn_t ret = enter(device, F_REMAPPED_ROWS, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (corr == NULL || unc == NULL || pending == NULL || failure == NULL) {
+        return leave(NVML_ERROR_INVALID_ARGUMENT);
+    }
+    *corr = device->remap_corr;
+    *unc = device->remap_unc;
+    *pending = device->remap_pending;
+    *failure = device->remap_failure;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, int *pending) {
+    nvmlReturn_t ret = enter(device, F_RETIRED_PAGES_PENDING, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (pending == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *pending = device->retired_pending ? 1 : 0;
+    return leave(NVML_SUCCESS);
+}
+
+static nvmlReturn_t clock_reasons(nvmlDevice_t device, int f, unsigned long long *reasons) {
+    nvmlReturn_t ret = enter(device, f, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (reasons == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *reasons = step_at(&device->clock_reasons, device_time(device));
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    return clock_reasons(device, F_CLOCK_EVENT_REASONS, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
+    return clock_reasons(device, F_CLOCK_THROTTLE_REASONS, reasons);
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {
+    nvmlReturn_t ret = enter(device, F_PCIE_REPLAY, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (value == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *value = (unsigned int)series_at(&device->pcie_replay, device_time(device));
+    return leave(NVML_SUCCESS);
+}
+
+/* A device without NVLink answers NOT_SUPPORTED; a link past the device's last, INVALID_ARGUMENT. */
+static nvmlReturn_t enter_link(nvmlDevice_t device, unsigned int link) {
+    nvmlReturn_t ret = enter(device, F_NVLINK, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (device->link_count == 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    if (link >= (unsigned int)device->link_count) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, int *active) {
+    nvmlReturn_t ret = enter_link(device, link);
+    if (ret != NVML_SUCCESS) return ret;
+    if (active == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *active = device->links[link].active ? 1 : 0;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, unsigned int link, int counter,
+                                             unsigned long long *value) {
+    nvmlReturn_t ret = enter_link(device, link);
+    if (ret != NVML_SUCCESS) return ret;
+    if (value == NULL || counter < 0 || counter > 4) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    /* NVML_NVLINK_ERROR_DL_ECC_DATA (4) is not modelled: zero, as on links without ECC errors. */
+    *value = counter < 4 ? device->links[link].counters[counter] : 0;
+    return leave(NVML_SUCCESS);
+}
+
+/* ---- events: XID and ECC through an event set, as the device plugin and DCGM read them ---- */
+
+typedef struct mock_event_set {
+    unsigned long long mask[MAX_DEVICES];
+    int next[MAX_DEVICES]; /* the first event of each device not yet delivered or skipped */
+} mock_event_set;
+
+typedef mock_event_set *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    pthread_mutex_lock(&lock);
+    nvmlReturn_t ret = NVML_SUCCESS;
+    if (no_event_api) {
+        ret = NVML_ERROR_FUNCTION_NOT_FOUND;
+    } else if (refcount == 0) {
+        ret = NVML_ERROR_UNINITIALIZED;
+    } else if (set == NULL) {
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        *set = calloc(1, sizeof(mock_event_set));
+        ret = *set == NULL ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+    }
+    pthread_mutex_unlock(&lock);
+    return ret;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    if (no_event_api) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (set == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    free(set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    if (no_event_api) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t ret = enter(device, F_EVENTS, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (types == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    *types = SUPPORTED_EVENTS;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set) {
+    if (no_event_api) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t ret = enter(device, F_EVENTS, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (set == NULL) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    if ((types & ~SUPPORTED_EVENTS) != 0) return leave(NVML_ERROR_NOT_SUPPORTED);
+    int index = (int)(device - devices);
+    /* Only what happens from now on is delivered, as with a real driver. */
+    double t = device_time(device);
+    int next = 0;
+    while (next < device->event_count && device->events[next].at < t) next++;
+    if (set->mask[index] == 0) set->next[index] = next;
+    set->mask[index] |= types;
+    return leave(NVML_SUCCESS);
+}
+
+/* Called with the lock held: the next due event of a registered type, or 0. */
+static int next_event(mock_event_set *set, nvmlEventData_t *data) {
+    for (int i = 0; i < device_count; i++) {
+        mock_device *dev = &devices[i];
+        if (set->mask[i] == 0) continue;
+        double t = device_time(dev);
+        while (set->next[i] < dev->event_count && dev->events[set->next[i]].at <= t) {
+            const mock_event *event = &dev->events[set->next[i]++];
+            if ((event->type & set->mask[i]) != 0) {
+                data->device = dev;
+                data->eventType = event->type;
+                data->eventData = event->data;
+                data->gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+                data->computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Blocks up to timeoutms without holding the library lock, so other calls go on meanwhile. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (no_event_api) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (set == NULL || data == NULL) return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        pthread_mutex_lock(&lock);
+        if (refcount == 0) {
+            pthread_mutex_unlock(&lock);
+            return NVML_ERROR_UNINITIALIZED;
+        }
+        int found = next_event(set, data);
+        pthread_mutex_unlock(&lock);
+        if (found) return NVML_SUCCESS;
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double waited_ms = (double)(now.tv_sec - start.tv_sec) * 1e3 + (double)(now.tv_nsec - start.tv_nsec) / 1e6;
+        if (waited_ms >= (double)timeoutms) return NVML_ERROR_TIMEOUT;
+        double nap_ms = (double)timeoutms - waited_ms < 2.0 ? (double)timeoutms - waited_ms : 2.0;
+        struct timespec nap = {0, (long)(nap_ms * 1e6)};
+        nanosleep(&nap, NULL);
+    }
+}
+
+nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    return nvmlEventSetWait_v2(set, data, timeoutms);
 }

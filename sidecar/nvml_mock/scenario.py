@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sidecar.core.errors import ConfigError
+from sidecar.core.gpu_health import CLOCK_EVENT_REASONS
 
 FORMAT = "soak-nvml-mock/1"
 
@@ -49,6 +50,13 @@ METRIC_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "graphics_processes": ("graphics_processes",),
     "name": ("name",),
     "uuid": ("uuid",),
+    "events": ("events",),
+    "remapped_rows": ("remapped_rows",),
+    "retired_pages_pending": ("retired_pages_pending",),
+    "clock_event_reasons": ("clock_event_reasons", "clock_throttle_reasons"),
+    "clock_throttle_reasons": ("clock_throttle_reasons",),
+    "pcie_replay": ("pcie_replay",),
+    "nvlink": ("nvlink",),
 }
 
 # NVML symbols a scenario may declare absent (an older driver), -> mock function keys.
@@ -59,7 +67,19 @@ MISSING_FUNCTIONS: dict[str, str] = {
     "nvmlDeviceGetGraphicsRunningProcesses_v3": "graphics_processes",
     "nvmlDeviceGetRetiredPages": "retired_pages",
     "nvmlDeviceGetTotalEccErrors": "ecc",
+    "nvmlDeviceGetRemappedRows": "remapped_rows",
+    "nvmlDeviceGetRetiredPagesPendingStatus": "retired_pages_pending",
+    # A driver before 535: the same bits under the older name (the sidecar falls back to it).
+    "nvmlDeviceGetCurrentClocksEventReasons": "clock_event_reasons",
+    "nvmlDeviceGetPcieReplayCounter": "pcie_replay",
+    "nvmlDeviceGetNvLinkState": "nvlink",
+    "nvmlDeviceRegisterEvents": "events",
 }
+# A driver without the event API at all: nvmlEventSetCreate and the rest are missing.
+NO_EVENT_API = "nvmlEventSetCreate"
+EVENT_TYPES = {"ecc_single_bit": 0x1, "ecc_double_bit": 0x2, "xid": 0x8}
+MAX_EVENTS = 64
+MAX_LINKS = 36
 
 MAX_DEVICES = 64
 MAX_POINTS = 64
@@ -67,10 +87,7 @@ MAX_PROCESSES = 64
 
 Point = tuple[Annotated[float, Field(ge=0)], Annotated[float, Field(ge=0)]]
 # A constant, or (t, value) points interpolated linearly and held after the last one.
-Series = (
-    Annotated[float, Field(ge=0)]
-    | Annotated[list[Point], Field(min_length=1, max_length=MAX_POINTS)]
-)
+Series = Annotated[float, Field(ge=0)] | Annotated[list[Point], Field(min_length=1, max_length=MAX_POINTS)]
 
 
 class _Model(BaseModel):
@@ -86,9 +103,7 @@ class InjectedError(_Model):
     @classmethod
     def _known(cls, code: str) -> str:
         if code not in ERROR_CODES:
-            raise ValueError(
-                f"unknown NVML error {code!r}; known: {', '.join(sorted(ERROR_CODES))}"
-            )
+            raise ValueError(f"unknown NVML error {code!r}; known: {', '.join(sorted(ERROR_CODES))}")
         return code
 
 
@@ -113,6 +128,42 @@ class MockProcess(_Model):
         return pid
 
 
+class MockEvent(_Model):
+    at: float = Field(ge=0, description="When it happens, in the scenario's time unit.")
+    type: Literal["xid", "ecc_single_bit", "ecc_double_bit"]
+    data: int = Field(0, ge=0, le=2**63, description="The XID number; for ECC events, the count.")
+
+
+class RemappedRows(_Model):
+    correctable: int = Field(0, ge=0, le=2**32 - 1)
+    uncorrectable: int = Field(0, ge=0, le=2**32 - 1)
+    pending: bool = False
+    failure: bool = False
+
+
+class ClockReasons(_Model):
+    at: float = Field(ge=0)
+    reasons: list[str] = Field(default_factory=list, description="Active from ``at`` on, by name.")
+
+    @field_validator("reasons")
+    @classmethod
+    def _known(cls, reasons: list[str]) -> list[str]:
+        unknown = [name for name in reasons if name not in CLOCK_EVENT_REASONS]
+        if unknown:
+            raise ValueError(
+                f"unknown clock-event reasons {unknown}; known: {', '.join(CLOCK_EVENT_REASONS)}"
+            )
+        return reasons
+
+
+class MockLink(_Model):
+    active: bool = True
+    replay: int = Field(0, ge=0)
+    recovery: int = Field(0, ge=0)
+    crc_flit: int = Field(0, ge=0)
+    crc_data: int = Field(0, ge=0)
+
+
 class MockDevice(_Model):
     uuid: str = Field(pattern=r"^GPU-[0-9a-fA-F-]{8,80}$")
     name: str = Field("NVIDIA H100 80GB HBM3", pattern=r"^[^\r\n]{1,90}$")
@@ -126,28 +177,32 @@ class MockDevice(_Model):
     graphics_clock_mhz: int = Field(1980, ge=0)
     sm_clock_mhz: int = Field(1980, ge=0)
     mem_clock_mhz: int = Field(2619, ge=0)
-    ecc_uncorrected: int = Field(0, ge=0)
+    ecc_uncorrected: Series = Field(
+        0.0, description="Uncorrected ECC errors counted so far; points step, they do not ramp."
+    )
     retired_pages_sbe: int = Field(0, ge=0, le=10_000)
     retired_pages_dbe: int = Field(0, ge=0, le=10_000)
     errors: dict[str, str | InjectedError] = Field(default_factory=dict)
     lost_at: float | None = Field(None, ge=0)
     reset_required_at: float | None = Field(None, ge=0)
     processes: list[MockProcess] = Field(default_factory=list, max_length=MAX_PROCESSES)
+    events: list[MockEvent] = Field(default_factory=list, max_length=MAX_EVENTS)
+    remapped_rows: RemappedRows = Field(default_factory=RemappedRows)
+    retired_pages_pending: bool = False
+    clock_event_reasons: list[ClockReasons] = Field(default_factory=list, max_length=MAX_POINTS)
+    pcie_replay_count: Series = 0.0
+    nvlink: list[MockLink] = Field(
+        default_factory=list, max_length=MAX_LINKS, description="Empty: no NVLink (NOT_SUPPORTED)."
+    )
 
     @field_validator("errors")
     @classmethod
-    def _known_metrics(
-        cls, errors: dict[str, str | InjectedError]
-    ) -> dict[str, str | InjectedError]:
+    def _known_metrics(cls, errors: dict[str, str | InjectedError]) -> dict[str, str | InjectedError]:
         for metric, err in errors.items():
             if metric not in METRIC_FUNCTIONS:
-                raise ValueError(
-                    f"unknown metric {metric!r}; known: {', '.join(sorted(METRIC_FUNCTIONS))}"
-                )
+                raise ValueError(f"unknown metric {metric!r}; known: {', '.join(sorted(METRIC_FUNCTIONS))}")
             if isinstance(err, str) and err not in ERROR_CODES:
-                raise ValueError(
-                    f"unknown NVML error {err!r}; known: {', '.join(sorted(ERROR_CODES))}"
-                )
+                raise ValueError(f"unknown NVML error {err!r}; known: {', '.join(sorted(ERROR_CODES))}")
         return errors
 
 
@@ -176,11 +231,11 @@ class Scenario(_Model):
     def _consistent(self) -> Scenario:
         if self.init_error is not None and self.init_error not in ERROR_CODES:
             raise ValueError(f"unknown init_error {self.init_error!r}")
-        unknown = [name for name in self.missing_functions if name not in MISSING_FUNCTIONS]
+        unknown = [
+            name for name in self.missing_functions if name not in MISSING_FUNCTIONS and name != NO_EVENT_API
+        ]
         if unknown:
-            raise ValueError(
-                f"cannot mark {unknown} missing; known: {', '.join(sorted(MISSING_FUNCTIONS))}"
-            )
+            raise ValueError(f"cannot mark {unknown} missing; known: {', '.join(sorted(MISSING_FUNCTIONS))}")
         for devices in (self.devices, *self.devices_by_index.values()):
             uuids = [device.uuid for device in devices]
             if len(set(uuids)) != len(uuids):
@@ -220,7 +275,9 @@ def render(scenario: Scenario, index: int | None = None) -> str:
         f"init_error={ERROR_CODES[scenario.init_error] if scenario.init_error else 0}",
         f"device_count={len(devices)}",
     ]
-    missing = {MISSING_FUNCTIONS[name] for name in scenario.missing_functions}
+    if NO_EVENT_API in scenario.missing_functions:
+        lines.append("no_event_api=1")
+    missing = {MISSING_FUNCTIONS[name] for name in scenario.missing_functions if name in MISSING_FUNCTIONS}
     for i, dev in enumerate(devices):
         d = f"d{i}."
         lines += [
@@ -236,7 +293,7 @@ def render(scenario: Scenario, index: int | None = None) -> str:
             f"{d}clock_graphics={dev.graphics_clock_mhz}",
             f"{d}clock_sm={dev.sm_clock_mhz}",
             f"{d}clock_mem={dev.mem_clock_mhz}",
-            f"{d}ecc_uncorrected={dev.ecc_uncorrected}",
+            f"{d}ecc_uncorrected={_series(dev.ecc_uncorrected)}",
             f"{d}retired_sbe={dev.retired_pages_sbe}",
             f"{d}retired_dbe={dev.retired_pages_dbe}",
         ]
@@ -244,6 +301,7 @@ def render(scenario: Scenario, index: int | None = None) -> str:
             lines.append(f"{d}lost_at={dev.lost_at!r}")
         if dev.reset_required_at is not None:
             lines.append(f"{d}reset_at={dev.reset_required_at!r}")
+        lines += _health_lines(d, dev)
         injected: dict[str, str] = {}
         for metric, err in dev.errors.items():
             for function in METRIC_FUNCTIONS[metric]:
@@ -259,6 +317,27 @@ def render(scenario: Scenario, index: int | None = None) -> str:
                 f"{p}kind={proc.kind}",
             ]
     return "\n".join(lines) + "\n"
+
+
+def _health_lines(d: str, dev: MockDevice) -> list[str]:
+    rows = dev.remapped_rows
+    lines = [
+        f"{d}remapped_rows={rows.correctable},{rows.uncorrectable},{int(rows.pending)},{int(rows.failure)}",
+        f"{d}retired_pending={int(dev.retired_pages_pending)}",
+        f"{d}pcie_replay={_series(dev.pcie_replay_count)}",
+    ]
+    if dev.clock_event_reasons:
+        steps = sorted(dev.clock_event_reasons, key=lambda step: step.at)
+        masks = [
+            (step.at, float(sum(CLOCK_EVENT_REASONS[name] for name in set(step.reasons)))) for step in steps
+        ]
+        lines.append(f"{d}clock_reasons={_series(masks)}")
+    for j, event in enumerate(sorted(dev.events, key=lambda event: event.at)):
+        lines.append(f"{d}event{j}={event.at!r},{EVENT_TYPES[event.type]},{event.data}")
+    for j, link in enumerate(dev.nvlink):
+        counters = f"{link.replay},{link.recovery},{link.crc_flit},{link.crc_data}"
+        lines.append(f"{d}link{j}={int(link.active)},{counters}")
+    return lines
 
 
 def compile_scenario(source: Path | Scenario, out_dir: Path, *, index: int | None = None) -> Path:

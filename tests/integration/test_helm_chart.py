@@ -224,6 +224,12 @@ def test_stop_grace_reaches_the_sidecar_and_must_fit_the_pods_grace(helm_engine:
             render(helm_engine, values)
 
 
+def test_slowdown_limit_reaches_the_sidecar_only_when_set(helm_engine: HelmEngine) -> None:
+    assert "SOAK_GPU__FAIL_ON_SLOWDOWN_S" not in sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
+    values = with_values({"runId": RUN_ID}, **{"gpu.failOnSlowdownSeconds": 300})
+    assert sidecar_environment(render(helm_engine, values))["SOAK_GPU__FAIL_ON_SLOWDOWN_S"] == "300"
+
+
 def _schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     yield path, node
     for key, child in node.get("properties", {}).items():

@@ -31,12 +31,14 @@ def two_devices(**overrides: Any) -> dict[str, Any]:
         "power_w": 412.5,
         "sm_clock_mhz": 1755,
         "mem_clock_mhz": 2619,
+        "nvlink": [{}] * 18,  # SXM parts: 18 links, no errors
     }
     dev1: dict[str, Any] = {
         "uuid": UUID1,
         "name": "NVIDIA A100-SXM4-40GB",
         "memory_total_mib": 40960,
         "memory_used_mib": 2048,
+        "nvlink": [{}] * 12,
     }
     scenario: dict[str, Any] = {"time_unit": "samples", "devices": [dev0, dev1]}
     for key, value in overrides.items():

@@ -133,3 +133,23 @@ def test_a_lost_gpu_is_a_retryable_hardware_verdict(tmp_path: Path, nvml_mock_di
     assert (code, artifact["failure_classification"]) == (150, "gpu_fault"), stderr
     assert "GPU is lost" in artifact["failure_reason"]
     assert artifact["resource_summary"]["gpu_fault"]
+
+
+def test_an_xid_that_blames_the_gpu_stops_the_soak_as_a_retryable_gpu_fault(
+    tmp_path: Path, nvml_mock_dir: Path
+) -> None:
+    """XID 79 arrives through the event thread mid-run: the trainer is stopped at once, the verdict is
+    gpu_fault (150, retried on another node), and the artifact keeps the event."""
+    scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
+    scenario["devices"][1]["events"] = [{"at": 0.3, "type": "xid", "data": 79}]
+    path = tmp_path / "xid.json"
+    path.write_text(json.dumps(scenario), encoding="utf-8")
+    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
+    code, artifact, stderr = run_cli(
+        tmp_path, "--gpu-backend", "mock", "--gpu-scenario", str(path), *trainer("--steps", "100"), env=env
+    )
+    assert (code, artifact["failure_classification"]) == (150, "gpu_fault"), stderr
+    assert "XID 79: GPU has fallen off the bus" in artifact["failure_reason"]
+    health = artifact["resource_summary"]["gpu_health"]
+    assert health["gpu_xids"] == [79] and health["events"][0]["device_index"] == 1
+    assert [d["uuid"] for d in health["devices"]] == [d["uuid"] for d in scenario["devices"]]

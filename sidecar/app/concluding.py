@@ -53,6 +53,7 @@ def conclude_run(
             summary=summary,
             leaks=tuple(leaks),
             deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
+            trainer_xids=tuple(recorder.health.trainer_xids()),
         )
     )
     recorder.summary.residual_process_count = len(conclusion.residual_pids)

@@ -7,7 +7,7 @@ started, processes that outlived the trainer, and when a failure counts as the d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sidecar.core import verdict as verdicts
 from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
@@ -32,6 +32,8 @@ class RunFacts:
     summary: SummaryOutcome
     leaks: tuple[str, ...]
     deadline_passed: bool
+    # XIDs the application caused (core.gpu_health): named in a failed verdict's reason.
+    trainer_xids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ def conclude(facts: RunFacts) -> Conclusion:
         gpu_fault=facts.gpu_fault,
         upload_error=None,
     )
+    if verdict.status == "failed" and facts.trainer_xids:
+        caused = "; ".join(facts.trainer_xids)
+        verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
     return Conclusion(verdict=verdict, residual_pids=residual_pids, residuals_reported=_reported(facts))
 
 

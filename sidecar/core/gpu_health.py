@@ -158,6 +158,11 @@ class GpuHealthTracker:
         """Whether any GPU sample was taken (no GPUs, no health figures)."""
         return bool(self._devices) or self._summary.event_count > 0
 
+    def trainer_xids(self) -> list[str]:
+        """The XIDs the application caused, described once each: evidence against the trainer."""
+        caused = [e for e in self._summary.events if e.kind == "xid" and xid_cause(e.data) == "application"]
+        return list(dict.fromkeys(describe_event(event) for event in caused))
+
     def summary(self) -> GpuHealthSummary:
         return self._summary.model_copy(update={"devices": list(self._devices.values())}, deep=True)
 

@@ -153,3 +153,24 @@ def test_an_xid_that_blames_the_gpu_stops_the_soak_as_a_retryable_gpu_fault(
     health = artifact["resource_summary"]["gpu_health"]
     assert health["gpu_xids"] == [79] and health["events"][0]["device_index"] == 1
     assert [d["uuid"] for d in health["devices"]] == [d["uuid"] for d in scenario["devices"]]
+
+
+@pytest.mark.parametrize(("flags", "code"), [((), 0), (("--crash",), 10)])
+def test_an_xid_the_application_caused_never_blames_the_gpu(
+    tmp_path: Path, nvml_mock_dir: Path, flags: tuple[str, ...], code: int
+) -> None:
+    """XID 31 (a page fault of the application's own making): a trainer that passes still passes; one
+    that fails is the trainer's failure, and its reason names the XID as the trainer's doing."""
+    scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
+    scenario["devices"][0]["events"] = [{"at": 0.1, "type": "xid", "data": 31}]
+    path = tmp_path / "xid31.json"
+    path.write_text(json.dumps(scenario), encoding="utf-8")
+    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
+    gpu = ("--gpu-backend", "mock", "--gpu-scenario", str(path))
+    got, artifact, stderr = run_cli(tmp_path, *gpu, *trainer("--steps", "10", *flags), env=env)
+    assert got == code, stderr
+    assert artifact["resource_summary"]["gpu_health"]["application_xids"] == [31]
+    if code:
+        assert artifact["failure_classification"] == "trainer_failure"
+        reason = artifact["failure_reason"]
+        assert "the trainer caused GPU 0" in reason and "XID 31: GPU memory page fault" in reason

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sidecar.core.errors import ConfigError
 from sidecar.core.publication import normalize_prefix
 from sidecar.core.redaction import RedactionRules
+from sidecar.core.trends import quantity_bytes
 from sidecar.launcher import signal_number
 
 # Bounds that refuse absurd values (1e308 s, 1e-300 s) while allowing any real soak: a year of
@@ -85,6 +86,17 @@ class MonitorSettings(_Group):
         le=10_000_000,
         description="Fail (resource_leak) when the tree's fd count grows more than this. Default off.",
     )
+    memory_limit: str | None = Field(
+        None,
+        description="The trainer's memory limit, a Kubernetes quantity (8Gi, 512M) or bytes: the artifact "
+        "projects when the RSS trend reaches it. The chart sets it from trainer.resources.limits.memory. "
+        "Default none.",
+    )
+    fail_on_projected_memory_limit: bool = Field(
+        False,
+        description="Fail (resource_leak) when the RSS trend (the low end of its 95 % interval) reaches "
+        "memory_limit before the deadline. Default false.",
+    )
     series_points: int = Field(
         512, ge=16, le=1_000_000, description="Samples kept in memory as a downsampled series. Default 512."
     )
@@ -93,6 +105,14 @@ class MonitorSettings(_Group):
         description="Live status: a one-line display on a TTY, one JSON line per sample otherwise. "
         "Default auto.",
     )
+
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _a_quantity(cls, value: str | None) -> str | None:
+        if value is not None and not quantity_bytes(value):
+            raise ValueError(f"{value!r} is not a memory quantity (8Gi, 512M, 1e9 or bytes)")
+        return value
 
 
 class SummarySettings(_Group):

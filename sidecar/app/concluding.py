@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
 from sidecar.app.values import Going, Started, Watched
-from sidecar.core.artifact import SampleRecorder, leak_failures, run_summary_figures
+from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
 from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
+from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
 
 
@@ -39,6 +40,11 @@ def conclude_run(
         max_fd_growth=mset.max_fd_growth,
         max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
     )
+    limit = quantity_bytes(mset.memory_limit) if mset.memory_limit else None
+    budget_left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
+    too_fast = project_memory(recorder.summary, recorder.trends, limit, budget_left)
+    if too_fast and mset.fail_on_projected_memory_limit:
+        leaks.append(too_fast)
     conclusion = conclude(
         RunFacts(
             monitor_failure=watched.failure,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sidecar.core.gpu_health import GpuHealthSummary, GpuHealthTracker
 from sidecar.core.samples import GpuSample, ProcessTreeSample, ProgressSample, ResidualProcess, Sample
+from sidecar.core.trends import LeakTrend, Thinned, TrendWindow, seconds_to_limit
 
 ARTIFACT_SCHEMA_VERSION = "2.0.0"
 
@@ -101,6 +102,16 @@ class ResourceSummary(_Model):
         default=None, description="Why there is no GPU data (no NVML, no GPUs for the trainer, off)."
     )
     gpu_fault: str | None = None
+    memory_limit_bytes: int | None = Field(default=None, description="The trainer's memory limit, if known.")
+    projected_memory_limit_s: float | None = Field(
+        default=None,
+        description="Seconds from the last steady sample until the RSS trend reaches the memory limit.",
+    )
+    trends: list[LeakTrend] = Field(
+        default_factory=list,
+        description="Theil-Sen slopes (per hour, 95 % interval) of RSS, fds and GPU memory over the "
+        "steady samples.",
+    )
     gpu_health: GpuHealthSummary | None = Field(
         default=None, description="XID/ECC events, row remapping, clock-event reasons, link errors."
     )
@@ -210,9 +221,8 @@ class SampleRecorder:
     ) -> None:
         self._write_line = write_line
         self.health = health or GpuHealthTracker()
-        self._capacity = max(16, series_points)
-        self._stride = 1
-        self._series: list[SeriesPoint] = []
+        self._series: Thinned[SeriesPoint] = Thinned(max(16, series_points))
+        self.trends = TrendWindow()
         self._count = 0
         self.summary = ResourceSummary()
         self._first_steady: Sample | None = None
@@ -226,11 +236,7 @@ class SampleRecorder:
     def add(self, sample: Sample, *, steady: bool = True) -> None:
         if self._write_line is not None:
             self._write_line(sample.model_dump_json())
-        if self._count % self._stride == 0:
-            self._series.append(SeriesPoint.of(sample))
-            if len(self._series) >= self._capacity:
-                self._series = self._series[::2]
-                self._stride *= 2
+        self._series.add(SeriesPoint.of(sample))
         self._count += 1
         self.last = sample
         if steady and self._first_steady is None:
@@ -254,13 +260,16 @@ class SampleRecorder:
             first = self._first_steady.process
             s.rss_growth_kib = proc.rss_kib_total - first.rss_kib_total
             s.fd_growth = proc.fd_count_total - first.fd_count_total
+            self.trends.add(sample.elapsed_s, trend_values(sample))
         self._aggregate_gpu(sample.gpu, sample.elapsed_s, steady=steady)
 
     def resource_summary(self) -> ResourceSummary:
-        """The summary for the artifact, with the GPU health figures once GPUs were sampled."""
-        if not self.health.observed:
-            return self.summary
-        return self.summary.model_copy(update={"gpu_health": self.health.summary()})
+        """The summary for the artifact: with the leak trends, and the GPU health figures once GPUs
+        were sampled."""
+        update: dict[str, Any] = {"trends": leak_trends(self.trends)}
+        if self.health.observed:
+            update["gpu_health"] = self.health.summary()
+        return self.summary.model_copy(update=update)
 
     def _aggregate_gpu(self, gpu: GpuSample, t: float, *, steady: bool) -> None:
         s = self.summary
@@ -296,9 +305,61 @@ class SampleRecorder:
             count=self._count,
             samples_file=samples_file,
             samples_sha256=samples_sha256,
-            downsampled=list(self._series),
-            stride=self._stride,
+            downsampled=list(self._series.items),
+            stride=self._series.stride,
         )
+
+
+# The series whose trend the artifact reports: (key prefix, name in the artifact, unit).
+TREND_SERIES = (("rss_bytes", "process tree RSS", "bytes"), ("fds", "process tree fds", "fds"))
+
+
+def trend_values(sample: Sample) -> dict[str, float | None]:
+    values: dict[str, float | None] = {
+        "rss_bytes": sample.process.rss_kib_total * 1024.0,
+        "fds": float(sample.process.fd_count_total),
+    }
+    for device in sample.gpu.devices:
+        values[f"gpu_mib:{device.uuid}"] = device.memory_used_mib
+    return values
+
+
+def leak_trends(window: TrendWindow) -> list[LeakTrend]:
+    """Theil-Sen trends of the steady window: RSS, fds, and each GPU's memory."""
+    keys = dict.fromkeys(key for _, values in window.points for key in values)
+    trends = []
+    for key in keys:
+        slope = window.slope(key)
+        if slope is None:
+            continue
+        if key.startswith("gpu_mib:"):
+            trends.append(LeakTrend.of(f"GPU {key.removeprefix('gpu_mib:')} memory", "MiB", slope))
+        else:
+            name, unit = next((n, u) for k, n, u in TREND_SERIES if k == key)
+            trends.append(LeakTrend.of(name, unit, slope))
+    return trends
+
+
+def project_memory(
+    summary: ResourceSummary, window: TrendWindow, limit_bytes: int | None, budget_left_s: float
+) -> str | None:
+    """Record when the RSS trend reaches the trainer's memory limit (from the last steady sample);
+    the failure reason when even the low end of its 95 % interval gets there before the deadline."""
+    summary.memory_limit_bytes = limit_bytes
+    slope = window.slope("rss_bytes")
+    if limit_bytes is None or slope is None:
+        return None
+    current = window.points[-1][1]["rss_bytes"]
+    projected = seconds_to_limit(current, limit_bytes, slope.per_s)
+    summary.projected_memory_limit_s = None if projected is None else round(projected, 3)
+    surely = seconds_to_limit(current, limit_bytes, slope.low_per_s)
+    if surely is None or surely >= budget_left_s:
+        return None
+    return (
+        f"process tree RSS grows {slope.low_per_s * 3600 / 2**20:.1f} MiB/h or more: the memory limit "
+        f"({limit_bytes / 2**20:.0f} MiB) would be reached in {surely:.0f} s, before the deadline "
+        f"({budget_left_s:.0f} s left)"
+    )
 
 
 def leak_failures(

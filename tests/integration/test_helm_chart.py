@@ -224,6 +224,18 @@ def test_stop_grace_reaches_the_sidecar_and_must_fit_the_pods_grace(helm_engine:
             render(helm_engine, values)
 
 
+def test_the_trainers_memory_limit_reaches_the_sidecar(helm_engine: HelmEngine) -> None:
+    values = with_values(
+        {"runId": RUN_ID},
+        **{"trainer.resources": {"limits": {"memory": "8Gi"}}, "monitor.failOnProjectedMemoryLimit": True},
+    )
+    names = ("SOAK_MONITOR__MEMORY_LIMIT", "SOAK_MONITOR__FAIL_ON_PROJECTED_MEMORY_LIMIT")
+    env = sidecar_environment(render(helm_engine, values))
+    assert [env[name] for name in names] == ["8Gi", "true"]
+    plain = sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
+    assert not set(names) & set(plain)
+
+
 def test_slowdown_limit_reaches_the_sidecar_only_when_set(helm_engine: HelmEngine) -> None:
     assert "SOAK_GPU__FAIL_ON_SLOWDOWN_S" not in sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
     values = with_values({"runId": RUN_ID}, **{"gpu.failOnSlowdownSeconds": 300})
@@ -702,7 +714,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "data" / "chart"
 def test_single_pod_values_render_exactly_as_recorded(helm_engine: HelmEngine, name: str) -> None:
     """tests/data/chart holds what each single-pod value set rendered before multi-pod soaks
     (``helm template soak helm/soak-sidecar --namespace soak --values VALUES``); a deliberate change
-    regenerates it."""
+    regenerates it (since: gpu-values' trainer memory limit reaches the sidecar)."""
     golden = GOLDEN / ("default.yaml" if name == "default" else name)
 
     def by_kind(manifests: list[Manifest]) -> list[Manifest]:  # engines order kinds differently

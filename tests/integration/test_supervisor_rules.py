@@ -335,6 +335,26 @@ def test_fd_leak_is_resource_leak(tmp_path: Path) -> None:
     assert artifact["resource_summary"]["fd_growth"] > 50
 
 
+def test_an_rss_trend_that_reaches_the_memory_limit_before_the_deadline_is_a_leak(tmp_path: Path) -> None:
+    """20 MiB more RSS every 0.1 s step: the Theil-Sen trend reaches a 4 GiB limit within minutes,
+    long before the deadline, so the opt-in rule fails the soak; without it the projection is only
+    reported."""
+    steps = ("--leak-rss", "20")
+    for fail in (True, False):
+        monitor = {"memory_limit": "4Gi", "fail_on_projected_memory_limit": fail, "sample_interval_s": 0.1}
+        settings = make_settings(tmp_path / str(fail), monitor=monitor)
+        result, artifact = supervise(settings, trainer(tmp_path / str(fail) / "progress", *steps, steps=15))
+        summary = artifact["resource_summary"]
+        rss = next(t for t in summary["trends"] if t["series"] == "process tree RSS")
+        assert rss["low_per_hour"] > 0 and summary["memory_limit_bytes"] == 4 * 2**30
+        assert 0 < summary["projected_memory_limit_s"] < 3600
+        if fail:
+            assert_verdict(result, artifact, classification="resource_leak", exit_code=13)
+            assert "the memory limit (4096 MiB) would be reached in" in (result.verdict.reason or "")
+        else:
+            assert result.verdict.status == "passed", result.verdict.reason
+
+
 def test_growth_is_measured_from_the_running_trainer(tmp_path: Path) -> None:
     """A healthy trainer's own baseline fds are not a leak: growth starts once it runs.
 

@@ -12,6 +12,7 @@ from sidecar.core.artifact import (
     ResourceSummary,
     SampleRecorder,
     leak_failures,
+    project_memory,
     run_summary_figures,
     utc_timestamp,
 )
@@ -307,3 +308,54 @@ def test_status_json_fields() -> None:
 def test_utc_timestamps_are_whole_seconds_with_a_z() -> None:
     assert utc_timestamp(0.0) == "1970-01-01T00:00:00Z"
     assert utc_timestamp(1_700_000_000.9) == "2023-11-14T22:13:20Z"
+
+
+# ---------------------------------------------------------------------- leak trends
+
+
+def test_trends_of_rss_fds_and_gpu_memory_over_the_steady_samples() -> None:
+    recorder = SampleRecorder(None, series_points=16)
+    recorder.add(make_sample(0, rss_kib=50, fds=3), steady=False)  # start-up: not in the trend
+    for i in range(1, 400):
+        recorder.add(make_sample(i * 5, rss_kib=1000 + i, fds=10, gpu_mib=2000.0 + i / 10))
+    trends = {t.series: t for t in recorder.resource_summary().trends}
+    assert set(trends) == {"process tree RSS", "process tree fds", "GPU GPU-0 memory"}
+    # 1 KiB per 5 s sample, 0.1 MiB per sample: per hour.
+    assert trends["process tree RSS"].per_hour == pytest.approx(1024 * 3600 / 5)
+    assert trends["process tree RSS"].unit == "bytes" and trends["process tree fds"].per_hour == 0
+    assert trends["GPU GPU-0 memory"].per_hour == pytest.approx(0.1 * 3600 / 5)
+    assert trends["process tree RSS"].points <= 256  # bounded, whatever the run's length
+
+
+def test_no_steady_samples_no_trends() -> None:
+    recorder = SampleRecorder(None, series_points=16)
+    for i in range(10):
+        recorder.add(make_sample(i), steady=False)
+    assert recorder.resource_summary().trends == []
+
+
+def leaking(mib_per_sample: int, samples: int = 100) -> SampleRecorder:
+    """RSS growing ``mib_per_sample`` every 10 s sample from 100 MiB."""
+    recorder = SampleRecorder(None, series_points=16)
+    for i in range(samples):
+        recorder.add(make_sample(i * 10, rss_kib=(100 + i * mib_per_sample) * 1024))
+    return recorder
+
+
+def test_projection_to_the_memory_limit_and_the_opt_in_failure() -> None:
+    recorder = leaking(1)  # 0.1 MiB/s, last sample at 199 MiB
+    reason = project_memory(recorder.summary, recorder.trends, 1000 * 2**20, budget_left_s=3600.0)
+    assert recorder.summary.memory_limit_bytes == 1000 * 2**20
+    assert recorder.summary.projected_memory_limit_s == pytest.approx(8010.0)  # 801 MiB at 0.1 MiB/s
+    assert reason is None  # reached after the deadline
+    reason = project_memory(recorder.summary, recorder.trends, 1000 * 2**20, budget_left_s=9000.0)
+    assert reason is not None and "would be reached in 8010 s, before the deadline (9000 s left)" in reason
+
+
+def test_no_projection_without_a_limit_or_without_growth() -> None:
+    recorder = leaking(0)
+    assert project_memory(recorder.summary, recorder.trends, 2**30, budget_left_s=1e9) is None
+    assert recorder.summary.projected_memory_limit_s is None
+    recorder = leaking(1)
+    assert project_memory(recorder.summary, recorder.trends, None, budget_left_s=1e9) is None
+    assert recorder.summary.memory_limit_bytes is None

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -19,6 +20,7 @@ from sidecar.core.errors import (
     SoakError,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
+from sidecar.core.ports import MetricsSink
 from sidecar.core.redaction import redact_command
 from sidecar.settings import Settings, load_settings
 
@@ -131,6 +133,12 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "wait before the residual check",
     ),
     "status": ("--status", "monitor.status_line", str, "live status: auto, tty, json, off"),
+    "metrics_port": (
+        "--metrics-port",
+        "metrics.port",
+        int,
+        "serve Prometheus metrics on 127.0.0.1:PORT while the soak runs (docs/observability.md)",
+    ),
     "gpu_backend": ("--gpu-backend", "gpu.backend", str, "auto, nvml, mock, none"),
     "gpu_scenario": (
         "--gpu-scenario",
@@ -333,11 +341,14 @@ def _run(args: argparse.Namespace) -> int:
     rules = settings.redaction.rules()
     shown = " ".join(redact_command(command, rules)) if command else "(the launcher's command)"
     print(f"soak-sidecar: run {run_id} ({'pod' if pod else 'local'}): {shown}", file=sys.stderr)
-    with cancellation_on_signals():
-        result = supervisor.run()
-        # The verdict is decided and the artifact written: a late signal is ignored from here on.
-        ignore_stop_signals()
-    ignore_stop_signals()  # leaving the block restored the defaults
+    try:
+        with cancellation_on_signals():
+            result = supervisor.run()
+            # The verdict is decided and the artifact written: a late signal is ignored from here on.
+            ignore_stop_signals()
+        ignore_stop_signals()  # leaving the block restored the defaults
+    finally:
+        _close_metrics(wiring.ports.metrics, settings.metrics.linger_s)
     verdict = result.verdict
     line = f"soak-sidecar: {verdict.status.upper()}"
     if verdict.classification:
@@ -346,6 +357,15 @@ def _run(args: argparse.Namespace) -> int:
     where = result.artifact_path or "not written (the reason is above)"
     print(f"soak-sidecar: artifact {where} (exit code {result.exit_code})", file=sys.stderr)
     return result.exit_code
+
+
+def _close_metrics(metrics: MetricsSink | None, linger_s: float) -> None:
+    """Keep /metrics up ``linger_s`` after the verdict (a scrape then sees soak_verdict_info)."""
+    if metrics is None:
+        return
+    if linger_s:
+        time.sleep(linger_s)
+    metrics.close()
 
 
 # ---------------------------------------------------------------------- other commands

@@ -536,6 +536,29 @@ class GpuSettings(_Group):
         return self
 
 
+class MetricsSettings(_Group):
+    """Prometheus metrics while the sidecar runs (docs/observability.md)."""
+
+    port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="Serve /metrics on this TCP port; 0 serves none. Default 0 (the chart: 9400).",
+    )
+    address: str = Field(
+        "127.0.0.1",
+        pattern=r"^[0-9a-fA-F.:]{2,45}$",
+        description="Address the metrics endpoint binds (an IP). Default 127.0.0.1 (the chart: 0.0.0.0).",
+    )
+    linger_s: float = Field(
+        0.0,
+        ge=0,
+        le=3600,
+        description="Seconds the endpoint stays up after the verdict, so a scrape sees soak_verdict_info. "
+        "Default 0.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything soak-sidecar can be told. Env: ``SOAK_<GROUP>__<FIELD>``."""
 
@@ -555,6 +578,7 @@ class Settings(BaseSettings):
     s3: S3Settings = Field(default_factory=S3Settings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
     gpu: GpuSettings = Field(default_factory=GpuSettings)
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
 
 def load_settings(**overrides: object) -> Settings:

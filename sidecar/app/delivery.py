@@ -93,6 +93,8 @@ def _publish(
     *,
     written: bool,
 ) -> None:
+    if ports.metrics is not None:
+        ports.metrics.verdict(final.status, final.classification, int(final.exit_code))
     if ports.publisher is None:
         return
     upload = artifact.upload

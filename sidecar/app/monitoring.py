@@ -66,6 +66,7 @@ class Sampler:
         self._gpu = gpu
         self.recorder = recorder
         self._trainer: TrainerInfo | None = None
+        self.duration_s = 0.0  # of the latest sample
 
     def take(self, now: float, started: Started) -> Sample:
         tree = self._ports.processes.sample(self._launcher_pid)
@@ -77,6 +78,7 @@ class Sampler:
             progress=self._ports.progress.sample(),
         )
         self.recorder.add(sample, steady=self._steady(sample))
+        self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample
 
     def _steady(self, sample: Sample) -> bool:
@@ -172,7 +174,7 @@ def _loop(
             last_seen[:] = sample.process.processes
         action = policy.step(now, seen)
         if sample is not None:
-            _report(going, console, sample, policy.progress_age(now))
+            _report(going, console, sample, policy.progress_age(now), sampler.duration_s)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason)
         if action.kill_remembered:
@@ -195,10 +197,12 @@ def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Obse
     return Observation(progress, None, lock_lost, expired), None
 
 
-def _report(going: Going, console: Console, sample: Sample, age: float | None) -> None:
+def _report(going: Going, console: Console, sample: Sample, age: float | None, duration_s: float) -> None:
     ports = going.ports
     clock = ports.clock
     if ports.publisher is not None:
         ports.publisher.progress("running", clock.wall(), clock.monotonic())
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
     console.report(sample, budget_left_s=left, progress_age_s=age)
+    if ports.metrics is not None:
+        ports.metrics.observe(sample, budget_left_s=left, progress_age_s=age, duration_s=duration_s)

@@ -21,6 +21,7 @@ from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
     GpuBackend,
+    MetricsSink,
     NodeClock,
     ProcessTable,
     ProgressProbe,
@@ -153,6 +154,7 @@ class Ports:
     provenance: Provenance
     sink: ArtifactSink | None = None
     publisher: Publisher | None = None
+    metrics: MetricsSink | None = None
     # Resolved when the ports are built: a bad validator setting fails before the trainer runs.
     manifest_validator: ManifestValidator | ValidatorUnavailable | None = None
     # The trainer image's digest, part of the run identity in a pod.

@@ -18,7 +18,7 @@ from sidecar.adapters.rundir import LocalLauncherSpawner, RunDir
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.app.ports import LockLoss, Ports
 from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
-from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend
+from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
 from sidecar.core.publication import Publication
 from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
 from sidecar.nvml_mock.build import mock_library
@@ -61,10 +61,29 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         manifest_validator=resolve_manifest_validator(settings.summary.manifest_validator),
         lock_loss=lock_loss,
         status_stream=status_stream,
+        metrics=_metrics(settings, pod=pod),
     )
     if not pod:
         return Wiring(ports)
     return _pod_wiring(settings, ports)
+
+
+def _metrics(settings: Settings, *, pod: bool) -> MetricsSink | None:
+    """The Prometheus endpoint, serving from now on (ConfigError when the port is taken)."""
+    mset = settings.metrics
+    if not mset.port:
+        return None
+    from sidecar.adapters.metrics import PrometheusMetrics
+
+    kube = settings.kube
+    labels = (
+        {"namespace": kube.namespace or "", "pod": kube.pod_name or "", "container": kube.trainer_container}
+        if pod
+        else {}
+    )
+    metrics = PrometheusMetrics(labels)
+    metrics.start(mset.address, mset.port)
+    return metrics
 
 
 def _gpu_opener(settings: Settings) -> Callable[[Mapping[str, str] | None], GpuBackend]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
-from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
+from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
 
 
 class Clock(Protocol):
@@ -78,6 +78,16 @@ class ProgressProbe(Protocol):
 class GpuBackend(Protocol):
     def devices(self) -> list[GpuDevice]: ...
     def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample: ...
+    def close(self) -> None: ...
+
+
+class MetricsSink(Protocol):
+    """Live metrics of the run (Prometheus), fed once per sample and told the verdict."""
+
+    def observe(
+        self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
+    ) -> None: ...
+    def verdict(self, status: str, classification: str | None, exit_code: int) -> None: ...
     def close(self) -> None: ...
 
 

@@ -264,6 +264,7 @@ OPEN_OBJECTS = {
     "trainer.resources.limits",
     "sidecar.resources.requests",
     "sidecar.resources.limits",
+    "metrics.podMonitor.labels",
 }
 
 
@@ -746,3 +747,37 @@ def test_an_indexed_soak_rendezvouses_through_a_headless_service(helm_engine: He
     sidecar = {e["name"]: e for e in container(manifests, "soak-sidecar")["env"]}
     assert sidecar["SOAK_KUBE__COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == index_path
     assert sidecar["SOAK_KUBE__COMPLETIONS"]["value"] == "2"
+
+
+def test_metrics_port_podmonitor_and_network_policy(helm_engine: HelmEngine) -> None:
+    """metrics.enabled: a named port on the sidecar, the settings that serve it, a PodMonitor that
+    selects the soak's pods by that port, and a NetworkPolicy that lets the scrape (and, in a
+    multi-pod soak, the other pods) in."""
+    values = with_values(
+        {"runId": RUN_ID},
+        **{
+            "metrics.enabled": True,
+            "metrics.podMonitor.enabled": True,
+            "metrics.podMonitor.labels": {"release": "kube-prometheus"},
+            "networkPolicy.enabled": True,
+            "job.completions": 2,
+        },
+    )
+    manifests = render(helm_engine, values)
+    sidecar = container(manifests, "soak-sidecar")
+    assert sidecar["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    env = sidecar_environment(manifests)
+    assert (env["SOAK_METRICS__PORT"], env["SOAK_METRICS__ADDRESS"]) == ("9400", "0.0.0.0")
+    monitor = only(manifests, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
+    pod_labels = only(manifests, "Job")["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("metrics", "/metrics", "30s")
+    peers, scrape = only(manifests, "NetworkPolicy")["spec"]["ingress"]
+    assert peers["from"][0]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert scrape == {"ports": [{"protocol": "TCP", "port": 9400}]}
+    plain = render(helm_engine, {"runId": RUN_ID})
+    assert "ports" not in container(plain, "soak-sidecar")
+    assert "PodMonitor" not in {m["kind"] for m in plain}

@@ -1,0 +1,133 @@
+"""Prometheus metrics while the sidecar runs (prometheus_client, a registry of its own).
+
+Names follow Prometheus conventions: a ``soak_`` prefix, base units (bytes, seconds), ``_total``
+for counters. Labels join the neighbours on a dashboard: ``namespace``, ``pod``, ``container`` as
+kube-state-metrics names them (in a pod), ``gpu`` and ``UUID`` as dcgm-exporter does. Cardinality is
+bounded: fd classes are a fixed set, GPUs are the trainer's, and per-process GPU memory keeps the
+largest ``PROCESS_SERIES`` processes of the latest sample only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+from sidecar.core.errors import ConfigError
+from sidecar.core.samples import FD_CLASSES, Sample
+
+PROCESS_SERIES = 16
+JOIN_LABELS = ("namespace", "pod", "container")
+_MIB = 1024.0 * 1024.0
+
+
+class PrometheusMetrics:
+    """Serves ``/metrics`` on ``address:port`` from :meth:`start` until :meth:`close`."""
+
+    def __init__(self, labels: Mapping[str, str]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        # Always these labels (empty, i.e. absent, outside a pod): no series exists before its value.
+        self._labels = {name: labels.get(name, "") for name in JOIN_LABELS}
+        names = list(self._labels)
+
+        def gauge(name: str, doc: str, *extra: str) -> Any:
+            return Gauge(name, doc, [*names, *extra], registry=self.registry)
+
+        self._processes = gauge("soak_processes", "Processes in the trainer's tree.")
+        self._zombies = gauge("soak_zombie_processes", "Zombie processes in the trainer's tree.")
+        self._threads = gauge("soak_threads", "Threads in the trainer's tree.")
+        self._rss = gauge("soak_resident_memory_bytes", "Resident memory of the trainer's tree.")
+        self._fds = gauge("soak_open_fds", "Open file descriptors of the trainer's tree, by class.", "class")
+        self._gpu_used = gauge("soak_gpu_memory_used_bytes", "GPU memory in use, per device.", "gpu", "UUID")
+        self._gpu_process = gauge(
+            "soak_gpu_process_memory_used_bytes",
+            "GPU memory of the trainer's processes (the largest few).",
+            "gpu",
+            "UUID",
+            "pid",
+        )
+        self._budget = gauge("soak_budget_remaining_seconds", "Seconds left before the total-job deadline.")
+        self._progress_age = gauge(
+            "soak_progress_age_seconds", "Seconds since the trainer last made progress."
+        )
+        self._samples = Counter("soak_samples", "Samples taken.", names, registry=self.registry)
+        self._duration = Histogram(
+            "soak_sample_duration_seconds",
+            "Time one sample took (process tree, GPUs, progress).",
+            names,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry,
+        )
+        self._verdict = Info(
+            "soak_verdict", "The soak's verdict, once decided.", names, registry=self.registry
+        )
+        self._server: Any = None
+
+    def start(self, address: str, port: int) -> None:
+        try:
+            self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {address}:{port}: {exc}") from exc
+
+    @property
+    def port(self) -> int | None:
+        return None if self._server is None else int(self._server.server_port)
+
+    def _on(self, metric: Any, **extra: str) -> Any:
+        return metric.labels(**self._labels, **extra)
+
+    def observe(
+        self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
+    ) -> None:
+        try:
+            self._observe(sample, budget_left_s, progress_age_s, duration_s)
+        except ValueError as exc:  # a metric the sample cannot fill must not stop the soak
+            print(f"soak-sidecar: metrics not updated: {exc}", file=sys.stderr)
+
+    def _observe(
+        self, sample: Sample, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
+    ) -> None:
+        tree = sample.process
+        self._on(self._processes).set(tree.process_count)
+        self._on(self._zombies).set(tree.zombie_count)
+        self._on(self._threads).set(tree.threads_total)
+        self._on(self._rss).set(tree.rss_kib_total * 1024)
+        for fd_class in FD_CLASSES:
+            self._on(self._fds, **{"class": fd_class}).set(tree.fd_classes_total.get(fd_class, 0))
+        for device in sample.gpu.devices:
+            if device.memory_used_mib is not None:
+                self._on(self._gpu_used, gpu=str(device.index), UUID=device.uuid).set(
+                    device.memory_used_mib * _MIB
+                )
+        self._gpu_processes(sample)
+        if budget_left_s is not None:
+            self._on(self._budget).set(max(0.0, budget_left_s))
+        if progress_age_s is not None:
+            self._on(self._progress_age).set(progress_age_s)
+        self._on(self._samples).inc()
+        self._on(self._duration).observe(duration_s)
+
+    def _gpu_processes(self, sample: Sample) -> None:
+        index = {device.uuid: device.index for device in sample.gpu.devices}
+        ours = [p for p in sample.gpu.processes if p.in_tree and p.used_memory_mib is not None]
+        ours.sort(key=lambda p: -(p.used_memory_mib or 0.0))
+        self._gpu_process.clear()  # processes come and go: only the latest sample's stay
+        for process in ours[:PROCESS_SERIES]:
+            labels = {"gpu": str(index.get(process.device_uuid, "")), "UUID": process.device_uuid}
+            self._on(self._gpu_process, **labels, pid=str(process.pid)).set(
+                (process.used_memory_mib or 0.0) * _MIB
+            )
+
+    def verdict(self, status: str, classification: str | None, exit_code: int) -> None:
+        info = {"status": status, "classification": classification or "", "exit_code": str(exit_code)}
+        self._on(self._verdict).info(info)
+
+    def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            with contextlib.suppress(OSError):
+                server.shutdown()
+                server.server_close()

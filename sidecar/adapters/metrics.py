@@ -20,6 +20,22 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.samples import FD_CLASSES, Sample
 
 PROCESS_SERIES = 16
+# name, help, labels beyond the join labels
+GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("soak_processes", "Processes in the trainer's tree.", ()),
+    ("soak_zombie_processes", "Zombie processes in the trainer's tree.", ()),
+    ("soak_threads", "Threads in the trainer's tree.", ()),
+    ("soak_resident_memory_bytes", "Resident memory of the trainer's tree.", ()),
+    ("soak_open_fds", "Open file descriptors of the trainer's tree, by class.", ("class",)),
+    ("soak_gpu_memory_used_bytes", "GPU memory in use, per device.", ("gpu", "UUID")),
+    (
+        "soak_gpu_process_memory_used_bytes",
+        "GPU memory of the trainer's processes (the largest few).",
+        ("gpu", "UUID", "pid"),
+    ),
+    ("soak_budget_remaining_seconds", "Seconds left before the total-job deadline.", ()),
+    ("soak_progress_age_seconds", "Seconds since the trainer last made progress.", ()),
+)
 JOIN_LABELS = ("namespace", "pod", "container")
 _MIB = 1024.0 * 1024.0
 
@@ -32,27 +48,9 @@ class PrometheusMetrics:
         # Always these labels (empty, i.e. absent, outside a pod): no series exists before its value.
         self._labels = {name: labels.get(name, "") for name in JOIN_LABELS}
         names = list(self._labels)
-
-        def gauge(name: str, doc: str, *extra: str) -> Any:
-            return Gauge(name, doc, [*names, *extra], registry=self.registry)
-
-        self._processes = gauge("soak_processes", "Processes in the trainer's tree.")
-        self._zombies = gauge("soak_zombie_processes", "Zombie processes in the trainer's tree.")
-        self._threads = gauge("soak_threads", "Threads in the trainer's tree.")
-        self._rss = gauge("soak_resident_memory_bytes", "Resident memory of the trainer's tree.")
-        self._fds = gauge("soak_open_fds", "Open file descriptors of the trainer's tree, by class.", "class")
-        self._gpu_used = gauge("soak_gpu_memory_used_bytes", "GPU memory in use, per device.", "gpu", "UUID")
-        self._gpu_process = gauge(
-            "soak_gpu_process_memory_used_bytes",
-            "GPU memory of the trainer's processes (the largest few).",
-            "gpu",
-            "UUID",
-            "pid",
-        )
-        self._budget = gauge("soak_budget_remaining_seconds", "Seconds left before the total-job deadline.")
-        self._progress_age = gauge(
-            "soak_progress_age_seconds", "Seconds since the trainer last made progress."
-        )
+        self._gauges = {
+            name: Gauge(name, doc, [*names, *extra], registry=self.registry) for name, doc, extra in GAUGES
+        }
         self._samples = Counter("soak_samples", "Samples taken.", names, registry=self.registry)
         self._duration = Histogram(
             "soak_sample_duration_seconds",
@@ -79,6 +77,9 @@ class PrometheusMetrics:
     def _on(self, metric: Any, **extra: str) -> Any:
         return metric.labels(**self._labels, **extra)
 
+    def _set(self, name: str, value: float, **extra: str) -> None:
+        self._gauges[name].labels(**self._labels, **extra).set(value)
+
     def observe(
         self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
     ) -> None:
@@ -91,22 +92,21 @@ class PrometheusMetrics:
         self, sample: Sample, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
     ) -> None:
         tree = sample.process
-        self._on(self._processes).set(tree.process_count)
-        self._on(self._zombies).set(tree.zombie_count)
-        self._on(self._threads).set(tree.threads_total)
-        self._on(self._rss).set(tree.rss_kib_total * 1024)
+        self._set("soak_processes", tree.process_count)
+        self._set("soak_zombie_processes", tree.zombie_count)
+        self._set("soak_threads", tree.threads_total)
+        self._set("soak_resident_memory_bytes", tree.rss_kib_total * 1024)
         for fd_class in FD_CLASSES:
-            self._on(self._fds, **{"class": fd_class}).set(tree.fd_classes_total.get(fd_class, 0))
+            self._set("soak_open_fds", tree.fd_classes_total.get(fd_class, 0), **{"class": fd_class})
         for device in sample.gpu.devices:
             if device.memory_used_mib is not None:
-                self._on(self._gpu_used, gpu=str(device.index), UUID=device.uuid).set(
-                    device.memory_used_mib * _MIB
-                )
+                used = device.memory_used_mib * _MIB
+                self._set("soak_gpu_memory_used_bytes", used, gpu=str(device.index), UUID=device.uuid)
         self._gpu_processes(sample)
         if budget_left_s is not None:
-            self._on(self._budget).set(max(0.0, budget_left_s))
+            self._set("soak_budget_remaining_seconds", max(0.0, budget_left_s))
         if progress_age_s is not None:
-            self._on(self._progress_age).set(progress_age_s)
+            self._set("soak_progress_age_seconds", progress_age_s)
         self._on(self._samples).inc()
         self._on(self._duration).observe(duration_s)
 
@@ -114,12 +114,11 @@ class PrometheusMetrics:
         index = {device.uuid: device.index for device in sample.gpu.devices}
         ours = [p for p in sample.gpu.processes if p.in_tree and p.used_memory_mib is not None]
         ours.sort(key=lambda p: -(p.used_memory_mib or 0.0))
-        self._gpu_process.clear()  # processes come and go: only the latest sample's stay
+        self._gauges["soak_gpu_process_memory_used_bytes"].clear()  # processes come and go
         for process in ours[:PROCESS_SERIES]:
             labels = {"gpu": str(index.get(process.device_uuid, "")), "UUID": process.device_uuid}
-            self._on(self._gpu_process, **labels, pid=str(process.pid)).set(
-                (process.used_memory_mib or 0.0) * _MIB
-            )
+            used = (process.used_memory_mib or 0.0) * _MIB
+            self._set("soak_gpu_process_memory_used_bytes", used, **labels, pid=str(process.pid))
 
     def verdict(self, status: str, classification: str | None, exit_code: int) -> None:
         info = {"status": status, "classification": classification or "", "exit_code": str(exit_code)}

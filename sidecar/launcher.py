@@ -910,8 +910,7 @@ class Launcher:
         self.pipe_fd: int | None = None
         # Trainer output to our stdout, never blocking the event loop (see FdWriter).
         self.tee = FdWriter(1, STDOUT_QUEUE_BYTES)
-        self._dropped_noted = 0
-        self._drop_noted_at = -math.inf
+        self._dropped_noted, self._drop_noted_at = 0, -math.inf
         self._tee_error_noted = False
 
         self.reason: str | None = None
@@ -921,6 +920,8 @@ class Launcher:
         self.owner_lost = False
         self.soft_stop_sent = False
         self.soft_stop_reason: str | None = None
+        # When the soft stop, the first TERM and the first KILL went to the tree (wall clock).
+        self.stop_times: dict[str, float] = {}
         self.term_sent = False
         self.kill_sent = False
         self.control_actions: list[dict[str, Any]] = []
@@ -1212,6 +1213,7 @@ class Launcher:
         the scan and the kill (it reparents to us, the subreaper).
         """
         self.kill_sent = True
+        self.stop_times.setdefault("kill", time.time())
         victims = alive_descendants(self.pid)
         known = self.killed_with_trainer.keys() | self.survivors_killed.keys()
         for pid in victims:
@@ -1229,6 +1231,7 @@ class Launcher:
             self.kill_everything(self.killed_with_trainer)
         else:
             self.term_sent = True
+            self.stop_times.setdefault("term", time.time())
             self._signal_tree(signal.SIGTERM)
             if self.escalate_at is None:
                 self.escalate_at = time.monotonic() + (self.go.kill_grace_s if self.go else 0.0)
@@ -1237,6 +1240,7 @@ class Launcher:
         if self.soft_stop_sent or self.go is None:
             return
         self.soft_stop_sent = True
+        self.stop_times.setdefault("soft_stop", time.time())
         self.soft_stop_reason = reason
         atomic_write_json(
             self.path(SOFT_STOP_FILE),
@@ -1326,6 +1330,7 @@ class Launcher:
         self.signals_forwarded.append(name)
         self.reason = self.reason or "signalled"
         self.term_sent = True
+        self.stop_times.setdefault("term", time.time())
         self._signal_tree(signal_number(name))
         self.escalate_at = now + go.kill_grace_s
 
@@ -1359,6 +1364,7 @@ class Launcher:
             # The deadline's TERM: the trainer stopping now stopped because of the deadline.
             self.reason = self.reason or "deadline"
             self.term_sent = True
+            self.stop_times.setdefault("term", time.time())
             self._signal_tree(signal.SIGTERM)
 
     def _read_changes(self, now: float) -> None:
@@ -1504,6 +1510,7 @@ class Launcher:
             "owner_lost": self.owner_lost,
             "soft_stop_sent": self.soft_stop_sent,
             "soft_stop_reason": self.soft_stop_reason,
+            "stop_times_unix": self.stop_times,
             "term_sent": self.term_sent,
             "kill_sent": self.kill_sent,
             "control": self.control_actions,

@@ -6,6 +6,7 @@ LauncherError, never a crash.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,6 +158,18 @@ class ControlAction:
     reason: str | None
 
 
+def _stop_times(raw: Mapping[str, Any]) -> dict[str, float]:
+    found = _get(raw, "stop_times_unix", dict, optional=True) or {}
+    return {
+        name: float(value)
+        for name, value in found.items()
+        if name in ("soft_stop", "term", "kill")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
+
+
 @dataclass(frozen=True)
 class ExitRecord:
     """exit.json: how the trainer ended and what the launcher had to kill."""
@@ -173,6 +186,8 @@ class ExitRecord:
     owner_lost: bool = False
     soft_stop_sent: bool = False
     soft_stop_reason: str | None = None  # DEADLINE_SOFT_STOP, "signal: <name>", "control: <reason>"
+    # When the soft stop, the first TERM and the first KILL were sent (wall clock), by those names.
+    stop_times_unix: Mapping[str, float] = field(default_factory=dict)
     term_sent: bool = False
     kill_sent: bool = False
     control: tuple[ControlAction, ...] = ()
@@ -223,6 +238,7 @@ class ExitRecord:
             owner_lost=flag("owner_lost"),
             soft_stop_sent=flag("soft_stop_sent"),
             soft_stop_reason=_get(raw, "soft_stop_reason", str, optional=True),
+            stop_times_unix=_stop_times(raw),
             term_sent=flag("term_sent"),
             kill_sent=flag("kill_sent"),
             control=tuple(

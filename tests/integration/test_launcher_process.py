@@ -225,6 +225,8 @@ def test_a_stop_signal_is_the_soft_stop_first_and_reaches_the_trainer_after_the_
     assert record.reason == "signalled" and record.signal == signal.SIGTERM
     usr1_at = float(log.read_text().split()[1])
     assert record.ended_unix is not None and record.ended_unix - usr1_at >= 1.0
+    times = record.stop_times_unix  # what the report marks on its plots
+    assert set(times) == {"soft_stop", "term"} and times["term"] - times["soft_stop"] >= 1.0
 
 
 def test_a_trainer_that_stops_on_the_soft_stop_never_gets_the_stop_signal(

@@ -144,8 +144,7 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "--gpu-scenario",
         "gpu.mock_scenario",
         scenario_path,
-        "mock NVML scenario: a JSON file, or a bundled one by name (two_gpus_growing, "
-        "old_driver_host_pids)",
+        "mock NVML scenario: a JSON file, or a bundled one by name (two_gpus_growing, old_driver_host_pids)",
     ),
     "s3_bucket": ("--s3-bucket", "s3.bucket", str, "upload the artifact to this bucket"),
     "s3_endpoint": ("--s3-endpoint", "s3.endpoint_url", str, "S3-compatible endpoint URL"),
@@ -459,6 +458,20 @@ def cmd_install_launcher(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from sidecar.adapters.report_source import LocalSource, open_source
+    from sidecar.core.report import render_report
+
+    source = open_source(args.path, load_settings().s3)
+    page = render_report(source.artifact, source.samples())
+    default = source.directory / "report.html" if isinstance(source, LocalSource) else Path("report.html")
+    output: Path = args.output or default
+    output.write_text(page, encoding="utf-8")
+    note = f" ({source.skipped_lines} unreadable sample lines skipped)" if source.skipped_lines else ""
+    print(f"soak-sidecar: report {output} ({len(page.encode()) / 1024:.0f} KiB){note}", file=sys.stderr)
+    return 0
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     from sidecar.adapters.identity_files import identity_from_settings
     from sidecar.core.approval import render_approval
@@ -508,7 +521,11 @@ def _add_approve(sub: argparse._SubParsersAction[UsageParser]) -> None:
     approve.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(approve_flags)})
     approve.set_defaults(resume=None, require_approval=None)
     approve.add_argument(
-        "--code-file", dest="code_files", action="append", type=Path, default=None,
+        "--code-file",
+        dest="code_files",
+        action="append",
+        type=Path,
+        default=None,
         help="file hashed into the identity (repeatable; as given to run)",
     )
     approve.add_argument("--store-location", help="deadline store location as `run` reports it")
@@ -539,7 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
     schema.add_argument(
-        "which", metavar="SCHEMA", choices=["run-summary", "artifact", "settings"],
+        "which",
+        metavar="SCHEMA",
+        choices=["run-summary", "artifact", "settings"],
         help="run-summary, artifact or settings",
     )
 
@@ -570,7 +589,30 @@ def build_parser() -> argparse.ArgumentParser:
         description="One row per attempt; exit 0 only when the latest attempt passed.",
     )
     verdict_cli.add_arguments(verdict)
+
+    _add_report(sub)
     return parser
+
+
+def _add_report(sub: argparse._SubParsersAction[UsageParser]) -> None:
+    report = sub.add_parser(
+        "report",
+        help="write one self-contained HTML report of an attempt",
+        description="One HTML file (inline SVG plots, no network, no JavaScript) from an artifact and "
+        "its samples.jsonl.gz: the verdict, plots of every sample with the soft stop, TERM and KILL "
+        "marked, leak trends, leftover processes and the run summary figures.",
+        epilog="examples:\n  soak-sidecar report soak-output/runs/RUN_ID/attempt-1\n"
+        "  soak-sidecar report s3://soaks/soak-sidecar/NS/JOB/RUN_ID/attempt-1/artifact.json -o report.html\n"
+        "S3 reads use the SOAK_S3__* settings (endpoint, region, credentials) as the sidecar does.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument("path", help="artifact.json, the attempt's directory, or an s3:// URI of either")
+    report.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="where to write it (default: report.html beside a local artifact, ./report.html for S3)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -583,6 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "exit-codes": cmd_exit_codes,
         "install-launcher": cmd_install_launcher,
         "approve": cmd_approve,
+        "report": cmd_report,
     }
     try:
         if args.cmd == "verdict":

@@ -28,6 +28,7 @@ HARNESS_VARIABLES = frozenset(
         "SOAK_KUBECTL_BIN",
         "SOAK_TRAINER_PYTHON",
         "SOAK_REQUIRE_TRAINERS",
+        "SOAK_REQUIRE_BROWSER",
     }
 )
 

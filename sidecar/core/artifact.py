@@ -235,7 +235,8 @@ class SampleRecorder:
 
     def add(self, sample: Sample, *, steady: bool = True) -> None:
         if self._write_line is not None:
-            self._write_line(sample.model_dump_json())
+            # Absent means None: a sample of 8 GPUs is then half the size, and so is parsing it.
+            self._write_line(sample.model_dump_json(exclude_none=True))
         self._series.add(SeriesPoint.of(sample))
         self._count += 1
         self.last = sample

@@ -84,6 +84,26 @@ def test_a_passing_run_uploads_its_evidence_with_checksums(tmp_path: Path, seawe
 
 
 @pytest.mark.s3
+def test_the_report_of_an_uploaded_attempt_reads_it_back_from_s3(
+    tmp_path: Path, seaweedfs: SeaweedServer
+) -> None:
+    code, artifact, stderr = run_cli(tmp_path, *trainer(), env=s3_env(seaweedfs))
+    assert code == 0, stderr
+    out, uri = tmp_path / "report.html", artifact["upload"]["uris"]["artifact.json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "report", uri, "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **s3_env(seaweedfs)},
+    )
+    assert done.returncode == 0, done.stderr
+    page = out.read_text(encoding="utf-8")
+    assert artifact["context"]["run_id"] in page and page.count('<path class="series"') >= 5
+
+
+@pytest.mark.s3
 def test_a_store_that_is_down_loses_the_evidence_of_a_pass(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
     (closed,) = free_ports(1)
     env = s3_env(seaweedfs, endpoint=f"http://127.0.0.1:{closed}")
@@ -171,6 +191,7 @@ def test_an_xid_the_application_caused_never_blames_the_gpu(
     assert got == code, stderr
     assert artifact["resource_summary"]["gpu_health"]["application_xids"] == [31]
     if code:
-        assert artifact["failure_classification"] == "trainer_failure"
+        # The example trainer's crash writes its own classification: the trainer's failure, not the GPU's.
+        assert artifact["failure_classification"] == "learner_failure"
         reason = artifact["failure_reason"]
         assert "the trainer caused GPU 0" in reason and "XID 31: GPU memory page fault" in reason

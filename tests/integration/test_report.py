@@ -1,0 +1,139 @@
+"""`soak-sidecar report` on a real local run: the page, opened in headless Chromium (Debian's
+`chromium`), has a drawn path for every series and the plots show in a screenshot; and the odd
+inputs a report can meet (a truncated samples file, a stray symlink, not an artifact)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from sidecar.core.report import COLORS
+
+pytestmark = pytest.mark.integration
+
+
+def soak(tmp_path: Path) -> Path:
+    """A local run whose RSS grows; returns its attempt directory."""
+    argv = [
+        sys.executable, "-m", "sidecar.cli", "run", "--local", "--output", str(tmp_path / "out"),
+        "--run-dir", str(tmp_path / "run"), "--progress-dir", str(tmp_path / "progress"),
+        "--deadline-dir", str(tmp_path / "deadlines"), "--gpu-backend", "none", "--status", "off",
+        "--sample-interval", "0.1", "--post-shutdown-grace", "0.1",
+        "--", sys.executable, "-m", "sidecar.examples.trainer", "--steps", "20", "--step-s", "0.1",
+        "--leak-rss", "4",
+    ]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    (attempt,) = (tmp_path / "out" / "runs").glob("*/attempt-1")
+    return attempt
+
+
+def report(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def browser() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        reason = "no chromium (.ci/run installs Debian's chromium)"
+        if os.environ.get("SOAK_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return found
+
+
+def chromium(*args: str) -> subprocess.CompletedProcess[bytes]:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-dev-shm-usage"]
+    return subprocess.run([browser(), *flags, *args], capture_output=True, timeout=120, check=False)
+
+
+def png_pixels(png: bytes) -> tuple[int, int, list[bytes]]:
+    """Width, height and rows of an 8-bit RGB(A) non-interlaced PNG (what Chromium writes)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos : pos + 8])
+        chunk = png[pos + 8 : pos + 8 + length]
+        header = chunk if kind == b"IHDR" else header
+        idat += chunk if kind == b"IDAT" else b""
+        pos += 12 + length
+    width, height, depth, color = struct.unpack(">IIBB", header[:10])
+    assert depth == 8 and color in (2, 6)
+    channels = 3 if color == 2 else 4
+    raw, stride, rows, previous = zlib.decompress(idat), width * channels, [], bytes(width * channels)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b, c = previous[i], previous[i - channels] if i >= channels else 0
+            predictor = (0, a, b, (a + b) // 2, _paeth(a, b, c))[kind]
+            line[i] = (line[i] + predictor) & 0xFF
+        rows.append(bytes(line))
+        previous = bytes(line)
+    return width, channels, rows
+
+
+def _paeth(a: int, b: int, c: int) -> int:
+    p = a + b - c
+    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+    return a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+
+
+def test_the_report_opens_in_chromium_with_every_series_drawn(tmp_path: Path) -> None:
+    attempt = soak(tmp_path)
+    done = report(str(attempt))
+    assert done.returncode == 0, done.stderr
+    page = attempt / "report.html"
+    text = page.read_text(encoding="utf-8")
+    assert "<script" not in text and "<link" not in text  # self-contained: nothing runs, nothing fetched
+    dom = chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+    paths = re.findall(r'<path class="series" data-series="([^"]+)" d="([^"]*)"', dom.stdout.decode())
+    drawn = {name: len(re.findall(r"[ML]", d)) for name, d in paths}
+    assert {"RSS", "processes", "zombies", "bytes", "left"} <= set(drawn), drawn
+    assert all(points >= 2 for points in drawn.values()), drawn
+    shot = tmp_path / "report.png"
+    done_shot = chromium("--window-size=1000,1400", f"--screenshot={shot}", page.as_uri())
+    assert done_shot.returncode == 0 and shot.is_file(), done_shot.stderr.decode(errors="replace")[-2000:]
+    width, channels, rows = png_pixels(shot.read_bytes())
+    first_color = bytes(int(COLORS[0][i : i + 2], 16) for i in (1, 3, 5))
+    coloured = sum(
+        1 for row in rows for x in range(width) if row[x * channels : x * channels + 3] == first_color
+    )
+    assert coloured > 200, "the plots' lines are not on the screenshot"
+
+
+def test_a_report_of_a_truncated_samples_file_says_how_much_it_skipped(tmp_path: Path) -> None:
+    attempt = soak(tmp_path)
+    samples = attempt / "samples.jsonl.gz"
+    whole = gzip.decompress(samples.read_bytes())
+    samples.write_bytes(gzip.compress(whole + b"{not json\n")[:-12])  # a bad line, then cut short
+    done = report(str(attempt / "artifact.json"), "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 0, done.stderr
+    assert "unreadable sample lines skipped" in done.stderr and (tmp_path / "r.html").stat().st_size > 1000
+
+
+def test_odd_inputs_are_one_line_errors(tmp_path: Path) -> None:
+    (tmp_path / "not.json").write_text("[1, 2]", encoding="utf-8")
+    done = report(str(tmp_path / "not.json"))
+    assert done.returncode == 64 and "not a soak-sidecar artifact" in done.stderr
+    os.symlink("/etc/passwd", tmp_path / "artifact.json")
+    done = report(str(tmp_path))
+    assert done.returncode == 64 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+    done = report(str(tmp_path / "missing"))
+    assert done.returncode == 64 and done.stderr.count("\n") == 1

@@ -18,7 +18,7 @@ from sidecar.core.gpu_health import GpuHealthSummary, GpuHealthTracker
 from sidecar.core.samples import GpuSample, ProcessTreeSample, ProgressSample, ResidualProcess, Sample
 from sidecar.core.trends import LeakTrend, Thinned, TrendWindow, seconds_to_limit
 
-ARTIFACT_SCHEMA_VERSION = "2.0.0"
+ARTIFACT_SCHEMA_VERSION = "2.1.0"
 
 
 def utc_timestamp(epoch: float) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -68,6 +70,23 @@ def coredns_binary() -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"tests/kube/coredns/build.sh failed ({proc.returncode})")
     return Path(proc.stdout.decode().strip().splitlines()[-1])
+
+
+def _go() -> str:
+    return os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
+
+
+def prometheus_operator_crd(kind: str) -> Path:
+    """The Prometheus Operator's CRD of ``kind`` (e.g. "podmonitors"), from its Go module at the version
+    tests/kube/crds pins (downloaded into the module cache, checked against that go.sum)."""
+    found = run_logged(
+        [_go(), "-C", str(REPO_ROOT / "tests" / "kube" / "crds"), "mod", "download", "-json",
+         "github.com/prometheus-operator/prometheus-operator"],
+        env={"GOFLAGS": "-mod=readonly"},
+        timeout=900,
+    )  # fmt: skip
+    directory = Path(json.loads(found)["Dir"])
+    return directory / "example" / "prometheus-operator-crd" / f"monitoring.coreos.com_{kind}.yaml"
 
 
 def kube_module_dir() -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cluster.system import prometheus_operator_crd
 from tests.fixtures.helm import CHART_DIR, RUN_ID, HelmBinaryEngine, HelmEngine, Manifest
 from tests.waiting import wait_until
 
@@ -332,3 +333,32 @@ def test_the_network_policy_is_accepted_by_the_apiserver(engine: HelmEngine, adm
     (policy,) = [m for m in manifests if m["kind"] == "NetworkPolicy"]
     applied = apply(admin, [policy])
     assert "serverside-applied" in applied.stdout, applied.stdout
+
+
+def test_the_podmonitor_validates_against_the_prometheus_operators_crd(
+    engine: HelmEngine, admin: Kubectl
+) -> None:
+    """The PodMonitor CRD from the Prometheus Operator's own module, installed in a real apiserver:
+    the chart's PodMonitor is accepted, and the CRD's schema does reject a broken one."""
+    crd = prometheus_operator_crd("podmonitors").read_text(encoding="utf-8")
+    admin.run("apply", "--server-side", "-f", "-", stdin=crd)
+    admin.run("wait", "--for=condition=Established", "crd/podmonitors.monitoring.coreos.com", "--timeout=60s")
+    namespace = make_namespace(admin)
+    values = {"runId": RUN_ID, "metrics": {"enabled": True, "podMonitor": {"enabled": True}}}
+    (monitor,) = [
+        m for m in engine.template(values, release="soak", namespace=namespace) if m["kind"] == "PodMonitor"
+    ]
+
+    def accepted() -> bool:  # the new type reaches discovery a moment after Established
+        return admin.run("get", "podmonitors", "-n", namespace, check=False).returncode == 0
+
+    wait_until("PodMonitor served", accepted, 60.0, interval_s=0.5)
+    applied = apply(admin, [monitor])
+    assert "serverside-applied" in applied.stdout, applied.stdout
+    metadata = {**monitor["metadata"], "name": "broken"}
+    endpoints = [{"port": "metrics", "interval": "thirty"}]
+    broken = {**monitor, "metadata": metadata, "spec": {**monitor["spec"], "podMetricsEndpoints": endpoints}}
+    refused = admin.run(
+        "apply", "--server-side", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(broken), check=False
+    )
+    assert refused.returncode != 0 and "interval" in refused.stderr, refused.stderr

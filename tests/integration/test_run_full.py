@@ -141,15 +141,22 @@ def test_mock_gpus_through_the_real_pynvml_path(tmp_path: Path, nvml_mock_dir: P
     assert len(artifact["provenance"]["gpu_devices"]) == 2
 
 
-def test_a_lost_gpu_is_a_retryable_hardware_verdict(tmp_path: Path, nvml_mock_dir: Path) -> None:
+def with_mock_gpus(
+    tmp_path: Path, nvml_mock_dir: Path, device: int, fields: dict[str, Any], *flags: str
+) -> tuple[int, dict[str, Any], str, dict[str, Any]]:
+    """A run on the bundled two-GPU scenario, ``fields`` set on GPU ``device``; also the scenario."""
     scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
-    scenario["devices"][1]["lost_at"] = 0.3
-    path = tmp_path / "lost.json"
+    scenario["devices"][device].update(fields)
+    path = tmp_path / "scenario.json"
     path.write_text(json.dumps(scenario), encoding="utf-8")
     env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
-    code, artifact, stderr = run_cli(
-        tmp_path, "--gpu-backend", "mock", "--gpu-scenario", str(path), *trainer("--steps", "100"), env=env
-    )
+    gpu = ("--gpu-backend", "mock", "--gpu-scenario", str(path))
+    code, artifact, stderr = run_cli(tmp_path, *gpu, *trainer(*flags), env=env)
+    return code, artifact, stderr, scenario
+
+
+def test_a_lost_gpu_is_a_retryable_hardware_verdict(tmp_path: Path, nvml_mock_dir: Path) -> None:
+    code, artifact, stderr, _ = with_mock_gpus(tmp_path, nvml_mock_dir, 1, {"lost_at": 0.3}, "--steps", "100")
     assert (code, artifact["failure_classification"]) == (150, "gpu_fault"), stderr
     assert "GPU is lost" in artifact["failure_reason"]
     assert artifact["resource_summary"]["gpu_fault"]
@@ -160,14 +167,8 @@ def test_an_xid_that_blames_the_gpu_stops_the_soak_as_a_retryable_gpu_fault(
 ) -> None:
     """XID 79 arrives through the event thread mid-run: the trainer is stopped at once, the verdict is
     gpu_fault (150, retried on another node), and the artifact keeps the event."""
-    scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
-    scenario["devices"][1]["events"] = [{"at": 0.3, "type": "xid", "data": 79}]
-    path = tmp_path / "xid.json"
-    path.write_text(json.dumps(scenario), encoding="utf-8")
-    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
-    code, artifact, stderr = run_cli(
-        tmp_path, "--gpu-backend", "mock", "--gpu-scenario", str(path), *trainer("--steps", "100"), env=env
-    )
+    xid = {"events": [{"at": 0.3, "type": "xid", "data": 79}]}
+    code, artifact, stderr, scenario = with_mock_gpus(tmp_path, nvml_mock_dir, 1, xid, "--steps", "100")
     assert (code, artifact["failure_classification"]) == (150, "gpu_fault"), stderr
     assert "XID 79: GPU has fallen off the bus" in artifact["failure_reason"]
     health = artifact["resource_summary"]["gpu_health"]
@@ -181,13 +182,8 @@ def test_an_xid_the_application_caused_never_blames_the_gpu(
 ) -> None:
     """XID 31 (a page fault of the application's own making): a trainer that passes still passes; one
     that fails is the trainer's failure, and its reason names the XID as the trainer's doing."""
-    scenario = json.loads((SCENARIOS / "two_gpus_growing.json").read_text(encoding="utf-8"))
-    scenario["devices"][0]["events"] = [{"at": 0.1, "type": "xid", "data": 31}]
-    path = tmp_path / "xid31.json"
-    path.write_text(json.dumps(scenario), encoding="utf-8")
-    env = {"SOAK_GPU__MOCK_LIBRARY_DIR": str(nvml_mock_dir)}
-    gpu = ("--gpu-backend", "mock", "--gpu-scenario", str(path))
-    got, artifact, stderr = run_cli(tmp_path, *gpu, *trainer("--steps", "10", *flags), env=env)
+    xid = {"events": [{"at": 0.1, "type": "xid", "data": 31}]}
+    got, artifact, stderr, _ = with_mock_gpus(tmp_path, nvml_mock_dir, 0, xid, "--steps", "10", *flags)
     assert got == code, stderr
     assert artifact["resource_summary"]["gpu_health"]["application_xids"] == [31]
     if code:

@@ -321,8 +321,12 @@ def create_or_resume(
     """
     if identity.budget_s > max_budget_s:
         raise ConfigError(f"budget {identity.budget_s} s exceeds max_budget_s {max_budget_s} s")
-    existing = _load_verified(store, identity, max_budget_s=max_budget_s)
+    # The ledger first: every claim is made after its record exists, so a claim seen now has its
+    # record visible to the load after it. Loading first would let a concurrent creator (another
+    # index of the same soak) create and claim in between: a claim without a record, refused as
+    # a deleted record.
     claims = store.attempt_claims(identity.run_id)
+    existing = _load_verified(store, identity, max_budget_s=max_budget_s)
     check_ledger(existing, claims, run_id=identity.run_id, location=store.location)
     if existing is not None:
         return existing

@@ -199,6 +199,38 @@ class E2ECluster:
     def logs(self, pod: str, container: str) -> str:
         return self.kubectl("logs", pod, "-n", NAMESPACE, "-c", container, check=False).stdout
 
+    def state_report(self) -> str:
+        """The namespace's Jobs, pods and Events in a few lines: what a failed e2e test shows, since
+        CI keeps only its output and the cluster is gone by then."""
+        lines = []
+        for job in self.get_json("jobs", "-n", NAMESPACE)["items"]:
+            conditions = [(c["type"], c.get("reason")) for c in job.get("status", {}).get("conditions") or []]
+            lines.append(
+                f"job {job['metadata']['name']}: {conditions} {job.get('status', {}).get('failedIndexes')}"
+            )
+        for pod in self.get_json("pods", "-n", NAMESPACE)["items"]:
+            meta, status = pod["metadata"], pod.get("status", {})
+            exits = {
+                s["name"]: s.get("state", {}).get("terminated", {}).get("exitCode")
+                for s in status.get("containerStatuses") or []
+            }
+            notes = {
+                k: v for k, v in (meta.get("annotations") or {}).items() if "index" in k or "attempt" in k
+            }
+            lines.append(
+                f"pod {meta['name']}: {status.get('phase')} {status.get('reason') or ''} exits={exits} "
+                f"deleting={meta.get('deletionTimestamp')} {notes}"
+            )
+        events = self.get_json("events", "-n", NAMESPACE)["items"]
+        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        for event in events[-60:]:
+            involved = event.get("involvedObject", {})
+            lines.append(
+                f"event {event.get('lastTimestamp') or event.get('eventTime')} {involved.get('kind')}/"
+                f"{involved.get('name')} {event.get('reason')}: {(event.get('message') or '')[:200]}"
+            )
+        return "\n".join(lines)
+
 
 def container(pod: dict[str, Any], name: str) -> dict[str, Any]:
     (status,) = [s for s in pod["status"].get("containerStatuses", []) if s["name"] == name]

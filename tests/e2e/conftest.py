@@ -5,7 +5,7 @@ the real node's teardown must leave the host as it found it (checked here)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -28,3 +28,19 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
     if provider == "node":
         left = sorted(host_state(watched) - before)
         assert not left, f"the node's teardown left these behind: {left}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed e2e test reports the cluster's Jobs, pods and Events with its failure."""
+    report = yield
+    cluster = getattr(item, "funcargs", {}).get("e2e")
+    if report.failed and call.when == "call" and isinstance(cluster, E2ECluster):
+        try:
+            state = cluster.state_report()
+        except Exception as exc:  # a report must never hide the failure itself
+            state = f"no cluster state: {exc!r}"
+        report.sections.append(("Cluster state at the failure", state))
+    return report

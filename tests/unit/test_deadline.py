@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from sidecar.core.errors import (
     RecordExistsError,
     RefusedError,
 )
-from sidecar.core.identity import RunIdentity, make_identity
+from sidecar.core.identity import RunIdentity, make_identity, run_slot
 
 RUN_ID = "0b6f1c52-8d0e-4a53-9d1c-3f2b1a7e9c10"
 T0 = 1_700_000_000.25
@@ -296,6 +297,50 @@ def test_lost_create_race_to_another_identity_is_refused(tmp_path: Path) -> None
     store = RacingStore(tmp_path, new_record(identity(budget_s=3600), now_wall=T0))
     with pytest.raises(RefusedError, match="differs in budget_s"):
         create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+
+
+class ConcurrentCreatorStore(FileDeadlineStore):
+    """A real file store where another index of the same soak creates the record and claims its
+    first attempt (as a supervisor does) right after this supervisor's ``after``-th store call."""
+
+    def __init__(self, directory: Path, rival: DeadlineRecord, after: int) -> None:
+        super().__init__(directory)
+        self.rival, self.after, self.calls = rival, after, 0
+
+    def _step(self) -> None:
+        self.calls += 1
+        if self.calls == self.after:
+            # The rival creates its record unless one exists (then it resumes that), and claims.
+            with contextlib.suppress(RecordExistsError):
+                super().create(RUN_ID, encode_record(self.rival))
+            super().claim_attempt(run_slot(RUN_ID, 1))
+
+    def attempt_claims(self, run_id: str) -> list[float | None]:
+        claims = super().attempt_claims(run_id)
+        self._step()
+        return claims
+
+    def load(self, run_id: str) -> bytes | None:
+        data = super().load(run_id)
+        self._step()
+        return data
+
+    def create(self, run_id: str, payload: bytes) -> None:
+        super().create(run_id, payload)  # raises RecordExistsError once the rival has created
+        self._step()
+
+
+@pytest.mark.parametrize("after", [1, 2, 3, 4, 5])
+def test_a_concurrent_creator_between_any_two_store_calls_is_adopted_never_refused(
+    tmp_path: Path, after: int
+) -> None:
+    """Two indexes start at once: whichever store call the other one's create-and-claim lands
+    after, this one resumes a record of the run (the rival's, or its own that the rival adopted)."""
+    rival = new_record(identity(), now_wall=T0 - 1)
+    store = ConcurrentCreatorStore(tmp_path, rival, after)
+    got = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    assert got == parse_record(store.load(RUN_ID) or b"", max_budget_s=MAX_BUDGET)
+    assert got.started_unix in (rival.started_unix, T0)
 
 
 class BlackHoleStore(FileDeadlineStore):

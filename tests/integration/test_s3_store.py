@@ -15,7 +15,7 @@ import botocore.exceptions
 import pytest
 
 from sidecar.adapters.s3_store import S3DeadlineStore
-from sidecar.core.deadline import DeadlineClock, create_or_resume
+from sidecar.core.deadline import DeadlineClock, DeadlineRecord, create_or_resume
 from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
@@ -364,3 +364,48 @@ def test_indexes_of_one_run_lock_and_number_their_attempts_apart(
         assert [first.claim_attempt(zero), second.claim_attempt(one), second.claim_attempt(one)] == [1, 1, 2]
     assert len(first.attempt_claims(run_id)) == 3
     assert first.attempt_claims(str(uuid.uuid4())) == []
+
+
+def _start_at_once(stores: list[S3DeadlineStore], identity: RunIdentity) -> list[Any]:
+    """Each store, on its own thread, creates-or-resumes the run's record then claims its index's
+    attempt, all released together; what each got (a record or an exception), in index order."""
+    barrier = threading.Barrier(len(stores))
+    outcomes: dict[int, Any] = {}
+
+    def start(index: int, store: S3DeadlineStore) -> None:
+        barrier.wait(WAIT_S)
+        try:
+            record = create_or_resume(
+                store, identity, now_wall=time.time(), resume_required=False, max_budget_s=MAX_BUDGET
+            )
+            store.claim_attempt(run_slot(identity.run_id, index))
+            outcomes[index] = record
+        except Exception as exc:  # the outcome under test: returned, asserted by the caller
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=start, args=(i, s)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    return [outcomes.get(index) for index in range(len(stores))]
+
+
+def test_indexes_starting_at_once_all_resume_one_record(seaweedfs: SeaweedServer) -> None:
+    """The indexes of a multi-pod soak start together, each on its own client: every index gets
+    the same record and none is refused (a claim seen before its record reads as a deleted one)."""
+    settings = _settings(seaweedfs)
+    for _ in range(5):
+        run_id = str(uuid.uuid4())
+        stores = [_store(seaweedfs, settings) for _ in range(6)]
+        identity = make_identity(
+            run_id=run_id,
+            command=("python3", "train.py"),
+            budget_s=3600,
+            checkpoint_margin_s=60,
+            deadline_store=stores[0].location,
+        )
+        outcomes = _start_at_once(stores, identity)
+        assert not [o for o in outcomes if not isinstance(o, DeadlineRecord)], outcomes
+        assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
+        assert len(stores[0].attempt_claims(run_id)) == len(stores)

@@ -106,7 +106,6 @@ class MonitorSettings(_Group):
         "Default auto.",
     )
 
-
     @field_validator("memory_limit")
     @classmethod
     def _a_quantity(cls, value: str | None) -> str | None:

@@ -283,7 +283,6 @@ class ProcfsProcessTable:
         )
         return info, children
 
-
     def _fd_table(self, pid_fd: int, pid: int, ticks: int) -> tuple[int, dict[str, int]] | None:
         """Count and classes of the fds; None when the process is gone. Another user's table is
         read off its launcher's report (none yet: zero)."""
@@ -324,4 +323,3 @@ def _tree(processes: list[ProcessInfo]) -> ProcessTreeSample:
         threads_total=sum(info.threads for info in processes),
         processes=processes,
     )
-

@@ -16,9 +16,7 @@ from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable, cl
 DEFAULT_VALIDATOR_GROUP = "soak_sidecar.manifest_validators"
 
 
-def _load_validator(
-    target: str, load: Callable[[], object]
-) -> ManifestValidator | ValidatorUnavailable:
+def _load_validator(target: str, load: Callable[[], object]) -> ManifestValidator | ValidatorUnavailable:
     try:
         func = load()
     except ImportError as exc:
@@ -55,9 +53,7 @@ def resolve_manifest_validator(
         module_name, sep, attribute = spec.partition(":")
         if not sep or not module_name.strip() or not attribute.strip():
             raise ConfigError(f"summary.manifest_validator must be 'module:function', got {spec!r}")
-        return _load_validator(
-            spec, lambda: _import_attribute(module_name.strip(), attribute.strip())
-        )
+        return _load_validator(spec, lambda: _import_attribute(module_name.strip(), attribute.strip()))
     found = sorted(entry_points(group=entry_point_group), key=lambda ep: ep.name)
     if not found:
         return None

@@ -101,9 +101,7 @@ def open_gpu(
     """The GPU backend the settings ask for; backend mock's library and scenario come from
     sidecar.nvml_mock, prepared only if GPUs are opened at all (the scenario's devices of the pod of
     completion ``index``)."""
-    return open_gpu_backend(
-        settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch, index)
-    )
+    return open_gpu_backend(settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch, index))
 
 
 def _mock_nvml(settings: GpuSettings, scratch: Path, index: int | None) -> MockNvml:

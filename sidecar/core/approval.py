@@ -124,9 +124,7 @@ def check_approval(
     """
     if approval is None:
         if required:
-            raise RefusedError(
-                "an approval is required and none was given (missing review release)"
-            )
+            raise RefusedError("an approval is required and none was given (missing review release)")
     else:
         _check_approval_object(_parse(approval), identity)
     _check_resume_request(identity, resume_checkpoint, resume_checkpoint_exists)
@@ -134,9 +132,7 @@ def check_approval(
 
 def _check_approval_object(value: dict[str, Any], identity: RunIdentity) -> None:
     if value.get("format") != APPROVAL_FORMAT:
-        raise RefusedError(
-            f"approval format is {value.get('format')!r}, expected {APPROVAL_FORMAT!r}"
-        )
+        raise RefusedError(f"approval format is {value.get('format')!r}, expected {APPROVAL_FORMAT!r}")
     if value.get("approved") is not True:
         raise RefusedError('approval is not approved ("approved" must be true)')
     run_id = value.get("run_id")
@@ -159,9 +155,7 @@ def _check_approval_object(value: dict[str, Any], identity: RunIdentity) -> None
         )
 
 
-def _check_resume_request(
-    identity: RunIdentity, requested: str | None, exists: bool | None
-) -> None:
+def _check_resume_request(identity: RunIdentity, requested: str | None, exists: bool | None) -> None:
     if requested is None:
         return
     if identity.resume_checkpoint_path is None or requested != identity.resume_checkpoint_path:

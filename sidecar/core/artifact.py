@@ -125,9 +125,7 @@ class ResourceSummary(_Model):
 
 class SeriesInfo(_Model):
     count: int
-    samples_file: str | None = Field(
-        description="Compressed JSONL with every sample, beside the artifact."
-    )
+    samples_file: str | None = Field(description="Compressed JSONL with every sample, beside the artifact.")
     samples_sha256: str | None = None
     downsampled: list[SeriesPoint]
     stride: int = Field(description="Every stride-th sample is kept in `downsampled`.")
@@ -375,14 +373,8 @@ def leak_failures(
     if max_rss_growth_mib is not None and summary.rss_growth_kib is not None:
         growth_mib = summary.rss_growth_kib / 1024
         if growth_mib > max_rss_growth_mib:
-            failures.append(
-                f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB"
-            )
-    if (
-        max_fd_growth is not None
-        and summary.fd_growth is not None
-        and summary.fd_growth > max_fd_growth
-    ):
+            failures.append(f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB")
+    if max_fd_growth is not None and summary.fd_growth is not None and summary.fd_growth > max_fd_growth:
         failures.append(f"process tree fd count grew by {summary.fd_growth} > {max_fd_growth}")
     if max_gpu_growth_mib is not None:
         for device in summary.gpu_devices:

@@ -42,8 +42,7 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.STALLED: "no progress before the startup timeout, or progress went stale",
     ExitCode.RESOURCE_LEAK: "processes survived shutdown, or a resource leak check failed",
     ExitCode.DEADLINE_EXHAUSTED: "the persistent total-job deadline expired during the run",
-    ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second "
-    "supervisor",
+    ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second supervisor",
     ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
     ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, "
     "SIGUSR1/2 to the sidecar)",

@@ -57,9 +57,7 @@ def _from_ids(ids: tuple[str, ...], source: str) -> DeviceSelection:
     return DeviceSelection("listed", ids, source)
 
 
-def select_devices(
-    explicit: Sequence[str] | None, trainer_env: Mapping[str, str] | None
-) -> DeviceSelection:
+def select_devices(explicit: Sequence[str] | None, trainer_env: Mapping[str, str] | None) -> DeviceSelection:
     """The explicit ``gpu.devices`` list wins; else the trainer's NVIDIA_VISIBLE_DEVICES.
 
     ``trainer_env`` None means the trainer's environment could not be read: all GPUs are sampled
@@ -86,9 +84,7 @@ def select_devices(
     return _from_ids(_split(value), source)
 
 
-def resolve_selection(
-    selection: DeviceSelection, visible: Sequence[tuple[int, str]]
-) -> ResolvedSelection:
+def resolve_selection(selection: DeviceSelection, visible: Sequence[tuple[int, str]]) -> ResolvedSelection:
     """Match selected ids to NVML's (index, uuid) pairs; a MIG 'gpu:instance' id selects its GPU.
 
     UUIDs match exactly (case-insensitive), never by prefix: a near miss must show up as missing.
@@ -142,9 +138,7 @@ def attribute(
             why = f"driver {driver_version} predates 535.113 and reports host PIDs"
         else:
             why = "they may be host PIDs or processes outside the trainer"
-        return Attribution(
-            "unavailable", f"no PID reported by NVML is in the trainer's tree ({why})"
-        )
+        return Attribution("unavailable", f"no PID reported by NVML is in the trainer's tree ({why})")
     if any(used is None for _, used in matched):
         return Attribution(
             "unavailable", "NVML does not report per-process memory for the trainer's processes"

@@ -51,9 +51,7 @@ def template_fields(template: str) -> list[str]:
             continue
         if field not in PLACEHOLDERS:
             known = ", ".join(sorted(PLACEHOLDERS))
-            raise ConfigError(
-                f"key template {template!r}: unknown placeholder {{{field}}} (known: {known})"
-            )
+            raise ConfigError(f"key template {template!r}: unknown placeholder {{{field}}} (known: {known})")
         if spec or conversion:
             raise ConfigError(f"key template {template!r}: {{{field}}} must be a bare name")
         fields.append(field)
@@ -122,4 +120,3 @@ def object_key(key_prefix: str, name: str) -> str:
     if "/" in name:
         raise ConfigError(f"file name {name!r} must not contain '/'")
     return validate_key(key_prefix + name)
-

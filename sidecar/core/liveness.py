@@ -69,4 +69,3 @@ class LivenessTracker:
         if self._last_change is None:
             return None
         return now_monotonic - self._last_change
-

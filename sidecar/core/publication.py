@@ -37,9 +37,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # C0/C1 controls, DEL, lone surrogates, and bidi/zero-width format characters that would let a
 # reason rewrite a terminal line when `soak-sidecar verdict` prints it.
-_UNSAFE_RE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]+"
-)
+_UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]+")
 _SPACES_RE = re.compile(r"\s+")
 
 # Annotation names (after the prefix) and the budget of each value.
@@ -107,9 +105,7 @@ def normalize_prefix(prefix: str) -> str:
 def annotation_key(prefix: str, name: str) -> str:
     """A valid annotation key, or ConfigError."""
     if len(name) > MAX_NAME_LEN or not _NAME_RE.match(name):
-        raise ConfigError(
-            f"annotation name {name[:80]!r} is invalid (at most 63 characters, [-A-Za-z0-9_.])"
-        )
+        raise ConfigError(f"annotation name {name[:80]!r} is invalid (at most 63 characters, [-A-Za-z0-9_.])")
     return normalize_prefix(prefix) + name
 
 

@@ -223,9 +223,7 @@ def _shutdown_details_failure(shutdown: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _shutdown_outcome_failure(
-    shutdown: Mapping[str, Any], *, require_normal_completion: bool
-) -> str | None:
+def _shutdown_outcome_failure(shutdown: Mapping[str, Any], *, require_normal_completion: bool) -> str | None:
     """Whether the (well-formed) shutdown matches how the run ended."""
     classification = shutdown.get("classification")
     if not require_normal_completion:
@@ -233,10 +231,7 @@ def _shutdown_outcome_failure(
             return "abnormal run shutdown classification cannot be normal_completion"
         return None
     if classification != "normal_completion":
-        return (
-            "completed run shutdown classification must be normal_completion, "
-            f"got {_show(classification)}"
-        )
+        return f"completed run shutdown classification must be normal_completion, got {_show(classification)}"
     cleanup_errors = shutdown["cleanup"]["errors"]
     if cleanup_errors:
         return f"completed run reported shutdown cleanup errors: {_show(cleanup_errors)}"
@@ -248,9 +243,7 @@ def describe_shutdown(shutdown: Mapping[str, Any]) -> str:
     exception = shutdown.get("exception")
     exception_text = ""
     if isinstance(exception, Mapping):
-        exception_text = (
-            f", exception={_show(exception.get('type'))}: {_show(exception.get('message'))}"
-        )
+        exception_text = f", exception={_show(exception.get('type'))}: {_show(exception.get('message'))}"
     cleanup = shutdown.get("cleanup")
     cleanup_count = ""
     if isinstance(cleanup, Mapping) and isinstance(cleanup.get("errors"), list):
@@ -336,9 +329,7 @@ def _ingress_sequence_failure(values: Mapping[str, int]) -> str | None:
     if slot_rows <= 0:
         return f"replay_ingress.ingress_slot_rows must be positive, got {slot_rows}"
     if released > published:
-        return (
-            f"replay_ingress release_sequence exceeds published_sequence: {released} > {published}"
-        )
+        return f"replay_ingress release_sequence exceeds published_sequence: {released} > {published}"
     if occupancy != published - released:
         return (
             "replay_ingress occupancy does not match publication sequences: "
@@ -356,10 +347,7 @@ def _ingress_occupancy_failure(values: Mapping[str, int]) -> str | None:
     if high_water > depth:
         return f"replay_ingress high_water_occupancy exceeds ingress_depth: {high_water} > {depth}"
     if high_water < occupancy:
-        return (
-            "replay_ingress high_water_occupancy is below final occupancy: "
-            f"{high_water} < {occupancy}"
-        )
+        return f"replay_ingress high_water_occupancy is below final occupancy: {high_water} < {occupancy}"
     return None
 
 
@@ -545,9 +533,7 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     except _DuplicateKeyError as exc:
         raise InvalidRunSummaryError(str(exc)) from exc
     except ValueError as exc:  # JSONDecodeError, and integers over Python's digit limit
-        raise InvalidRunSummaryError(
-            f"run_summary.json is not valid JSON: {clip(str(exc))}"
-        ) from exc
+        raise InvalidRunSummaryError(f"run_summary.json is not valid JSON: {clip(str(exc))}") from exc
     if _depth(value) > MAX_NESTING:
         raise InvalidRunSummaryError(f"run_summary.json is nested deeper than {MAX_NESTING} levels")
     return value
@@ -668,9 +654,7 @@ def _judge_abnormal(
     validator: ManifestValidator | ValidatorUnavailable | None,
 ) -> None:
     if not found.failures:
-        found.status_failure = (
-            f"run_summary status is {_show(summary.get('status'))}, expected 'completed'"
-        )
+        found.status_failure = f"run_summary status is {_show(summary.get('status'))}, expected 'completed'"
         found.add(found.status_failure)
     found.add(manifest_contract_failure(summary, completed=False, validator=validator))
     contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
@@ -831,9 +815,7 @@ def _abnormal_contract(data: object) -> object:
             problem
             for problem in (
                 schema_failure(data, completed=False),
-                shutdown_contract_failure(
-                    shutdown_diagnostics(data), require_normal_completion=False
-                ),
+                shutdown_contract_failure(shutdown_diagnostics(data), require_normal_completion=False),
             )
             if problem is not None
         ]

@@ -127,9 +127,7 @@ class GpuSample(_Model):
         default=None,
         description="Memory of the trainer's processes when attributed, else of its devices.",
     )
-    fault: str | None = Field(
-        default=None, description="Hardware fault (GPU lost, reset required)."
-    )
+    fault: str | None = Field(default=None, description="Hardware fault (GPU lost, reset required).")
     nvml_time_ms: float = 0.0
     processes_age_s: float | None = Field(
         default=None, description="Age of the process list (queried every gpu.process_interval_s)."

@@ -35,9 +35,7 @@ def status_fields(
     }
 
 
-def status_line(
-    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
-) -> str:
+def status_line(sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None) -> str:
     proc = sample.process
     gpu = sample.gpu.used_memory_mib_total
     return (
@@ -47,9 +45,5 @@ def status_line(
     )
 
 
-def status_json(
-    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
-) -> str:
-    return json.dumps(
-        status_fields(sample, budget_left_s=budget_left_s, progress_age_s=progress_age_s)
-    )
+def status_json(sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None) -> str:
+    return json.dumps(status_fields(sample, budget_left_s=budget_left_s, progress_age_s=progress_age_s))

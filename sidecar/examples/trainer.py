@@ -38,9 +38,7 @@ def write_atomic(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_summary(
-    *, steps: int, completed: bool, classification: str, error: str | None
-) -> dict[str, Any]:
+def run_summary(*, steps: int, completed: bool, classification: str, error: str | None) -> dict[str, Any]:
     """A run_summary.json in the shape soak-sidecar validates (schema 1, manifest 2)."""
     published = steps
     return {

@@ -52,9 +52,7 @@ def build_mock_library(out_dir: Path) -> Path:
             timeout=120,
         )
         if result.returncode != 0:
-            raise ConfigError(
-                f"building the NVML mock failed ({compiler}): {result.stderr.strip()[-2000:]}"
-            )
+            raise ConfigError(f"building the NVML mock failed ({compiler}): {result.stderr.strip()[-2000:]}")
         # mkstemp made it 0600; a non-root sidecar must be able to map it.
         os.chmod(tmp, 0o755)  # noqa: S103 (a shared library must be readable to be mapped)
         os.replace(tmp, target)

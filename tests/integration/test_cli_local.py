@@ -165,7 +165,16 @@ def test_mismatching_approval_is_refused(tmp_path: Path) -> None:
 
     # the same command with another budget is another identity
     refused = cli(
-        "run", "--local", *common, "--budget", "900", *FAST, "--approval", str(approval), "--", *command,
+        "run",
+        "--local",
+        *common,
+        "--budget",
+        "900",
+        *FAST,
+        "--approval",
+        str(approval),
+        "--",
+        *command,
         cwd=tmp_path,
     )
     assert refused.returncode == 15, refused.stderr

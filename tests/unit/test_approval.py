@@ -107,9 +107,7 @@ def test_each_top_level_field_changed_refuses(field: str, value: Any) -> None:
 )
 def test_each_identity_field_changed_refuses(field: str, value: Any) -> None:
     with pytest.raises(RefusedError, match=f"does not match this run in identity.{field}"):
-        check_approval(
-            approval(lambda v: v["identity"].update({field: value})), identity(), required=True
-        )
+        check_approval(approval(lambda v: v["identity"].update({field: value})), identity(), required=True)
 
 
 def test_approval_for_another_identity_refuses() -> None:
@@ -147,9 +145,7 @@ def test_approval_for_another_identity_refuses() -> None:
         (lambda v: v["identity"].update(extra="x"), r"identity.extra \(unexpected\)"),
     ],
 )
-def test_malformed_approval_refuses(
-    change: Callable[[dict[str, Any]], object], message: str
-) -> None:
+def test_malformed_approval_refuses(change: Callable[[dict[str, Any]], object], message: str) -> None:
     with pytest.raises(RefusedError, match=message):
         check_approval(approval(change), identity(), required=False)
 
@@ -194,9 +190,7 @@ def test_unapproved_resume_checkpoint_refuses() -> None:
 def test_resume_without_a_declared_checkpoint_refuses() -> None:
     bare = identity(resume_checkpoint_path=None)
     with pytest.raises(RefusedError, match="unapproved resume checkpoint"):
-        check_approval(
-            None, bare, required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True
-        )
+        check_approval(None, bare, required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True)
 
 
 @pytest.mark.parametrize("exists", [False, None])
@@ -212,9 +206,7 @@ def test_missing_resume_checkpoint_refuses(exists: bool | None) -> None:
 
 
 def test_resume_rules_apply_without_an_approval_file() -> None:
-    check_approval(
-        None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True
-    )
+    check_approval(None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True)
     with pytest.raises(RefusedError, match="missing resume checkpoint"):
         check_approval(
             None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=False

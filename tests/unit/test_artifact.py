@@ -277,8 +277,7 @@ def test_status_line_formatting() -> None:
     sample = make_sample(3725.4, rss_kib=2048 * 1024, fds=42, gpu_mib=1234.6)
     line = status_line(sample, budget_left_s=59.9, progress_age_s=None)
     assert line == (
-        "elapsed 1:02:05  budget left 0:59  procs 1  rss 2048 MiB  fds 42  gpu 1235 MiB  "
-        "last progress - ago"
+        "elapsed 1:02:05  budget left 0:59  procs 1  rss 2048 MiB  fds 42  gpu 1235 MiB  last progress - ago"
     )
     assert "\n" not in line
 

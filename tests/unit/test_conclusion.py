@@ -32,8 +32,16 @@ def missing_summary() -> SummaryOutcome:
 
 def process(pid: int, command: str = "python3 worker.py") -> ProcessInfo:
     return ProcessInfo(
-        pid=pid, ppid=1, start_time=1.0, start_ticks=pid * 100, rss_kib=1, fd_count=3,
-        fd_classes={}, threads=1, state="sleeping", command=command,
+        pid=pid,
+        ppid=1,
+        start_time=1.0,
+        start_ticks=pid * 100,
+        rss_kib=1,
+        fd_count=3,
+        fd_classes={},
+        threads=1,
+        state="sleeping",
+        command=command,
     )
 
 

@@ -100,4 +100,3 @@ def test_last_progress_age() -> None:
     assert tracker.last_progress_age(3.5) == 1.5
     tracker.observe(progress(5), 3.0)  # no change: age keeps growing from the change
     assert tracker.last_progress_age(4.0) == 2.0
-

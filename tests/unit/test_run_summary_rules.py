@@ -74,10 +74,7 @@ def test_minimal_documents_pass_and_classify() -> None:
     completed = evaluate_parsed(valid_run_summary(), manifest_validator=None)
     assert completed.passed and completed.classification is None and completed.completed
     assert completed.failure_reason is None
-    assert (
-        completed.shutdown is not None
-        and completed.shutdown["classification"] == "normal_completion"
-    )
+    assert completed.shutdown is not None and completed.shutdown["classification"] == "normal_completion"
     assert isinstance(typed_run_summary(valid_run_summary()), CompletedRunSummary)
 
     abnormal = evaluate_parsed(abnormal_run_summary(), manifest_validator=None)
@@ -167,19 +164,13 @@ SCHEMA_CASES: list[tuple[str, str, object, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "path", "value", "message"), SCHEMA_CASES, ids=[c[0] for c in SCHEMA_CASES]
-)
+@pytest.mark.parametrize(("case", "path", "value", "message"), SCHEMA_CASES, ids=[c[0] for c in SCHEMA_CASES])
 @pytest.mark.parametrize("completed", [True, False], ids=["completed", "abnormal"])
-def test_schema_rule(
-    case: str, path: str, value: object, message: str | None, completed: bool
-) -> None:
+def test_schema_rule(case: str, path: str, value: object, message: str | None, completed: bool) -> None:
     base = valid_run_summary() if completed else abnormal_run_summary()
     outcome = evaluate_parsed(with_(base, path, value), manifest_validator=None)
     if message is None:
-        assert not any(
-            "schema_version" in f or "missing runtime_manifest" in f for f in outcome.failures
-        )
+        assert not any("schema_version" in f or "missing runtime_manifest" in f for f in outcome.failures)
         return
     expected = message.format(s="completed " if completed else "")
     # the schema message always comes first
@@ -347,9 +338,7 @@ def test_shutdown_rule(
         assert not abnormal.classification_overrides
 
 
-@pytest.mark.parametrize(
-    "classification", [c for c in SHUTDOWN_CLASSIFICATIONS if c != "normal_completion"]
-)
+@pytest.mark.parametrize("classification", [c for c in SHUTDOWN_CLASSIFICATIONS if c != "normal_completion"])
 def test_completed_run_must_be_normal_completion(classification: str) -> None:
     document = with_(valid_run_summary(), f"{SD}.classification", classification)
     assert judge(document) == (
@@ -368,9 +357,7 @@ def test_abnormal_run_cannot_claim_normal_completion() -> None:
         with_(abnormal_run_summary(), f"{SD}.classification", "normal_completion"),
         manifest_validator=None,
     )
-    assert (
-        outcome.failures[-1] == "abnormal run shutdown classification cannot be normal_completion"
-    )
+    assert outcome.failures[-1] == "abnormal run shutdown classification cannot be normal_completion"
     assert outcome.classification == "shutdown_contract_violation"
 
 
@@ -390,9 +377,9 @@ def test_shutdown_absent_or_not_an_object(shutdown: object) -> None:
 
 
 def test_describe_shutdown_texts() -> None:
-    assert describe_shutdown(
-        {"classification": "collector_failure", "owner": "o", "phase": "p"}
-    ) == ("shutdown classification='collector_failure', owner='o', phase='p'")
+    assert describe_shutdown({"classification": "collector_failure", "owner": "o", "phase": "p"}) == (
+        "shutdown classification='collector_failure', owner='o', phase='p'"
+    )
     assert (
         describe_shutdown(
             {
@@ -451,9 +438,7 @@ FLIGHT_CASES: list[tuple[str, object, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "flight", "detail"), FLIGHT_CASES, ids=[c[0] for c in FLIGHT_CASES]
-)
+@pytest.mark.parametrize(("case", "flight", "detail"), FLIGHT_CASES, ids=[c[0] for c in FLIGHT_CASES])
 def test_inference_flight_rule(case: str, flight: object, detail: str | None) -> None:
     outcome = evaluate_parsed(with_(valid_run_summary(), FLIGHT, flight), manifest_validator=None)
     if detail is None:
@@ -597,12 +582,8 @@ INVARIANT_CASES: list[tuple[str, dict[str, object], str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("case", "changes", "message"), INVARIANT_CASES, ids=[c[0] for c in INVARIANT_CASES]
-)
-def test_replay_ingress_invariants(
-    case: str, changes: dict[str, object], message: str | None
-) -> None:
+@pytest.mark.parametrize(("case", "changes", "message"), INVARIANT_CASES, ids=[c[0] for c in INVARIANT_CASES])
+def test_replay_ingress_invariants(case: str, changes: dict[str, object], message: str | None) -> None:
     document = valid_run_summary()
     for name, value in changes.items():
         document = with_(document, f"{RI}.{name}", value)
@@ -639,9 +620,7 @@ TOTAL_CASES: list[tuple[object, str | None]] = [
 
 @pytest.mark.parametrize(("total", "message"), TOTAL_CASES)
 def test_total_env_steps(total: object, message: str | None) -> None:
-    outcome = evaluate_parsed(
-        with_(valid_run_summary(), "total_env_steps", total), manifest_validator=None
-    )
+    outcome = evaluate_parsed(with_(valid_run_summary(), "total_env_steps", total), manifest_validator=None)
     if message is None:
         assert outcome.passed, outcome.failures
     else:
@@ -761,9 +740,7 @@ def test_stale_file_from_an_earlier_attempt() -> None:
 
 
 def test_valid_file_round_trip_keeps_the_raw_object() -> None:
-    document = edits(
-        valid_run_summary(), extra_metric=3.5, runtime_manifest__producer={"name": "x"}
-    )
+    document = edits(valid_run_summary(), extra_metric=3.5, runtime_manifest__producer={"name": "x"})
     outcome = evaluate_bytes(json.dumps(document).encode())
     assert outcome.passed and outcome.data == document
 
@@ -775,9 +752,7 @@ def test_models_reject_with_the_seed_message() -> None:
     from pydantic import ValidationError
 
     document = with_(valid_run_summary(), f"{RI}.occupancy", 1)
-    with pytest.raises(
-        ValidationError, match="occupancy does not match publication sequences: 1 != 0"
-    ):
+    with pytest.raises(ValidationError, match="occupancy does not match publication sequences: 1 != 0"):
         CompletedRunSummary.model_validate(document)
     assert typed_run_summary(document) is None
     with pytest.raises(ValidationError, match="status must not be 'completed'"):

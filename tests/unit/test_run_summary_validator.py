@@ -66,9 +66,7 @@ def test_module_function_spec_is_called_with_completed_flag(plugin_path: Path) -
 
     completed = load("minimal_completed.json")
     outcome = evaluate_parsed(completed, manifest_validator=validator)
-    assert outcome.failures == (
-        "runtime_manifest violates v2 contract: producer must be 'unilab', got None",
-    )
+    assert outcome.failures == ("runtime_manifest violates v2 contract: producer must be 'unilab', got None",)
     assert outcome.classification == "schema_violation"
     assert plugin.CALLS[-1][1] is True
 
@@ -106,9 +104,7 @@ def test_replay_ingress_failure_hides_the_generic_validator(plugin_path: Path) -
     document = load("minimal_completed.json")
     document["runtime_manifest"]["replay_ingress"]["occupancy"] = 3
     outcome = evaluate_parsed(document, manifest_validator=validator)
-    assert outcome.failures == (
-        "replay_ingress occupancy does not match publication sequences: 3 != 0",
-    )
+    assert outcome.failures == ("replay_ingress occupancy does not match publication sequences: 3 != 0",)
     assert len(plugin.CALLS) == calls_before  # never reached
 
 
@@ -130,8 +126,7 @@ def test_crashing_validator_is_a_failure_not_an_exception(plugin_path: Path) -> 
         ),
         (
             "soak_test_broken:validate",
-            "runtime_manifest validation requires soak_test_broken:validate: "
-            "RuntimeError: broken at import",
+            "runtime_manifest validation requires soak_test_broken:validate: RuntimeError: broken at import",
         ),
         (
             "soak_test_plugin:missing",
@@ -140,14 +135,11 @@ def test_crashing_validator_is_a_failure_not_an_exception(plugin_path: Path) -> 
         ),
         (
             "soak_test_plugin:NOT_CALLABLE",
-            "runtime_manifest validation requires soak_test_plugin:NOT_CALLABLE: "
-            "42 is not callable",
+            "runtime_manifest validation requires soak_test_plugin:NOT_CALLABLE: 42 is not callable",
         ),
     ],
 )
-def test_unloadable_validator_fails_every_validation(
-    plugin_path: Path, spec: str, message: str
-) -> None:
+def test_unloadable_validator_fails_every_validation(plugin_path: Path, spec: str, message: str) -> None:
     validator = resolve_manifest_validator(spec)
     assert validator == ValidatorUnavailable(message)
     outcome = evaluate_parsed(load("minimal_completed.json"), manifest_validator=validator)
@@ -180,17 +172,14 @@ def test_entry_point_group(plugin_path: Path) -> None:
     validator = resolve_manifest_validator(None, entry_point_group="soak_sidecar.test.validators")
     assert callable(validator)
     outcome = evaluate_parsed(load("minimal_completed.json"), manifest_validator=validator)
-    assert outcome.failures == (
-        "runtime_manifest violates v2 contract: producer must be 'unilab', got None",
-    )
+    assert outcome.failures == ("runtime_manifest violates v2 contract: producer must be 'unilab', got None",)
 
 
 def test_entry_point_that_cannot_load(plugin_path: Path) -> None:
     _distribution(plugin_path, "soak_test_ep", {"gone": "soak_gone_module:f"})
     validator = resolve_manifest_validator(None, entry_point_group="soak_sidecar.test.validators")
     assert validator == ValidatorUnavailable(
-        "runtime_manifest validation requires soak_gone_module:f: "
-        "No module named 'soak_gone_module'"
+        "runtime_manifest validation requires soak_gone_module:f: No module named 'soak_gone_module'"
     )
 
 

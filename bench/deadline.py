@@ -7,7 +7,9 @@ Compared in the same run (interleaved) against a baseline that reimplements the 
 (``_guard_job``: a 100 ms ``time.sleep`` polling loop, ``killpg(SIGKILL)`` + ``wait()``, then the
 guardian's 10 ms reap loop for adopted children). Prints measured figures only.
 
-    python bench/deadline.py [--runs 20] [--lead-s 2.0]
+    python bench/deadline.py [--runs 20] [--lead-s 2.0] [--smoke]
+
+``--smoke``: one run with a 1.5 s lead, a check that the benchmark still runs (figures only).
 """
 
 from __future__ import annotations
@@ -171,7 +173,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--lead-s", type=float, default=2.0, help="go -> deadline, seconds")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --runs 1 --lead-s 1.5")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(runs=1, lead_s=1.5)
+        args = parser.parse_args()
     ours: list[float] = []
     base: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-deadline-") as tmp:

@@ -10,7 +10,9 @@ Then the event thread under a storm (64 XID and ECC events per GPU within two se
 time of whole samples taken meanwhile, against the same samples with no events (both measured in
 this run); the difference is what events cost a sample (the target: never more than 10 ms).
 
-    python bench/gpu.py [--samples N]
+    python bench/gpu.py [--samples N] [--smoke]
+
+``--smoke``: 20 samples, a check that the benchmark still runs (figures only; the storm is unchanged).
 """
 
 from __future__ import annotations
@@ -136,7 +138,11 @@ def event_storm(scratch: Path, lib_dir: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --samples 20")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(samples=20)
+        args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         lib_dir = scratch / "lib"

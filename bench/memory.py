@@ -6,7 +6,10 @@ temp file) and reads this process's RSS (psutil) after 1k, 10k, 50k and 100k sam
 same run, the seed's approach (``samples.append(dict)`` for every sample, as ``run_soak`` does)
 for ``--baseline`` samples, measured, with its per-sample cost. Prints measured figures only.
 
-    python bench/memory.py [--samples 100000] [--baseline 20000] [--series-points 512]
+    python bench/memory.py [--samples 100000] [--baseline 20000] [--series-points 512] [--smoke]
+
+``--smoke``: 2,000 samples (RSS read after 1k and 2k) and a 200-sample baseline, a check that the
+benchmark still runs.
 """
 
 from __future__ import annotations
@@ -173,7 +176,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--baseline", type=int, default=20_000)
     parser.add_argument("--series-points", type=int, default=512)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --samples 2000 --baseline 200")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(samples=2000, baseline=200)
+        args = parser.parse_args()
 
     print(f"start: RSS {rss_bytes() / MIB:.1f} MiB")
     with tempfile.TemporaryDirectory(prefix="soak-bench-memory-") as tmp:

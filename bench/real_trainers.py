@@ -6,11 +6,18 @@ trainer, a single stdlib process, under the same launcher.
 - soft stop -> every rank's checkpoint written: from ``soft-stop.json``'s ``sent_unix`` to the
   newest checkpoint file's mtime (the soft stop is asked through control.json once every rank
   has made progress);
-- deadline -> last process gone: the trainer ignores the soft stop and SIGTERM, so only the
-  deadline's KILL ends it; from ``deadline_unix`` to ``exit.json``'s ``ended_unix`` (written after
-  every descendant was reaped).
+- the deadline's stop -> last process gone: the ranks (and the single process) ignore the soft stop
+  and SIGTERM, but the ranks' DataLoader workers install a SIGTERM handler of their own and die on
+  the deadline's TERM, the ranks fail with them and torchrun's agent ends on TERM too: on a quick
+  machine before the deadline. So the figure starts at the stop that ended the run, as ``exit.json``
+  tells (``reason`` "deadline"; ``deadline_expired``: the KILL at ``deadline_unix`` did, else the
+  TERM at ``term_grace_s`` before it) and ends at its ``ended_unix`` (written after every descendant
+  was reaped). Which stop ended how many runs is printed.
 
-    python bench/real_trainers.py [--runs 3] [--python ~/.cache/soak-sidecar/trainer-venv/bin/python]
+    python bench/real_trainers.py [--runs 3] [--deadline-in 25] [--smoke]
+        [--python ~/.cache/soak-sidecar/trainer-venv/bin/python]
+
+``--smoke``: one run with the deadline 15 s after the go, a check that the benchmark still runs.
 """
 
 from __future__ import annotations
@@ -72,11 +79,10 @@ def launch(work: Path, python: Path, command: list[str]) -> tuple[subprocess.Pop
     return proc, rd
 
 
-def go(rd: RunDir, deadline_in: float, margin: float) -> float:
-    deadline = time.time() + deadline_in
+def go(rd: RunDir, deadline_in: float, margin: float) -> GoRequest:
     go_request = GoRequest(
         launch_id=str(rd.launch_id),
-        deadline_unix=deadline,
+        deadline_unix=time.time() + deadline_in,
         checkpoint_margin_s=margin,
         term_grace_s=margin / 2,
         heartbeat_timeout_s=600,
@@ -84,7 +90,7 @@ def go(rd: RunDir, deadline_in: float, margin: float) -> float:
         console_log_bytes=1 << 20,
     )
     rd.give_go(go_request)
-    return deadline
+    return go_request
 
 
 def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 120) -> None:
@@ -95,9 +101,7 @@ def wait_for(what: str, ready: Callable[[], bool], timeout_s: float = 120) -> No
         time.sleep(0.02)
 
 
-def soft_stop_to_checkpoints(
-    work: Path, python: Path, command: list[str], ranks: int, pattern: str
-) -> float:
+def soft_stop_to_checkpoints(work: Path, python: Path, command: list[str], ranks: int, pattern: str) -> float:
     progress = work / "progress"
     progress.mkdir(parents=True, exist_ok=True)
     proc, rd = launch(work, python, command)
@@ -114,19 +118,33 @@ def soft_stop_to_checkpoints(
     return max(written) - soft.sent_unix
 
 
-def deadline_to_gone(work: Path, python: Path, command: list[str], ranks: int) -> float:
+def deadline_to_gone(
+    work: Path, python: Path, command: list[str], ranks: int, deadline_in: float
+) -> tuple[float, str]:
+    """Seconds from the deadline's stop that ended the run to the last process gone, and that stop."""
     progress = work / "progress"
     progress.mkdir(parents=True, exist_ok=True)
     proc, rd = launch(work, python, command)
+
+    def started() -> bool:
+        return len(list(progress.glob("progress*"))) >= ranks
+
     with Heartbeat(rd, 0.5):
-        # Time to start (torch imports) before the deadline, then a soft stop and TERM it ignores.
-        deadline = go(rd, deadline_in=25, margin=4)
-        wait_for("progress", lambda: len(list(progress.glob("progress*"))) >= ranks)
+        # Time to start (torch imports) before the deadline, then a soft stop and TERM.
+        request = go(rd, deadline_in=deadline_in, margin=4)
+        wait_for("progress", lambda: started() or proc.poll() is not None)
         proc.wait(timeout=120)
+    if not started():
+        raise RuntimeError("the trainer ended before every rank made progress: raise --deadline-in")
     record = json.loads(rd.file("exit.json").read_text())
-    if not record["deadline_expired"]:
-        raise RuntimeError(f"the run did not reach its deadline: {record['reason']}")
-    return float(record["ended_unix"]) - deadline
+    # "deadline": the launcher's TERM at term_grace_s before the deadline or its KILL at the deadline
+    # ended the trainer (not its own exit, a lost heartbeat or a control request).
+    if record["reason"] != "deadline":
+        raise RuntimeError(f"the deadline did not end the run: {record['reason']}")
+    # deadline_expired: the deadline came with a process still alive, so the KILL ended the run.
+    if record["deadline_expired"]:
+        return float(record["ended_unix"]) - request.deadline_unix, "KILL"
+    return float(record["ended_unix"]) - (request.deadline_unix - request.term_grace_s), "TERM"
 
 
 def report(name: str, ours: list[float], base: list[float]) -> None:
@@ -140,11 +158,17 @@ def report(name: str, ours: list[float], base: list[float]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--deadline-in", type=float, default=25, help="go -> deadline, seconds")
     parser.add_argument("--python", type=Path, default=DEFAULT_PYTHON, help="the trainer venv's Python")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --runs 1 --deadline-in 15")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(runs=1, deadline_in=15)
+        args = parser.parse_args()
     python = args.python
     soft: tuple[list[float], list[float]] = ([], [])
     dead: tuple[list[float], list[float]] = ([], [])
+    stops: tuple[list[str], list[str]] = ([], [])
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             a, b, c, d = (Path(tmp) / name for name in "abcd")
@@ -152,11 +176,18 @@ def main() -> None:
             single = example(python, b / "progress")
             soft[1].append(soft_stop_to_checkpoints(b, python, single, 1, "checkpoint.json"))
             ignoring = torchrun(python, c / "progress", "--fault", "ignore-stop")
-            dead[0].append(deadline_to_gone(c, python, ignoring, 2))
-            dead[1].append(deadline_to_gone(d, python, stubborn(python, d / "progress"), 1))
+            for side, (work, command, ranks) in enumerate(
+                ((c, ignoring, 2), (d, stubborn(python, d / "progress"), 1))
+            ):
+                gone, stop = deadline_to_gone(work, python, command, ranks, args.deadline_in)
+                dead[side].append(gone)
+                stops[side].append(stop)
     print(f"{args.runs} runs each, interleaved; torchrun: 2 gloo ranks with 2 DataLoader workers each")
     report("soft stop -> every rank's checkpoint", *soft)
-    report("deadline -> last process gone", *dead)
+    report("deadline's stop -> last process gone", *dead)
+    for name, ended in zip(("torchrun", "single process"), stops, strict=True):
+        term, kill = ended.count("TERM"), ended.count("KILL")
+        print(f"  {name} runs ended by the deadline's TERM: {term}, by its KILL: {kill}")
 
 
 if __name__ == "__main__":

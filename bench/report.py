@@ -5,7 +5,9 @@ measured in the same run, the time to only read and parse the same samples file;
 of a GET /metrics on the sidecar's endpoint after 8 GPUs' worth of samples, against a registry with a
 single gauge served the same way. Targets: under 3 s and 5 MB; a scrape under 5 ms.
 
-    python bench/report.py [--hours 72] [--interval 5] [--scrapes 200]
+    python bench/report.py [--hours 72] [--interval 5] [--scrapes 200] [--smoke]
+
+``--smoke``: half an hour of samples and 20 scrapes, a check that the benchmark still runs.
 """
 
 from __future__ import annotations
@@ -138,7 +140,11 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=72.0)
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --hours 0.5 --scrapes 20")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(hours=0.5, scrapes=20)
+        args = parser.parse_args()
     count = int(args.hours * 3600 / args.interval)
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -4,7 +4,9 @@ Builds a tree of 64 processes (root -> 7 children -> 8 grandchildren each) that 
 of mixed classes, warms both samplers up, then measures ``time.process_time`` (user + system CPU
 of this process) over alternating rounds of samples. Everything it starts is killed and reaped.
 
-    python bench/sampler.py [--seed ../shared/bench/seed_sampler.py] [--samples 30] [--rounds 5]
+    python bench/sampler.py [--seed ../shared/bench/seed_sampler.py] [--samples 30] [--rounds 5] [--smoke]
+
+``--smoke``: a 7-process tree of 32 fds each, 2 rounds of 3 samples, a check that it still runs.
 """
 
 from __future__ import annotations
@@ -183,7 +185,13 @@ def main() -> int:
     parser.add_argument(
         "--gaps", action="store_true", help="leave a hole in every fd table (no dense fast path)"
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: --fanout 2,2 --fds 32 --rounds 2 --samples 3"
+    )
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(fanout="2,2", fds=32, rounds=2, samples=3)
+        args = parser.parse_args()
 
     seed = load_seed(args.seed)
     libc = ctypes.CDLL(None, use_errno=True)

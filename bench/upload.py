@@ -4,7 +4,10 @@ Starts SeaweedFS on 127.0.0.1 (the test fixture's context manager), writes a ran
 alternates the two uploaders for a few repetitions, each to a fresh key, and prints every time,
 the medians and the ratio sink/baseline (target: at most 1.1).
 
-    python bench/upload.py [--mib 64] [--reps 5]
+    python bench/upload.py [--mib 64] [--reps 5] [--smoke]
+
+``--smoke``: one repetition of 17 MiB (just above the sink's default 16 MiB multipart threshold,
+so the multipart path still runs), a check that the benchmark still runs.
 
 What each side computes: the sink hashes every byte twice with SHA-256 (whole file, and per
 part as it is sent) and the server verifies the part checksums; upload_file lets botocore
@@ -50,7 +53,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each (default 5)")
     parser.add_argument("--part-mib", type=int, help="sink part size, MiB (default: settings)")
     parser.add_argument("--concurrency", type=int, help="sink parallel parts (default: settings)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: --mib 17 --reps 1")
     args = parser.parse_args()
+    if args.smoke:  # smaller defaults; options given explicitly still win
+        parser.set_defaults(mib=17, reps=1)
+        args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-upload-") as tmp:
         base = Path(tmp)

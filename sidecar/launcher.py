@@ -43,6 +43,8 @@ from functools import partial
 from typing import Any
 
 PROTOCOL = 1
+# The oldest Python a trainer image may bring to run this file (tested in CI under exactly this).
+MIN_PYTHON = (3, 9)
 
 LAUNCHER_FILE = "launcher.json"
 GO_FILE = "go.json"

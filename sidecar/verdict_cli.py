@@ -169,14 +169,6 @@ def _job_condition(args: argparse.Namespace, namespace: str) -> str | None:
         return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="soak-sidecar verdict", description=__doc__.splitlines()[0] if __doc__ else None
-    )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
 def _verdict_events(client: KubeClient, namespace: str) -> list[Any]:
     """The verdict Events of the namespace; none (with a note) when they cannot be listed."""
     try:
@@ -451,7 +443,3 @@ def render_table(rows: Sequence[AttemptRow]) -> str:
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "\u2026"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

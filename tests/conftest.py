@@ -9,6 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 pytest_plugins = [
+    # First: the modules below import these two, and a plugin must be registered before it is imported.
+    "tests.fixtures.leftovers",
+    "tests.components",
     "tests.fixtures.processes",
     "tests.fixtures.pidns",
     "tests.fixtures.s3",
@@ -27,8 +30,9 @@ HARNESS_VARIABLES = frozenset(
         "SOAK_HELM_BIN",
         "SOAK_KUBECTL_BIN",
         "SOAK_TRAINER_PYTHON",
-        "SOAK_REQUIRE_TRAINERS",
-        "SOAK_REQUIRE_BROWSER",
+        "SOAK_REQUIRE_ALL",
+        "SOAK_WEED_BIN",
+        "SOAK_LAUNCHER_PYTHON",
     }
 )
 

@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from tests.cluster.system import HostFootprint, cache_root, kube_module_dir, log, remove_cgroups, run_logged
+from tests.fixtures.processes import start_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_IMAGE = "soak-sidecar:e2e"  # helm/soak-sidecar/ci/kind-values.yaml
@@ -263,7 +264,7 @@ def private_dockerd(workdir: Path) -> Iterator[dict[str, str]]:
     ]
     env = {"DOCKER_HOST": f"unix://{sock}", "DOCKER_BUILDKIT": "0"}
     with log_path.open("ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = start_server(argv, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while subprocess.run(["docker", "info"], env={**os.environ, **env}, capture_output=True).returncode:

@@ -41,6 +41,7 @@ from tests.cluster.system import (
     unmount_under,
 )
 from tests.docs_commands import CHART_IMAGE
+from tests.fixtures.processes import start_server
 from tests.waiting import wait_until
 
 BRIDGE = "soak-e2e0"
@@ -199,11 +200,10 @@ class RealNode:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         with (self.logs() / f"{name}.log").open("ab") as out:
-            self.procs[name] = subprocess.Popen(
+            self.procs[name] = start_server(
                 argv,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
                 env={**os.environ, **(env or {})},
                 cwd=self.workdir,
             )

@@ -24,6 +24,7 @@ import pytest
 from sidecar.core.exitcodes import ExitCode
 from tests.cluster import images
 from tests.cluster.providers import NAMESPACE, E2ECluster, container, terminated
+from tests.components import absent, require
 from tests.fixtures import trainers
 from tests.waiting import wait_until
 
@@ -618,10 +619,10 @@ def host_torch() -> Path:
         "print('%d.%d' % sys.version_info[:2], pathlib.Path(torch.__file__).parents[1])"
     )
     version, site = subprocess.run(
-        [str(trainers.trainer_python()), "-c", probe], capture_output=True, text=True, timeout=120, check=True
+        [str(require("trainer-venv")), "-c", probe], capture_output=True, text=True, timeout=120, check=True
     ).stdout.split()
     if version != images.BASE_PYTHON:
-        trainers.missing(f"the trainer venv is Python {version}, the image's is {images.BASE_PYTHON}")
+        absent("trainer-venv", f"the trainer venv is Python {version}, the image's is {images.BASE_PYTHON}")
     return Path(site)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from sidecar import verdict_cli
+from sidecar import cli
+from tests.components import require
 from tests.fixtures.helm import RUN_ID, HelmBinaryEngine
 from tests.fixtures.kube import (
     PREFIX,
@@ -29,7 +30,6 @@ from tests.fixtures.kube import (
     set_status,
     wait_for_rbac,
 )
-from tests.fixtures.pidns import pidns_available
 from tests.integration.test_helm_apiserver import Kubectl, apply
 from tests.integration.test_kube_pod_mode import run_pod
 
@@ -43,8 +43,7 @@ def test_pod_mode_with_the_charts_rbac(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    if not pidns_available():
-        pytest.skip("unshare --pid --fork --mount-proc is not available (needs root)")
+    require("pidns")
     admin = kube_apiserver.api_client()
     core = k8s.CoreV1Api(admin)
     namespace = f"soak-chart-{uuid.uuid4().hex[:8]}"
@@ -90,8 +89,8 @@ def test_pod_mode_with_the_charts_rbac(
     )
     assert failed["returncode"] == 10, failed["output"]
 
-    code = verdict_cli.main(
-        [job_name, "-n", namespace, "--kubeconfig", str(env.admin_kubeconfig), "-o", "json"]
+    code = cli.main(
+        ["verdict", job_name, "-n", namespace, "--kubeconfig", str(env.admin_kubeconfig), "-o", "json"]
     )
     rows = {row["pod"]: row for row in json.loads(capsys.readouterr().out)["attempts"]}
     assert rows["soak-chart-pass"]["verdict"] == "passed"

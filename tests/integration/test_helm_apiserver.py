@@ -20,6 +20,7 @@ import yaml
 
 from tests.cluster.system import prometheus_operator_crd
 from tests.fixtures.helm import CHART_DIR, RUN_ID, HelmBinaryEngine, HelmEngine, Manifest
+from tests.fixtures.kube import KubeApiServer
 from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.kube]
@@ -60,11 +61,8 @@ class Kubectl:
 
 
 @pytest.fixture
-def apiserver(request: pytest.FixtureRequest) -> Any:
-    try:
-        return request.getfixturevalue("kube_apiserver")
-    except pytest.FixtureLookupError:
-        pytest.skip("the kube_apiserver fixture (tests/fixtures/kube.py) is not available")
+def apiserver(kube_apiserver: KubeApiServer) -> KubeApiServer:
+    return kube_apiserver
 
 
 @pytest.fixture

@@ -21,7 +21,9 @@ import pytest
 import yaml
 
 from sidecar.core.exitcodes import ExitCode
+from sidecar.nvml_mock.scenario import load_scenario
 from sidecar.settings import Settings, load_settings
+from tests.components import require
 from tests.fixtures.helm import (
     CHART_DIR,
     RUN_ID,
@@ -643,7 +645,6 @@ def test_sidecar_env_uses_plain_numbers(helm_engine: HelmEngine) -> None:
 
 
 def test_gpu_mock_configmap_holds_a_valid_scenario(helm_engine: HelmEngine, tmp_path: Path) -> None:
-    scenario_module = pytest.importorskip("sidecar.nvml_mock.scenario")
     manifests = render(helm_engine, VALUE_SETS["kind-values.yaml"])
     config_map = only(manifests, "ConfigMap")
     spec = pod_spec(manifests)
@@ -654,7 +655,7 @@ def test_gpu_mock_configmap_holds_a_valid_scenario(helm_engine: HelmEngine, tmp_
     scenario = tmp_path / "scenario.json"
     scenario.write_text(config_map["data"]["scenario.json"])
     assert json.loads(scenario.read_text()) == DEFAULTS["gpu"]["mock"]["scenario"]
-    scenario_module.load_scenario(scenario)
+    load_scenario(scenario)
     # No mock, no ConfigMap.
     assert not [m for m in render(helm_engine, VALUE_SETS["default"]) if m["kind"] == "ConfigMap"]
 
@@ -675,7 +676,9 @@ def test_sidecar_sees_node_gpus_only_for_nvml(helm_engine: HelmEngine) -> None:
 
 
 def test_notes_tell_how_to_read_the_verdict() -> None:
-    helm_python = pytest.importorskip("helm_python")
+    require("helm-sdk")
+    import helm_python
+
     chart = helm_python.Chart.load(CHART_DIR)
     rendered = chart.render({"runId": RUN_ID}, name="nightly", namespace="ml", is_install=True)
     (notes,) = [text for path, text in rendered.items() if path.endswith("NOTES.txt")]
@@ -685,7 +688,7 @@ def test_notes_tell_how_to_read_the_verdict() -> None:
 
 
 def test_engines_render_the_same_objects(helm_binary: Path) -> None:
-    pytest.importorskip("helm_python")
+    require("helm-sdk")
     for name, values in VALUE_SETS.items():
 
         def ordered(manifests: list[Manifest]) -> list[Manifest]:

@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from sidecar import verdict_cli
+from sidecar import cli, verdict_cli
 from sidecar.adapters.kube import ApiserverClock, KubeClient, PodPublisher, connect
 from sidecar.core.errors import ConfigError, ForbiddenError, TransientError
 from sidecar.core.publication import (
@@ -219,7 +219,7 @@ def published_pod(
 
 
 def run_cli(env: KubeEnv, job: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
-    code = verdict_cli.main([job, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), *extra])
+    code = cli.main(["verdict", job, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), *extra])
     return code, capsys.readouterr().out
 
 
@@ -430,7 +430,9 @@ def test_verdict_cli_pods_without_a_verdict(env: KubeEnv, capsys: pytest.Capture
 
 
 def test_verdict_cli_unknown_job(env: KubeEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    code = verdict_cli.main(["no-such-job", "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
+    code = cli.main(
+        ["verdict", "no-such-job", "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)]
+    )
     assert code == 1
     assert "no pods of Job" in capsys.readouterr().err
 
@@ -439,7 +441,7 @@ def test_verdict_cli_forbidden_for_the_sidecar_account(
     env: KubeEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # The sidecar's Role has no pods list: least privilege, and the CLI says so instead of crashing.
-    code = verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.sa_kubeconfig)])
+    code = cli.main(["verdict", env.job_name, "-n", env.namespace, "--kubeconfig", str(env.sa_kubeconfig)])
     assert code == 15
     assert "forbidden" in capsys.readouterr().err
 
@@ -500,8 +502,8 @@ def test_verdict_cli_waits_for_the_job_to_end(env: KubeEnv, capsys: pytest.Captu
     """--wait returns once the Job has a Complete or Failed condition, and says so when it has not."""
     job = new_job(env)
     published_pod(env, job, f"{job[0]}-aaaaa", replace_attempt(PASSED, 1))
-    code = verdict_cli.main(
-        [job[0], "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), "--wait", "0.5"]
+    code = cli.main(
+        ["verdict", job[0], "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), "--wait", "0.5"]
     )
     assert code == 0  # the latest attempt passed, though the Job never ended
     assert f"Job {env.namespace}/{job[0]} still running after 0.5 s" in capsys.readouterr().err
@@ -528,8 +530,8 @@ def test_verdict_cli_waits_for_the_job_to_end(env: KubeEnv, capsys: pytest.Captu
 
 def test_verdict_cli_refuses_a_bad_wait(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        verdict_cli.main(["some-job", "--wait", "nan"])
-    assert exited.value.code == 2
+        cli.main(["verdict", "some-job", "--wait", "nan"])
+    assert exited.value.code == 64  # a usage error, as every soak-sidecar command says it
     assert "expected seconds >= 0" in capsys.readouterr().err
 
 

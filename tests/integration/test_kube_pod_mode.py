@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import verdict_cli
+from sidecar import cli
 from sidecar.adapters.rundir import launcher_path
 from sidecar.core.publication import parse_termination_message
+from tests.components import require
 from tests.fixtures.kube import PREFIX, KubeEnv, create_pod, ours, running_status, set_status
-from tests.fixtures.pidns import pidns_available, run_in_pidns
+from tests.fixtures.pidns import run_in_pidns
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.needs_root]
 
@@ -117,8 +118,7 @@ def _read(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def pod_env(kube_env: KubeEnv) -> KubeEnv:
-    if not pidns_available():
-        pytest.skip("unshare --pid --fork --mount-proc is not available (needs root)")
+    require("pidns")
     return kube_env
 
 
@@ -161,15 +161,24 @@ def test_pod_mode_passing_failing_and_deadline(
     assert isinstance(annotations, dict)
     assert annotations[f"{PREFIX}classification"] == "deadline_exhausted"
 
-    code = verdict_cli.main(
-        [env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig), "-o", "json"]
+    code = cli.main(
+        [
+            "verdict",
+            env.job_name,
+            "-n",
+            env.namespace,
+            "--kubeconfig",
+            str(env.admin_kubeconfig),
+            "-o",
+            "json",
+        ]
     )
     rows = {r["pod"]: r for r in json.loads(capsys.readouterr().out)["attempts"]}
     assert rows["soak-train-e2e-pass"]["verdict"] == "passed"
     assert rows["soak-train-e2e-fail"]["exit_code"] == 10
     assert rows["soak-train-e2e-deadline"]["exit_code"] == 14
     assert code == 1  # the latest attempt ran out of deadline
-    verdict_cli.main([env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
+    cli.main(["verdict", env.job_name, "-n", env.namespace, "--kubeconfig", str(env.admin_kubeconfig)])
     print(capsys.readouterr().out)  # the table, for the test log
 
 

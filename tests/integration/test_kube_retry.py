@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import verdict_cli
+from sidecar import cli
 from sidecar.adapters.kube import KubeClient, PodPublisher, connect, write_termination_message
 from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.core.publication import Publication, parse_termination_message
@@ -287,6 +287,6 @@ def test_verdict_cli_with_the_api_down(tmp_path: Path, capsys: pytest.CaptureFix
         ),
         encoding="utf-8",
     )
-    assert verdict_cli.main(["job", "--kubeconfig", str(kubeconfig)]) == 151
+    assert cli.main(["verdict", "job", "--kubeconfig", str(kubeconfig)]) == 151
     err = capsys.readouterr().err
     assert "list pods in ns" in err and "unreachable" in err  # namespace from the context

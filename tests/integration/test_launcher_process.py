@@ -6,15 +6,14 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import psutil
 import pytest
@@ -23,7 +22,8 @@ from sidecar import launcher as proto
 from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
 from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
 from sidecar.launcher import GoRequest
-from tests.fixtures.processes import reap_tree
+from tests.components import require
+from tests.fixtures.processes import Spawner, kill_orphan
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -127,25 +127,19 @@ class Run:
 
 
 @pytest.fixture
-def launch(tmp_path: Path) -> Iterator[Callable[..., Run]]:
-    started: list[subprocess.Popen[bytes]] = []
+def launch(tmp_path: Path, spawn: Spawner) -> Callable[..., Run]:
+    """Starts the launcher (through ``spawn``: its tree is killed and reaped after the test)."""
 
     def _launch(command: list[str], *flags: str, python: str = sys.executable) -> Run:
         rd = RunDir(tmp_path / "run")
         rd.reset()
         stdout = tmp_path / "launcher.stdout"
         with stdout.open("wb") as out:
-            proc = subprocess.Popen(
-                [python, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command],
-                stdout=out,
-                start_new_session=True,
-            )
-        started.append(proc)
+            argv = [python, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command]
+            proc = spawn(argv, stdout=out)
         return Run(proc, rd, stdout)
 
-    yield _launch
-    for proc in started:
-        reap_tree(proc)
+    return _launch
 
 
 def signal_trainer(tmp_path: Path, *opts: str) -> tuple[list[str], Path]:
@@ -157,6 +151,29 @@ def signal_trainer(tmp_path: Path, *opts: str) -> tuple[list[str], Path]:
 
 def received(log: Path) -> list[str]:
     return [line.split()[0] for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def loop_turns(run: Run, log: Path, turns: int) -> None:
+    """An ordering barrier on the launcher's event loop (docs/run-dir-protocol.md, Sequence 4).
+
+    SIGUSR2 to the launcher ``turns`` times, each once the signal trainer logged the one before. A
+    turn of the loop first forwards the signals its previous wait collected, then enforces deadline
+    and heartbeat, reads the run-dir files that wait saw change, and waits again; so the n-th
+    forwarded signal comes after n - 1 complete turns, all begun after the first signal was sent.
+    Each forward also proves the trainer still alive then."""
+    for _ in range(turns):
+        logged = received(log).count("SIGUSR2") + 1
+        run.proc.send_signal(signal.SIGUSR2)
+        wait_until(f"SIGUSR2 number {logged} forwarded", _logs(log, "SIGUSR2", logged))
+
+
+def _logs(log: Path, name: str, times: int) -> Callable[[], bool]:
+    return lambda: received(log).count(name) == times
+
+
+def last_beat(rd: RunDir) -> dict[str, Any]:
+    """The sidecar's latest heartbeat as written (seq, wall, ...); {} before the first."""
+    return proto.read_json(str(rd.file(proto.HEARTBEAT_FILE))) or {}
 
 
 def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
@@ -223,10 +240,13 @@ def test_a_stop_signal_is_the_soft_stop_first_and_reaches_the_trainer_after_the_
     assert soft is not None and soft.reason == "signal: SIGTERM"
     assert (record.signals_deferred, record.signals_forwarded) == (("SIGTERM",), ("SIGTERM",))
     assert record.reason == "signalled" and record.signal == signal.SIGTERM
-    usr1_at = float(log.read_text().split()[1])
-    assert record.ended_unix is not None and record.ended_unix - usr1_at >= 1.0
     times = record.stop_times_unix  # what the report marks on its plots
     assert set(times) == {"soft_stop", "term"} and times["term"] - times["soft_stop"] >= 1.0
+    # The grace runs from the soft stop's sending (the trainer logs its arrival a little later, so
+    # measuring from that log would shorten the grace by the delivery delay).
+    usr1_at = float(log.read_text().split()[1])
+    assert usr1_at < times["term"]  # the soft stop arrived within the grace, before the TERM
+    assert record.ended_unix is not None and record.ended_unix - times["soft_stop"] >= 1.0
 
 
 def test_a_trainer_that_stops_on_the_soft_stop_never_gets_the_stop_signal(
@@ -308,12 +328,15 @@ def test_control_kill_and_stale_requests_ignored(launch: Callable[..., Run], tmp
         str(run.rd.file(proto.CONTROL_FILE)),
         {"protocol": 1, "launch_id": "someone-else", "seq": 99, "action": "kill", "reason": "x"},
     )
-    time.sleep(1.0)  # an absence is checked over a while: the stale request must not act
-    assert run.proc.poll() is None
+    # Handshake, not a while: the turn whose wait sees control.json change reads it in the next
+    # turn, so two complete turns after the write it has been read (and the trainer would be dead).
+    loop_turns(run, log, 3)
+    assert run.proc.poll() is None and run.rd.read_exit() is None
     run.rd.request("kill", "verdict already known")
     record = run.finish()
     assert record.reason == "control" and record.kill_sent and not record.term_sent
     assert record.signal == signal.SIGKILL
+    assert [(c.seq, c.action) for c in record.control] == [(1, "kill")], "the stale seq 99 never acted"
 
 
 def test_console_log_is_bounded_and_output_teed(launch: Callable[..., Run], tmp_path: Path) -> None:
@@ -339,7 +362,7 @@ def test_console_log_is_bounded_and_output_teed(launch: Callable[..., Run], tmp_
     assert teed.endswith(kept), "the log holds the most recent output, contiguous"
 
 
-def test_abort_before_and_after_announce(launch: Callable[..., Run], tmp_path: Path) -> None:
+def test_abort_before_and_after_announce(launch: Callable[..., Run], tmp_path: Path, spawn: Spawner) -> None:
     run = launch(["true"])
     run.rd.wait_for_launcher(30)
     run.rd.abort("approval missing", 15)
@@ -351,14 +374,8 @@ def test_abort_before_and_after_announce(launch: Callable[..., Run], tmp_path: P
     rd = RunDir(tmp_path / "run2")
     rd.reset()
     rd.abort("identity mismatch", 21)
-    proc = subprocess.Popen(
-        [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", "true"],
-        start_new_session=True,
-    )
-    try:
-        assert proc.wait(timeout=30) == 21
-    finally:
-        reap_tree(proc)
+    proc = spawn([sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", "true"])
+    assert proc.wait(timeout=30) == 21
     late = rd.read_exit()
     assert late is not None and late.reason == "aborted"
 
@@ -426,7 +443,7 @@ def test_trainer_environment_and_records(launch: Callable[..., Run], tmp_path: P
 
 
 @pytest.mark.parametrize("mode", ["heartbeat", "owner"])
-def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None:
+def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path, spawn: Spawner) -> None:
     """SIGKILL the sidecar stand-in: heartbeat staleness (or owner loss) kills the trainer."""
     command, log = signal_trainer(tmp_path, "ignore-term", "child")
     run_dir = tmp_path / "run"
@@ -435,25 +452,22 @@ def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None
     driver_py = tmp_path / "driver.py"
     driver_py.write_text(HEARTBEAT_DRIVER)
     hb_timeout = 2.0 if mode == "heartbeat" else 120.0
-    driver = subprocess.Popen(
-        [sys.executable, str(driver_py), str(run_dir), str(hb_timeout), mode, *command],
-        start_new_session=True,
-    )
+    driver = spawn([sys.executable, str(driver_py), str(run_dir), str(hb_timeout), mode, *command])
     launcher_proc: subprocess.Popen[bytes] | None = None
     if mode == "heartbeat":
-        launcher_proc = subprocess.Popen(
-            [sys.executable, str(launcher_path()), "--run-dir", str(run_dir), "--", *command],
-            start_new_session=True,
+        launcher_proc = spawn(
+            [sys.executable, str(launcher_path()), "--run-dir", str(run_dir), "--", *command]
         )
-    launcher_pid: int | None = None
+    ready = Path(str(log) + ".ready")
+    wait_until("trainer ready", ready.exists)
+    trainer_pid = int(ready.read_text())
+    child_pid = int(Path(str(log) + ".child").read_text())
+    info = rd.wait_for_launcher(5)
+    # In owner mode the driver's child: once the driver is killed, nobody here can reap it.
+    launcher = psutil.Process(info.pid)
     try:
-        ready = Path(str(log) + ".ready")
-        wait_until("trainer ready", ready.exists)
-        trainer_pid = int(ready.read_text())
-        child_pid = int(Path(str(log) + ".child").read_text())
-        info = rd.wait_for_launcher(5)
-        launcher_pid = info.pid
-        time.sleep(0.5)  # a few beats
+        beats = last_beat(rd).get("seq", 0)
+        wait_until("three beats since the trainer started", lambda: last_beat(rd).get("seq", 0) >= beats + 3)
         killed_at = time.time()
         driver.kill()
         driver.wait(timeout=10)
@@ -471,16 +485,7 @@ def test_losing_the_sidecar_kills_the_trainer(mode: str, tmp_path: Path) -> None
         assert record.exit_code == proto.EXIT_SUPERVISOR_LOST and record.kill_sent
         wait_until("trainer and child gone", lambda: gone(trainer_pid) and gone(child_pid), 10)
     finally:
-        reap_tree(driver)
-        if launcher_proc is not None:
-            reap_tree(launcher_proc)
-        elif launcher_pid is not None:
-            family = [launcher_pid]
-            with contextlib.suppress(psutil.NoSuchProcess):
-                family += [c.pid for c in psutil.Process(launcher_pid).children(True)]
-            for pid in family:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        kill_orphan(launcher)
 
 
 def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path: Path) -> None:
@@ -490,34 +495,27 @@ def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path:
     with Heartbeat(run.rd, 0.2) as beat:
         run.go(hb_timeout=1.0)
         wait_until("trainer ready", Path(str(log) + ".ready").exists)
-        time.sleep(2.5)
+        ready_at = time.time()
+        # Beats go on for 2.5x the timeout; then one complete turn of the launcher's loop, heartbeat
+        # enforcement included, and the trainer still gets the next signal.
+        wait_until("a beat 2.5 s after ready", lambda: last_beat(run.rd).get("wall", 0) >= ready_at + 2.5)
+        loop_turns(run, log, 2)
         assert run.proc.poll() is None, "beating sidecar: trainer must survive 2.5x the timeout"
         assert beat.beats >= 5 and beat.last_error is None
     record = run.finish(timeout_s=15)
     assert record.reason == "heartbeat_lost"
 
 
-def _python39() -> str | None:
-    candidates = [str(p) for p in sorted(Path("/root/.pyenv/versions").glob("3.9*/bin/python3.9"))]
-    candidates += [found] if (found := shutil.which("python3.9")) else []
-    for candidate in candidates:
-        probe = subprocess.run([candidate, "-c", "import sys"], capture_output=True, check=False)
-        if probe.returncode == 0:
-            return candidate
-    return None
-
-
-@pytest.mark.skipif(_python39() is None, reason="no Python 3.9 interpreter here")
-def test_runs_under_python_3_9(launch: Callable[..., Run], tmp_path: Path) -> None:
-    """The launcher runs under the trainer image's interpreter, which may be as old as 3.9."""
-    python = _python39()
-    assert python is not None
+def test_runs_under_the_minimum_python(launch: Callable[..., Run], tmp_path: Path) -> None:
+    """The launcher runs under the trainer image's interpreter, which may be as old as MIN_PYTHON."""
+    python = str(require("launcher-python"))
     command, log = signal_trainer(tmp_path, "ignore-term", "child")
     run = launch(command, python=python)
     run.go(deadline_in=3.0, margin=2.0, term_grace=1.0)
     record = run.finish()
     info = run.rd.launcher()
-    assert info is not None and info.python_version.startswith("3.9.")
+    version = ".".join(map(str, proto.MIN_PYTHON))
+    assert info is not None and info.python_version.startswith(f"{version}."), info
     assert record.reason == "deadline" and record.exit_code == 128 + signal.SIGKILL
     assert received(log) == ["SIGUSR1"] and record.killed_with_trainer
 
@@ -565,7 +563,7 @@ def _flood_output() -> bytes:
     ids=["deadline", "owner", "control", "owner-stderr-too"],
 )
 def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
-    trigger: str, stderr_too: bool, tmp_path: Path
+    trigger: str, stderr_too: bool, tmp_path: Path, spawn: Spawner
 ) -> None:
     """The launcher's stdout is a pipe nobody reads (a `| less` left alone, a stuck reader): the
     tee to it must not block the loop, so deadline KILL, owner loss and control still act in time;
@@ -574,15 +572,17 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
     rd = RunDir(tmp_path / "run")
     rd.reset()
     read_end, write_end = os.pipe()  # the read end stays open and is never read until the end
-    procs: list[subprocess.Popen[bytes]] = []
-    launcher_pid: int | None = None
+    launcher: psutil.Process | None = None
     try:
-        procs.append(_start_flooded_launcher(trigger, rd, tmp_path, stdout=write_end, stderr_too=stderr_too))
-        info = rd.wait_for_launcher(30, alive=lambda: procs[0].poll() is None)
-        launcher_pid = info.pid
-        record = _stop_while_stdout_stalls(trigger, rd, procs[0], tmp_path / "flood.ready")
+        started = _start_flooded_launcher(
+            spawn, trigger, rd, tmp_path, stdout=write_end, stderr_too=stderr_too
+        )
+        info = rd.wait_for_launcher(30, alive=lambda: started.poll() is None)
+        # For trigger owner, OWNER_DRIVER's child: once the driver is killed, nobody here can reap it.
+        launcher = psutil.Process(info.pid)
+        record = _stop_while_stdout_stalls(trigger, rd, started, tmp_path / "flood.ready")
         if trigger != "owner":
-            assert procs[0].wait(timeout=5) == record.exit_code
+            assert started.wait(timeout=5) == record.exit_code
         # It exits too: flushing to the stalled pipe is bounded, and so is interpreter shutdown
         # with a writer thread still blocked in write().
         wait_until("launcher gone", lambda: gone(info.pid), timeout_s=5)
@@ -591,16 +591,14 @@ def test_a_stalled_stdout_reader_cannot_stall_the_event_loop(
         assert os.get_blocking(write_end), "the launcher must not set O_NONBLOCK on its stdout"
         _check_every_byte_kept_or_counted(rd, read_end, tmp_path / "launcher.stderr", stderr_too)
     finally:
-        for proc in procs:
-            reap_tree(proc)
-        if launcher_pid is not None:
-            _kill_family(launcher_pid)
+        if launcher is not None:
+            kill_orphan(launcher)
         os.close(read_end)
         os.close(write_end)
 
 
 def _start_flooded_launcher(
-    trigger: str, rd: RunDir, tmp_path: Path, *, stdout: int, stderr_too: bool
+    spawn: Spawner, trigger: str, rd: RunDir, tmp_path: Path, *, stdout: int, stderr_too: bool
 ) -> subprocess.Popen[bytes]:
     """The launcher running the flooding trainer with ``stdout``; for trigger owner, under
     OWNER_DRIVER (the process returned), else directly."""
@@ -615,7 +613,7 @@ def _start_flooded_launcher(
         argv = [sys.executable, str(launcher_path()), "--run-dir", str(rd.path), "--", *command]
     with (tmp_path / "launcher.stderr").open("wb") as err:
         stderr: int | IO[bytes] = stdout if stderr_too else err
-        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, start_new_session=True)
+        return spawn(argv, stdout=stdout, stderr=stderr)
 
 
 def _stop_while_stdout_stalls(
@@ -637,7 +635,7 @@ def _stop_while_stdout_stalls(
         )
     )
     # The trainer writes everything only if the launcher keeps reading its pipe.
-    with contextlib.suppress(AssertionError):
+    with contextlib.suppress(TimeoutError):  # then the caller's check says what went wrong
         wait_until("trainer ready", ready.exists, timeout_s=15)
     trainer = rd.trainer()
     assert trainer is not None
@@ -658,9 +656,7 @@ def _stop_while_stdout_stalls(
     return record
 
 
-def _check_every_byte_kept_or_counted(
-    rd: RunDir, read_end: int, stderr_path: Path, stderr_too: bool
-) -> None:
+def _check_every_byte_kept_or_counted(rd: RunDir, read_end: int, stderr_path: Path, stderr_too: bool) -> None:
     output = _flood_output()
     assert [p.name for p in rd.console_logs()] == ["console.log"]
     assert rd.file(proto.CONSOLE_LOG).read_bytes() == output, "console.log keeps everything"
@@ -679,15 +675,6 @@ def _check_every_byte_kept_or_counted(
     assert len(shown) + dropped == len(output), "every byte is shown or counted as dropped"
     notes = [int(n) for n in DROP_NOTE.findall(stderr_path.read_bytes())]
     assert notes and sum(notes) == dropped, "the drop notes on stderr add up to the count"
-
-
-def _kill_family(pid: int) -> None:
-    family = [pid]
-    with contextlib.suppress(psutil.NoSuchProcess):
-        family += [c.pid for c in psutil.Process(pid).children(True)]
-    for member in family:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(member, signal.SIGKILL)
 
 
 # An agent like torchrun's: a TERM handler but none for the soft-stop signal, and two workers each

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.core.samples import FD_CLASSES
+from tests.fixtures.processes import Spawner
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -57,7 +58,7 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]] | None:
     return found
 
 
-def test_a_local_run_serves_its_samples_and_then_its_verdict(tmp_path: Path) -> None:
+def test_a_local_run_serves_its_samples_and_then_its_verdict(tmp_path: Path, spawn: Spawner) -> None:
     port = free_port()
     env = {
         **os.environ,
@@ -71,29 +72,27 @@ def test_a_local_run_serves_its_samples_and_then_its_verdict(tmp_path: Path) -> 
         "--gpu-backend", "none", "--status", "off", "--post-shutdown-grace", "0.2",
         "--", sys.executable, "-m", "sidecar.examples.trainer", "--steps", "25", "--step-s", "0.2",
     ]  # fmt: skip
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     scraped: list[dict[str, Any]] = []
-    try:
 
-        def running() -> bool:
-            found = scrape(port)
-            if found and sum(v for _, v in found.get("soak_samples_total", [])) >= 3:
-                scraped.append(found)
-            return len(scraped) >= 2
+    def running() -> bool:
+        found = scrape(port)
+        if found and sum(v for _, v in found.get("soak_samples_total", [])) >= 3:
+            scraped.append(found)
+        return len(scraped) >= 2
 
-        wait_until("two scrapes of a running soak", running, 60, interval_s=0.2)
-        verdict: dict[str, Any] = {}
+    wait_until("two scrapes of a running soak", running, 60, interval_s=0.2)
+    verdict: dict[str, Any] = {}
 
-        def decided() -> bool:
-            found = scrape(port)
-            if found and found.get("soak_verdict_info"):
-                verdict.update(found)
-            return bool(verdict)
+    def decided() -> bool:
+        found = scrape(port)
+        if found and found.get("soak_verdict_info"):
+            verdict.update(found)
+        return bool(verdict)
 
-        wait_until("the verdict served", decided, 60, interval_s=0.2)
-    finally:
-        proc.kill()
-        _out, err = proc.communicate(timeout=30)
+    wait_until("the verdict served", decided, 60, interval_s=0.2)
+    proc.kill()  # it lingers to serve the verdict (SOAK_METRICS__LINGER_S)
+    _out, err = proc.communicate(timeout=30)
     during = scraped[-1]
     types = {labels["name"]: labels["type"] for labels, _ in during["__types__"]}
     assert {name: types.get(name) for name in EXPECTED_TYPES if name != "soak_verdict"} == {

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
 
 from sidecar.core.samples import ProcessInfo
+from tests.components import require
 from tests.fixtures.processes import PYTHON, Spawner
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.needs_root,
-    pytest.mark.skipif(os.geteuid() != 0, reason="PID namespaces and ns_last_pid need root"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    """PID namespaces and ns_last_pid need root."""
+    require("root")
+
 
 # Runs as PID 1 of the namespace. root -> A; A is killed and reaped, then an unrelated process B
 # (a child of PID 1, outside root's tree) is given A's PID. The sampler remembered A from the

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -16,7 +15,8 @@ import pytest
 from sidecar.adapters.procfs import ProcfsProcessTable
 from sidecar.core.ports import ProcessTable
 from sidecar.core.samples import ProcessTreeSample
-from tests.fixtures.processes import PYTHON, Spawner
+from tests.fixtures.processes import PYTHON, Spawner, kill_orphan
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -56,13 +56,6 @@ def read_json_line(proc: subprocess.Popen[bytes]) -> dict[str, object]:
 
 def pids_of(sample: ProcessTreeSample) -> set[int]:
     return {info.pid for info in sample.processes}
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_tree_with_grandchildren_setsid_and_thread_children(spawn: Spawner) -> None:
@@ -106,7 +99,7 @@ def test_fields_match_psutil(spawn: Spawner) -> None:
 
     reference = psutil.Process(proc.pid)
     os.kill(proc.pid, signal.SIGSTOP)
-    eventually(lambda: reference.status() == psutil.STATUS_STOPPED)
+    wait_until("the helper stopped", lambda: reference.status() == psutil.STATUS_STOPPED)
     info = ProcfsProcessTable().sample(proc.pid).processes[0]
 
     assert info.state == psutil.STATUS_STOPPED
@@ -130,7 +123,7 @@ def test_zombies_are_counted(spawn: Spawner) -> None:
     root = spawn([PYTHON, "-c", code], stdout=subprocess.PIPE)
     assert root.stdout is not None
     zombie = int(root.stdout.readline())
-    eventually(lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE)
+    wait_until("the child a zombie", lambda: psutil.Process(zombie).status() == psutil.STATUS_ZOMBIE)
 
     sample = ProcfsProcessTable().sample(root.pid)
 
@@ -164,7 +157,7 @@ while time.monotonic() < end:
 def test_processes_vanishing_mid_sample_are_skipped(spawn: Spawner) -> None:
     root = spawn([PYTHON, "-c", CHURN])
     sampler = ProcfsProcessTable()
-    eventually(lambda: sampler.sample(root.pid).process_count > 1)
+    wait_until("the churn started", lambda: sampler.sample(root.pid).process_count > 1)
     seen: set[int] = set()
     samples = 0
     end = time.monotonic() + 2.0
@@ -229,28 +222,31 @@ def test_descendants_of_an_exited_parent_stay_in_the_tree(spawn: Spawner, tmp_pa
         "m = subprocess.Popen([sys.executable, '-c', "
         '\'import subprocess, sys; p = subprocess.Popen([sys.executable, "-c", '
         '"import time; time.sleep(600)"], stdin=subprocess.DEVNULL); print(p.pid, flush=True); '
-        "sys.stdin.readline()\'], stdout=subprocess.PIPE)\n"
+        "sys.stdin.readline()'], stdout=subprocess.PIPE)\n"
         "print(m.pid, m.stdout.readline().decode().strip(), flush=True)\n"
         "m.wait()\n"
         "time.sleep(600)\n"
     )
     root = spawn([PYTHON, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert root.stdin is not None and root.stdout is not None
-    middle, orphan = (int(v) for v in root.stdout.readline().split())
+    middle, orphan_pid = (int(v) for v in root.stdout.readline().split())
+    # Re-parented away from the root below: killing and reaping the root's tree never reaches it.
+    orphan = psutil.Process(orphan_pid)
     sampler = ProcfsProcessTable()
     try:
         first = sampler.sample(root.pid)
-        assert {middle, orphan} <= pids_of(first)
+        assert {middle, orphan_pid} <= pids_of(first)
         root.stdin.write(b"exit\n")
         root.stdin.flush()
-        eventually(
-            lambda: not psutil.pid_exists(middle) or psutil.Process(middle).status() == psutil.STATUS_ZOMBIE
+        wait_until(
+            "the middle process exited",
+            lambda: not psutil.pid_exists(middle) or psutil.Process(middle).status() == psutil.STATUS_ZOMBIE,
         )
         # The middle process exited: its child was reparented away from the root's tree.
-        eventually(lambda: psutil.Process(orphan).ppid() != middle)
-        assert orphan in pids_of(first)
-        assert orphan in pids_of(sampler.sample(root.pid))
+        wait_until("the orphan re-parented", lambda: orphan.ppid() != middle)
+        assert orphan_pid in pids_of(first)
+        assert orphan_pid in pids_of(sampler.sample(root.pid))
         # A fresh sampler has no memory of it: only the remembered identity keeps it visible.
-        assert orphan not in pids_of(ProcfsProcessTable().sample(root.pid))
+        assert orphan_pid not in pids_of(ProcfsProcessTable().sample(root.pid))
     finally:
-        psutil.Process(orphan).kill()
+        kill_orphan(orphan)

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.components import require
 from tests.fixtures import trainers
 
 pytestmark = [pytest.mark.integration, pytest.mark.trainers]
@@ -30,7 +31,7 @@ TRAINERS = trainers.TRAINERS_DIR
 
 @pytest.fixture(scope="module")
 def trainer_python() -> Path:
-    return trainers.trainer_python()
+    return require("trainer-venv")
 
 
 @dataclass(frozen=True)

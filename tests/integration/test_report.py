@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import os
 import re
-import shutil
 import struct
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.core.report import COLORS
+from tests.components import require
 
 pytestmark = pytest.mark.integration
 
@@ -48,13 +48,7 @@ def report(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def browser() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        reason = "no chromium (.ci/run installs Debian's chromium)"
-        if os.environ.get("SOAK_REQUIRE_BROWSER") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return found
+    return str(require("browser"))
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess[bytes]:

@@ -9,35 +9,48 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import shutil
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli_local import DATA, FAST, cli
+from tests.fixtures.processes import Spawner
+from tests.integration.test_cli_local import DATA, FAST
+from tests.integration.test_supervisor_rules import status_samples
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 SECRETS = ("hunter2", "sk-live0123456789abcdefghij", "hf_abcdefghijklmnopqrstuvwx", "AKIAEXAMPLEKEY123456")
 
-# Records its environment and argv, runs long enough to be sampled, then passes.
+RELEASE = "release"  # written to the progress dir once the sidecar has sampled the trainer
+
+# Records its environment and argv, steps (8 times at least) until the sidecar has sampled it, then
+# passes.
 TRAINER = textwrap.dedent(
-    """
+    f"""
     import json, os, pathlib, shutil, sys, time
     progress = pathlib.Path(os.environ["SOAK_PROGRESS_DIR"])
-    (progress / "seen.json").write_text(json.dumps({"env": dict(os.environ), "argv": sys.argv}))
-    for step in range(8):
+    (progress / "seen.json").write_text(json.dumps({{"env": dict(os.environ), "argv": sys.argv}}))
+    for step in range(6000):
         (progress / "step").write_text(str(step) * (step + 1))
+        if step >= 7 and (progress / "{RELEASE}").exists():
+            break
         time.sleep(0.1)
     shutil.copy(sys.argv[1], progress / "run_summary.json")
     """
 )
 
 
-def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path) -> None:
+def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path, spawn: Spawner) -> None:
+    # A script file, not -c: the sampled command is cut at 512 characters, the secrets must be in.
+    script_file = tmp_path / "trainer.py"
+    script_file.write_text(TRAINER, encoding="utf-8")
     trainer = [
-        sys.executable, "-c", TRAINER, str(DATA / "minimal_completed.json"),
+        sys.executable, str(script_file), str(DATA / "minimal_completed.json"),
         f"--password={SECRETS[0]}", "--api-key", SECRETS[1], "--model", SECRETS[2],
     ]  # fmt: skip
     env = {
@@ -45,9 +58,27 @@ def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path) -> None
         "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
         "SOAK_REDACTION__EXTRA_WORDS": "[]",
     }
-    done = cli("run", "--local", *FAST, "--", *trainer, cwd=tmp_path, env=env)
-    assert done.returncode == 0, done.stderr
+    # As cli() runs it, but started here: the trainer runs until the sidecar's status output
+    # (--status json, one object per sample) shows it sampled the trainer, the tree's second process.
+    script = shutil.which("soak-sidecar")
+    argv = [script] if script else [sys.executable, "-m", "sidecar.cli"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}
+    stdout, stderr = tmp_path / "sidecar.stdout", tmp_path / "sidecar.stderr"
+    with stdout.open("wb") as out_file, stderr.open("wb") as err_file:
+        proc = spawn(
+            [*argv, "run", "--local", *FAST, "--status", "json", "--", *trainer],
+            cwd=tmp_path,
+            env={**clean, **env},
+            stdout=out_file,
+            stderr=err_file,
+        )
     out = tmp_path / "soak-output"
+    wait_until("a sample of the trainer", lambda: any(s["processes"] >= 2 for s in status_samples(stderr)))
+    (progress_dir,) = out.glob("runs/*/progress")
+    (progress_dir / RELEASE).touch()
+    returncode = proc.wait(timeout=120)
+    output = stdout.read_text(encoding="utf-8") + stderr.read_text(encoding="utf-8")
+    assert returncode == 0, output
     (seen_file,) = out.glob("runs/*/progress/seen.json")
     seen = json.loads(seen_file.read_text(encoding="utf-8"))
     assert SECRETS[0] in " ".join(seen["argv"])  # the trainer itself got its real arguments
@@ -64,7 +95,7 @@ def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path) -> None
         "samples.jsonl.gz": gzip.decompress(samples_file.read_bytes()).decode(),
         "deadline record": record_file.read_text(encoding="utf-8"),
         "run/deadline.json": trainer_copy.read_text(encoding="utf-8"),
-        "sidecar output": done.stdout + done.stderr,
+        "sidecar output": output,
     }
     for name, text in stored.items():
         for secret in (*SECRETS[:3], "s3cr3t-value"):

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +24,12 @@ from sidecar.app.values import RunRequest
 from sidecar.core.identity import new_run_id
 from tests.fixtures.processes import Spawner
 from tests.integration.test_supervisor_rules import make_ports, make_settings, trainer
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
-# Runs one pod-mode supervisor with make_settings()/make_ports() and prints the exit code.
+# Runs one pod-mode supervisor with make_settings()/make_ports() and prints the exit code; the
+# status output, when the overrides turn it on (monitor.status_line), goes to stderr.
 DRIVER = textwrap.dedent(
     """
     import json, sys
@@ -40,7 +41,7 @@ DRIVER = textwrap.dedent(
     settings = make_settings(tmp, **overrides)
     kube = settings.kube
     request = RunRequest(mode="pod", run_id=run_id, index=kube.completion_index, indexes=kube.completions)
-    result = Supervisor(settings, make_ports(settings), request).run()
+    result = Supervisor(settings, make_ports(settings, sys.stderr), request).run()
     print("EXIT", result.exit_code, result.artifact_path, flush=True)
     """
 )
@@ -102,10 +103,7 @@ def test_a_restarted_sidecar_resumes_the_running_trainer(tmp_path: Path, spawn: 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     first = spawn([sys.executable, "-c", DRIVER, str(tmp_path), run_id, overrides], env=env)
     go = tmp_path / "run" / "go.json"
-    deadline = time.monotonic() + 30
-    while not (tmp_path / "run" / "trainer.json").exists():
-        assert time.monotonic() < deadline, "the trainer never started"
-        time.sleep(0.05)
+    wait_until("the trainer started", (tmp_path / "run" / "trainer.json").exists)
     record = (tmp_path / "deadlines" / f"{run_id}.json").read_bytes()
     go_before = go.read_bytes()
     first.send_signal(signal.SIGKILL)

@@ -7,6 +7,7 @@ written on disk. Every test would fail if the rule it names were removed from th
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
@@ -14,11 +15,10 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 import pytest
@@ -33,7 +33,9 @@ from sidecar.app.wiring import build_ports
 from sidecar.core.deadline import create_or_resume
 from sidecar.core.identity import new_run_id
 from sidecar.core.redaction import DEFAULT_RULES
+from sidecar.core.samples import ProcessTreeSample
 from sidecar.settings import Settings, load_settings
+from tests.fixtures.processes import Spawner, kill_orphan
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -94,16 +96,23 @@ def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
     return load_settings(**base)
 
 
-def make_ports(settings: Settings) -> Ports:
-    """The ports the CLI builds for a local run, without status output."""
-    return build_ports(settings, pod=False, status_stream=None).ports
+def make_ports(settings: Settings, status_stream: IO[str] | None = None) -> Ports:
+    """The ports the CLI builds for a local run; the status output (monitor.status_line, off in
+    make_settings) goes to ``status_stream``, by default nowhere."""
+    return build_ports(settings, pod=False, status_stream=status_stream).ports
+
+
+def status_samples(stream: Path) -> list[dict[str, Any]]:
+    """The ``--status json`` objects (one per sample) a sidecar has written to ``stream`` so far."""
+    complete = stream.read_text(encoding="utf-8").split("\n")[:-1]
+    return [json.loads(line) for line in complete if line.startswith('{"event": "sample"')]
 
 
 def supervise(
-    settings: Settings, command: list[str], *, run_id: str | None = None
+    settings: Settings, command: list[str], *, run_id: str | None = None, ports: Ports | None = None
 ) -> tuple[RunResult, dict[str, Any]]:
     request = RunRequest(mode="local", run_id=run_id or new_run_id(), command=tuple(command))
-    result = Supervisor(settings, make_ports(settings), request).run()
+    result = Supervisor(settings, ports or make_ports(settings), request).run()
     assert result.artifact_path is not None
     artifact = json.loads(result.artifact_path.read_text(encoding="utf-8"))
     return result, artifact
@@ -124,6 +133,10 @@ def assert_verdict(
     assert artifact["failure_classification"] == classification
     assert artifact["exit_code"] == exit_code
     assert artifact["failure_reason"] == result.verdict.reason
+
+
+# The sidecar has sampled the running trainer this many times when its launcher is killed.
+SAMPLES_WITH_TRAINER = 3
 
 
 def gone(pid: int) -> bool:
@@ -268,7 +281,7 @@ def test_residual_orphan_fails_the_soak(tmp_path: Path) -> None:
     assert all(gone(item["pid"]) for item in killed)
 
 
-def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
+def test_residual_survivor_of_a_lost_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Residual rule at the sidecar level: a real process the launcher can no longer kill.
 
     The launcher is SIGKILLed mid-run (it cannot clean up), so the trainer survives outside any
@@ -279,23 +292,30 @@ def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
     """
     settings = make_settings(tmp_path)
     run_dir = tmp_path / "run"
-    seen: dict[str, int] = {}
-
-    def kill_launcher() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            launcher = read_json(run_dir / "launcher.json")
-            started = read_json(run_dir / "trainer.json")
-            progress = tmp_path / "progress" / "progress.jsonl"
-            if launcher and started and progress.exists():
-                seen["trainer"] = int(started["pid"])
-                time.sleep(0.6)  # let the sidecar sample the trainer
-                os.kill(int(launcher["pid"]), signal.SIGKILL)
-                return
-            time.sleep(0.05)
-
-    # A silent trainer: one that prints would die of SIGPIPE once its reader, the launcher, is gone.
     progress_file = tmp_path / "progress" / "progress.jsonl"
+    ports = make_ports(settings)
+    take_sample = ports.processes.sample
+    with_trainer: list[ProcessTreeSample] = []
+    seen: dict[str, psutil.Process] = {}
+
+    def sample_then_kill_the_launcher(root_pid: int) -> ProcessTreeSample:
+        """The sidecar's real sample. Handshake: once SAMPLES_WITH_TRAINER of them held the running
+        trainer, the launcher (the sampled root) is SIGKILLed before the sidecar goes on, so the
+        last tree it keeps holds the trainer."""
+        tree = take_sample(root_pid)
+        started = read_json(run_dir / "trainer.json")
+        if "trainer" in seen or started is None or not progress_file.exists():
+            return tree
+        if int(started["pid"]) in {p.pid for p in tree.processes}:
+            with_trainer.append(tree)
+        if len(with_trainer) == SAMPLES_WITH_TRAINER:
+            seen["trainer"] = psutil.Process(int(started["pid"]))  # ours to kill should the test fail
+            os.kill(root_pid, signal.SIGKILL)
+            wait_until("the launcher dead", lambda: gone(root_pid))
+        return tree
+
+    monkeypatch.setattr(ports.processes, "sample", sample_then_kill_the_launcher)
+    # A silent trainer: one that prints would die of SIGPIPE once its reader, the launcher, is gone.
     silent = [
         PY,
         "-c",
@@ -303,22 +323,19 @@ def test_residual_survivor_of_a_lost_launcher(tmp_path: Path) -> None:
         "for _ in range(600):\n    with p.open('a') as f:\n        f.write('x\\n')\n"
         "    time.sleep(0.1)\n",
     ]
-    killer = threading.Thread(target=kill_launcher, daemon=True)
-    killer.start()
     try:
-        result, artifact = supervise(settings, silent)
+        result, artifact = supervise(settings, silent, ports=ports)
+        assert "trainer" in seen
+        assert_verdict(result, artifact, classification="monitor_failure", exit_code=70)
+        assert "launcher exited without writing exit.json" in (result.verdict.reason or "")
+        residual_pids = [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]]
+        assert seen["trainer"].pid in residual_pids
+        assert artifact["resource_summary"]["residual_process_count"] == len(residual_pids)
+        # The sidecar killed it: nothing may outlive the run.
+        wait_until("trainer gone", lambda: gone(seen["trainer"].pid), timeout_s=10)
     finally:
-        killer.join(timeout=70)
-        pid = seen.get("trainer")
-        if pid is not None and not gone(pid):
-            os.kill(pid, signal.SIGKILL)
-    assert "trainer" in seen
-    assert_verdict(result, artifact, classification="monitor_failure", exit_code=70)
-    assert "launcher exited without writing exit.json" in (result.verdict.reason or "")
-    residual_pids = [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]]
-    assert seen["trainer"] in residual_pids
-    assert artifact["resource_summary"]["residual_process_count"] == len(residual_pids)
-    wait_until("trainer gone", lambda: gone(seen["trainer"]), timeout_s=10)
+        if "trainer" in seen:
+            kill_orphan(seen["trainer"])
 
 
 # ---------------------------------------------------------------------- leaks
@@ -470,7 +487,9 @@ def local_flags(tmp_path: Path) -> list[str]:
     ]
 
 
-def test_a_stalled_sidecar_is_supervisor_lost_not_the_trainers_failure(tmp_path: Path) -> None:
+def test_a_stalled_sidecar_is_supervisor_lost_not_the_trainers_failure(
+    tmp_path: Path, spawn: Spawner
+) -> None:
     """SIGSTOP the sidecar past the heartbeat timeout: the launcher fails closed and kills the
     trainer; once resumed, the sidecar blames the heartbeat, not the trainer (retryable, 152)."""
     env = {
@@ -480,18 +499,16 @@ def test_a_stalled_sidecar_is_supervisor_lost_not_the_trainers_failure(tmp_path:
         "SOAK_LAUNCHER__KILL_GRACE_S": "1",
     }
     argv = [PY, "-m", "sidecar.cli", "run", "--local", *local_flags(tmp_path), "--"]
-    proc = subprocess.Popen(
+    proc = spawn(
         [*argv, *trainer(tmp_path / "progress", steps=600, step_s=0.1)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    try:
-        wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
-        proc.send_signal(signal.SIGSTOP)
-        wait_until("the launcher gave up", (tmp_path / "run" / "exit.json").exists, 30)
-    finally:
-        proc.send_signal(signal.SIGCONT)
+    wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
+    proc.send_signal(signal.SIGSTOP)
+    wait_until("the launcher gave up", (tmp_path / "run" / "exit.json").exists, 30)
+    proc.send_signal(signal.SIGCONT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 152, err.decode()
     (path,) = (tmp_path / "out" / "runs").glob("*/attempt-1/artifact.json")
@@ -517,7 +534,9 @@ def test_a_stalled_sidecar_is_supervisor_lost_not_the_trainers_failure(tmp_path:
     ],
     ids=["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "repeated"],
 )
-def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Signals, ...]) -> None:
+def test_external_cancellation_via_cli(
+    tmp_path: Path, signals: tuple[signal.Signals, ...], spawn: Spawner
+) -> None:
     """Ctrl-C, SIGTERM or any other stop signal: the trainer is stopped, the artifact written, exit
     17 (a sidecar killed by SIGHUP used to leave neither artifact nor verdict). Signals repeated
     while the sidecar concludes are noted, not raised: they cannot lose the artifact."""
@@ -532,23 +551,35 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
         "--",
         *trainer(tmp_path / "progress", steps=600, step_s=0.1),
     ]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    trainer_pid: int | None = None
+    stderr_file = tmp_path / "sidecar.stderr"
+    with stderr_file.open("wb") as err:
+        proc = spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
+    started = read_json(tmp_path / "run" / "trainer.json")
+    announced = read_json(tmp_path / "run" / "launcher.json")
+    assert started is not None and announced is not None
+    trainer_pid = int(started["pid"])
+    # Handshakes, not pauses. The launcher is held (SIGSTOP) while the signals arrive, so the sidecar
+    # cannot conclude before it has handled each one: the first starts the cancellation (the
+    # sidecar's soft stop appears in control.json), every later one is noted on stderr.
+    launcher = psutil.Process(int(announced["pid"]))
+    launcher.suspend()
     try:
-        wait_until("first progress", (tmp_path / "progress" / "progress.jsonl").exists, 60)
-        started = read_json(tmp_path / "run" / "trainer.json")
-        assert started is not None
-        trainer_pid = int(started["pid"])
-        for signum in signals:
+        first, *repeated = signals
+        proc.send_signal(first)
+        wait_until("the sidecar's stop request", (tmp_path / "run" / "control.json").exists)
+        assert (read_json(tmp_path / "run" / "control.json") or {}).get("action") == "soft_stop"
+        for count, signum in enumerate(repeated, start=1):
             proc.send_signal(signum)
-            time.sleep(0.3)
-        _out, err = proc.communicate(timeout=60)
+            wait_until(f"{signum.name} noted", _noted(stderr_file, count))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    stderr = err.decode()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            launcher.resume()
+    proc.wait(timeout=60)
+    stderr = stderr_file.read_text()
     assert proc.returncode == 17, stderr
+    noted = [line.split()[1] for line in stderr.splitlines() if "while concluding" in line]
+    assert noted == [signum.name for signum in repeated], stderr
     artifacts = list((tmp_path / "out" / "runs").glob("*/attempt-1/artifact.json"))
     assert len(artifacts) == 1, stderr
     artifact = json.loads(artifacts[0].read_text(encoding="utf-8"))
@@ -556,8 +587,12 @@ def test_external_cancellation_via_cli(tmp_path: Path, signals: tuple[signal.Sig
     assert artifact["exit_code"] == 17
     assert (artifact["failure_reason"] or "").startswith("soak was interrupted before the trainer completed")
     assert "FAILED [external_cancellation]" in stderr
-    assert trainer_pid is not None
     wait_until("trainer gone", lambda: gone(trainer_pid), timeout_s=10)
+
+
+def _noted(stderr_file: Path, count: int) -> Callable[[], bool]:
+    """The sidecar said ``count`` times that a signal came while it concluded."""
+    return lambda: stderr_file.read_text().count("while concluding") == count
 
 
 # ---------------------------------------------------------------------- untrusted run_summary

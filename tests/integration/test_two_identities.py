@@ -21,6 +21,8 @@ from sidecar.adapters.rundir import launcher_path
 from sidecar.core.identity import new_run_id
 from tests.fixtures.processes import Spawner
 from tests.integration.test_supervisor_pod_mode import DRIVER
+from tests.integration.test_supervisor_rules import status_samples
+from tests.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
 
@@ -30,6 +32,7 @@ TRAINER_UID = 10001
 SYSTEM_PYTHON = "/usr/bin/python3"
 SIDECAR_MARK = "soak-sidecar-under-test"  # on the sidecar's command line, for the trainer to find
 FDS = 40  # pipes the trainer holds open: 80 fds beyond its standard ones
+RELEASE = "release"  # written to the progress dir once the sidecar has sampled the trainer
 
 TRAINER = textwrap.dedent(
     f"""
@@ -51,9 +54,12 @@ TRAINER = textwrap.dedent(
                 probe["environ"] = "denied"
     with open(os.path.join(progress, "probe.json"), "w") as out:
         json.dump(probe, out)
-    for step in range(12):
+    # 12 steps at least, then on until the test has seen the sidecar sample it (RELEASE appears).
+    for step in range(6000):
         with open(os.path.join(progress, "step"), "w") as out:
             out.write(str(step) * (step + 1))
+        if step >= 11 and os.path.exists(os.path.join(progress, "{RELEASE}")):
+            break
         time.sleep(0.1)
     shutil.copy(sys.argv[1], os.path.join(progress, "run_summary.json"))
     """
@@ -93,11 +99,23 @@ def test_the_launcher_reports_what_a_sidecar_under_another_identity_cannot_read(
     )  # fmt: skip
     without_capabilities = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    sidecar = spawn(
-        [*without_capabilities, sys.executable, "-c", DRIVER, str(pod_dir), new_run_id(), "{}", SIDECAR_MARK],
-        env=env,
-        stdout=subprocess.PIPE,
+    overrides = json.dumps({"monitor": {"status_line": "json"}})  # one JSON object per sample
+    status = pod_dir / "sidecar.stderr"
+    with status.open("wb") as err:
+        sidecar = spawn(
+            [*without_capabilities, sys.executable, "-c", DRIVER, str(pod_dir), new_run_id(), overrides,
+             SIDECAR_MARK],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )  # fmt: skip
+    # Handshake: the trainer runs until the sidecar has sampled it (the tree's second process) with
+    # the pipes the launcher reports for it in fds.json, not for a time that is likely to be enough.
+    wait_until(
+        "a sample of the trainer with its pipes",
+        lambda: any(s["processes"] >= 2 and s["fds"] >= 2 * FDS for s in status_samples(status)),
     )
+    (pod_dir / "progress" / RELEASE).touch()
     out, _ = sidecar.communicate(timeout=120)
     assert launcher.wait(timeout=30) == 0
     assert out.decode().startswith("EXIT 0"), out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -187,12 +188,18 @@ def test_beats_always_change_content(tmp_path: Path) -> None:
 
 def test_heartbeat_thread_beats_until_closed(tmp_path: Path) -> None:
     rd = RunDir(tmp_path)
+    before = set(threading.enumerate())
     with Heartbeat(rd, 0.02) as beat:
         wait_until("four heartbeats", lambda: beat.beats >= 4, timeout_s=10)
         assert beat.last_error is None
+        (beating,) = [t for t in set(threading.enumerate()) - before if t.name == "soak-heartbeat"]
     after = rd.file(proto.HEARTBEAT_FILE).read_bytes()
-    time.sleep(0.1)  # an absence is checked over a while: five intervals without a beat
+    beats = beat.beats
+    # Handshake, not a while: once the beating thread has ended nothing can beat any more, so the
+    # file and the count as they were on leaving the block are the last ones.
+    wait_until("the heartbeat thread ended", lambda: not beating.is_alive(), timeout_s=10)
     assert rd.file(proto.HEARTBEAT_FILE).read_bytes() == after, "no beats after exit"
+    assert beat.beats == beats, "no beats after exit"
     with pytest.raises(ConfigError):
         Heartbeat(rd, 0)
 

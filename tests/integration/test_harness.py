@@ -41,6 +41,7 @@ def fresh_probes() -> Iterator[None]:
 def test_an_absent_component_skips_with_its_hint_and_fails_under_require_all(
     name: str, fresh_probes: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv(REQUIRE_ALL, raising=False)  # .ci/run sets it for the suite around this test
     for key, value in ABSENT[name].items():
         monkeypatch.setenv(key, value)
     with pytest.raises(pytest.skip.Exception, match=f"missing component '{name}'") as skipped:
@@ -52,14 +53,16 @@ def test_an_absent_component_skips_with_its_hint_and_fails_under_require_all(
 
 
 def run_pytest(tmp_path: Path, test_source: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """A pytest session of its own on one test file, with this suite's plugins."""
+    """A pytest session of its own on one test file, with this suite's plugins, free of the
+    knobs .ci/run sets for the outer session (SOAK_REQUIRE_ALL; CI, which changes pytest's output)."""
+    outer = {key: value for key, value in os.environ.items() if key not in {REQUIRE_ALL, "CI", "PYTEST_ADDOPTS"}}
     test_file = tmp_path / "test_generated.py"
     test_file.write_text(textwrap.dedent(test_source))
     argv = [sys.executable, "-m", "pytest", "-p", "tests.fixtures.leftovers", "-p", "tests.components"]
     return subprocess.run(
         [*argv, "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), str(test_file)],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        env={**outer, "PYTHONPATH": str(REPO_ROOT), **env},
         capture_output=True,
         text=True,
         timeout=120,

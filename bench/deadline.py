@@ -23,8 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from sidecar.adapters.rundir import RunDir, launcher_path
-from sidecar.launcher import GoRequest
+from sidecar.adapters.rundir.channel import RunDir
+from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.protocol.go import GoRequest
 
 TRAINER = """
 import os, signal, subprocess, sys, time

@@ -32,8 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
-from sidecar.launcher import GoRequest
+from sidecar.adapters.rundir.channel import Heartbeat, RunDir
+from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.protocol.go import GoRequest
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = Path.home() / ".cache" / "soak-sidecar" / "trainer-venv" / "bin" / "python"

@@ -29,7 +29,10 @@ from types import ModuleType
 from typing import Any
 
 from sidecar.adapters.procfs import ProcfsProcessTable
-from sidecar.launcher import FD_REPORT_FILE, FdReporter, alive_descendants, atomic_write_json
+from sidecar.launcher.fdreport import FdReporter
+from sidecar.launcher.proc import alive_descendants
+from sidecar.launcher.protocol.files import atomic_write_json
+from sidecar.launcher.protocol.names import FD_REPORT_FILE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PR_SET_CHILD_SUBREAPER = 36

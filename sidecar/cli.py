@@ -6,7 +6,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -275,7 +274,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _release_pod_launcher(exc: BaseException) -> None:
-    from sidecar.adapters.rundir import release_waiting_launcher
+    from sidecar.adapters.rundir.pod import release_waiting_launcher
 
     if isinstance(exc, SoakError):
         code = int(exc.exit_code)
@@ -444,16 +443,9 @@ def cmd_exit_codes(args: argparse.Namespace) -> int:
 
 
 def cmd_install_launcher(args: argparse.Namespace) -> int:
-    from sidecar.adapters.rundir import launcher_path
+    from sidecar.adapters.rundir.zipapp import build_launcher
 
-    dest: Path = args.dest
-    try:
-        dest.mkdir(parents=True, exist_ok=True)
-        target = dest / "soak-launcher.py"
-        shutil.copyfile(launcher_path(), target)
-        target.chmod(0o755)
-    except OSError as exc:
-        raise ConfigError(f"cannot install the launcher into {dest}: {exc}") from exc
+    target = build_launcher(args.dest)
     print(f"soak-sidecar: launcher installed at {target}")
     return 0
 

@@ -18,7 +18,7 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.publication import normalize_prefix
 from sidecar.core.redaction import RedactionRules
 from sidecar.core.trends import quantity_bytes
-from sidecar.launcher import signal_number
+from sidecar.launcher.protocol.fields import signal_number
 
 # Bounds that refuse absurd values (1e308 s, 1e-300 s) while allowing any real soak: a year of
 # budget, a day for any grace, timeout or interval, 10 ms the shortest interval.

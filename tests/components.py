@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from sidecar.launcher import MIN_PYTHON
+from sidecar.launcher.protocol.names import MIN_PYTHON
 
 REQUIRE_ALL = "SOAK_REQUIRE_ALL"
 CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "soak-sidecar"

@@ -18,11 +18,12 @@ from typing import IO, Any
 from sidecar.app.ports import LockLoss, Ports, StopRequest
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
-from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
 from sidecar.core.ports import UploadedObject
 from sidecar.core.publication import Publication
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
-from sidecar.launcher import GoRequest
+from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.go import GoRequest
+from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
 LAUNCHER_PID, TRAINER_PID = 100, 101

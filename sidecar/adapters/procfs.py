@@ -22,10 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
-from sidecar.core.launch_records import FdTable
 from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command
 from sidecar.core.samples import ProcessInfo, ProcessTreeSample
-from sidecar.launcher import classify_fds, fd_links
+from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_links
 
 COMMAND_MAX_CHARS = 512
 _PROC = "/proc"

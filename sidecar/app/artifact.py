@@ -18,10 +18,10 @@ from sidecar.core.artifact import (
     SampleRecorder,
     utc_timestamp,
 )
-from sidecar.core.launch_records import ExitRecord
 from sidecar.core.redaction import RedactionRules, redact_command, redact_command_line
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
+from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.settings import Settings
 
 SAMPLES_FILE = "samples.jsonl.gz"

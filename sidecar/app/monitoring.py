@@ -16,11 +16,11 @@ from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.errors import LauncherError, SoakError
-from sidecar.core.launch_records import TrainerInfo
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
 from sidecar.core.verdict import MonitorKind
+from sidecar.launcher.protocol.records import TrainerInfo
 
 INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
 

@@ -16,7 +16,6 @@ from typing import IO, Any, Literal, Protocol
 
 from sidecar.adapters.provenance import boot_id as read_boot_id
 from sidecar.core.boot import BootClock
-from sidecar.core.launch_records import ExitRecord, LauncherInfo, TrainerInfo
 from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
@@ -29,7 +28,9 @@ from sidecar.core.ports import (
 )
 from sidecar.core.publication import Publication
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
-from sidecar.launcher import GoRequest
+from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.go import GoRequest
+from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
 
 StopRequest = Literal["soft_stop", "terminate", "kill"]
 

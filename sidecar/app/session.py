@@ -15,7 +15,8 @@ from sidecar.app.ports import LocalLauncher, Ports, StopRequest
 from sidecar.app.values import Launched, Preflight, RunRequest, Started
 from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
-from sidecar.launcher import ENV_RUN_ID, GoRequest
+from sidecar.launcher.protocol.go import GoRequest
+from sidecar.launcher.protocol.names import ENV_RUN_ID
 from sidecar.settings import Settings
 
 # How long the sidecar waits past the launcher's own TERM->KILL escalation before it kills the

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from sidecar.core import verdict as verdicts
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
 from sidecar.core.identity import run_slot
-from sidecar.core.launch_records import ExitRecord, LauncherInfo
 from sidecar.core.samples import ProcessInfo
+from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.records import LauncherInfo
 from sidecar.settings import Settings
 
 if TYPE_CHECKING:

@@ -14,13 +14,14 @@ from sidecar.adapters.nvml import MockNvml, open_gpu_backend
 from sidecar.adapters.procfs import ProcfsProcessTable
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.adapters.provenance import HostProvenance
-from sidecar.adapters.rundir import LocalLauncherSpawner, RunDir
+from sidecar.adapters.rundir.channel import RunDir
+from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.app.ports import LockLoss, Ports
 from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
 from sidecar.core.publication import Publication
-from sidecar.launcher import CONSOLE_LOG, CONSOLE_LOG_ROTATED
+from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
 from sidecar.nvml_mock.build import mock_library
 from sidecar.nvml_mock.scenario import compile_scenario
 from sidecar.settings import GpuSettings, Settings

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sidecar.core import verdict as verdicts
-from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import ProcessInfo, ResidualProcess
+from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
 
 
 @dataclass(frozen=True)

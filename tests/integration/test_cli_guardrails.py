@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sidecar.adapters.artifact_dir import SamplesFile
-from sidecar.adapters.rundir import RunDir
+from sidecar.adapters.rundir.channel import RunDir
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.adapters.rundir import launcher_path
+from sidecar.adapters.rundir.zipapp import launcher_path
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from sidecar.launcher import FD_CLASSES_EVERY, FdReporter
+from sidecar.launcher.fdreport import FD_CLASSES_EVERY, FdReporter
 
 pytestmark = pytest.mark.integration
 

@@ -55,7 +55,9 @@ def test_an_absent_component_skips_with_its_hint_and_fails_under_require_all(
 def run_pytest(tmp_path: Path, test_source: str, **env: str) -> subprocess.CompletedProcess[str]:
     """A pytest session of its own on one test file, with this suite's plugins, free of the
     knobs .ci/run sets for the outer session (SOAK_REQUIRE_ALL; CI, which changes pytest's output)."""
-    outer = {key: value for key, value in os.environ.items() if key not in {REQUIRE_ALL, "CI", "PYTEST_ADDOPTS"}}
+    outer = {
+        key: value for key, value in os.environ.items() if key not in {REQUIRE_ALL, "CI", "PYTEST_ADDOPTS"}
+    }
     test_file = tmp_path / "test_generated.py"
     test_file.write_text(textwrap.dedent(test_source))
     argv = [sys.executable, "-m", "pytest", "-p", "tests.fixtures.leftovers", "-p", "tests.components"]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sidecar import cli
-from sidecar.adapters.rundir import launcher_path
+from sidecar.adapters.rundir.zipapp import launcher_path
 from sidecar.core.publication import parse_termination_message
 from tests.components import require
 from tests.fixtures.kube import PREFIX, KubeEnv, create_pod, ours, running_status, set_status

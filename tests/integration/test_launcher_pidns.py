@@ -33,8 +33,9 @@ while not any(open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep\\0")
 DRIVER = """
 import subprocess, sys, time
 from pathlib import Path
-from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
-from sidecar.launcher import GoRequest
+from sidecar.adapters.rundir.channel import Heartbeat, RunDir
+from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.protocol.go import GoRequest
 run_dir, trainer, flags = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 rd = RunDir(run_dir)
 rd.reset()

@@ -18,10 +18,13 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from sidecar import launcher as proto
-from sidecar.adapters.rundir import Heartbeat, RunDir, launcher_path
-from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord
-from sidecar.launcher import GoRequest
+from sidecar.adapters.rundir.channel import Heartbeat, RunDir
+from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.protocol import names as proto
+from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.files import atomic_write_json, read_json
+from sidecar.launcher.protocol.go import GoRequest
+from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
 from tests.components import require
 from tests.fixtures.processes import Spawner, kill_orphan
 from tests.waiting import wait_until
@@ -60,8 +63,9 @@ while True:
 HEARTBEAT_DRIVER = """
 import sys, time
 from pathlib import Path
-from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
-from sidecar.launcher import GoRequest
+from sidecar.adapters.rundir.channel import Heartbeat, RunDir
+from sidecar.adapters.rundir.local import spawn_local_launcher
+from sidecar.launcher.protocol.go import GoRequest
 run_dir, hb_timeout, mode, trainer = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3], sys.argv[4:]
 rd = RunDir(run_dir)
 if mode == "owner":
@@ -173,7 +177,7 @@ def _logs(log: Path, name: str, times: int) -> Callable[[], bool]:
 
 def last_beat(rd: RunDir) -> dict[str, Any]:
     """The sidecar's latest heartbeat as written (seq, wall, ...); {} before the first."""
-    return proto.read_json(str(rd.file(proto.HEARTBEAT_FILE))) or {}
+    return read_json(str(rd.file(proto.HEARTBEAT_FILE))) or {}
 
 
 def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
@@ -324,7 +328,7 @@ def test_control_kill_and_stale_requests_ignored(launch: Callable[..., Run], tmp
     run.go()
     wait_until("trainer ready", Path(str(log) + ".ready").exists)
     # A request for another launcher (stale file of an earlier run) must not act.
-    proto.atomic_write_json(
+    atomic_write_json(
         str(run.rd.file(proto.CONTROL_FILE)),
         {"protocol": 1, "launch_id": "someone-else", "seq": 99, "action": "kill", "reason": "x"},
     )
@@ -383,7 +387,7 @@ def test_abort_before_and_after_announce(launch: Callable[..., Run], tmp_path: P
 def test_go_timeout_ignores_a_stale_go(launch: Callable[..., Run], tmp_path: Path) -> None:
     run = launch(["true"], "--go-timeout", "1.0")
     run.rd.wait_for_launcher(30)
-    proto.atomic_write_json(
+    atomic_write_json(
         str(run.rd.file(proto.GO_FILE)),
         {
             "protocol": 1,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar import launcher as proto
+from sidecar.launcher.protocol import names as proto
 from tests.fixtures.pidns import PidNsResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
 POD = """
 import json, subprocess, sys, time
 from pathlib import Path
-from sidecar.adapters.rundir import RunDir, launcher_path, release_waiting_launcher
+from sidecar.adapters.rundir.channel import RunDir
+from sidecar.adapters.rundir.pod import release_waiting_launcher
+from sidecar.adapters.rundir.zipapp import launcher_path
 run_dir, sidecar_run_dir, marker, term_log = map(Path, sys.argv[1:5])
 moved = sys.argv[5] == "move"
 launcher = subprocess.Popen([sys.executable, str(launcher_path()), "--run-dir", str(run_dir),
@@ -92,7 +94,7 @@ def test_sigterm_when_no_run_dir_is_usable(pidns: Callable[..., PidNsResult], tm
 
 def test_nothing_once_the_trainer_runs(tmp_path: Path) -> None:
     """After go.json the launcher is the heartbeat's business: an early-exit path must not abort."""
-    from sidecar.adapters.rundir import release_waiting_launcher
+    from sidecar.adapters.rundir.pod import release_waiting_launcher
 
     (tmp_path / proto.GO_FILE).write_text("{}")
     done = release_waiting_launcher(tmp_path, "late", 70)

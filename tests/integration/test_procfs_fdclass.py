@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.adapters.procfs import ProcfsProcessTable
-from sidecar.launcher import classify_fds, fd_class
+from sidecar.launcher.protocol.fds import classify_fds, fd_class
 from tests.fixtures.processes import PYTHON, Spawner
 from tests.waiting import wait_until
 

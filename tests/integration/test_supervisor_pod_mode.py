@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.adapters.rundir import launcher_path
+from sidecar.adapters.rundir.zipapp import launcher_path
 from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import RunRequest
 from sidecar.core.identity import new_run_id

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.adapters.rundir import launcher_path
+from sidecar.adapters.rundir.zipapp import build_launcher
 from sidecar.core.identity import new_run_id
 from tests.fixtures.processes import Spawner
 from tests.integration.test_supervisor_pod_mode import DRIVER
@@ -91,9 +91,11 @@ def test_the_launcher_reports_what_a_sidecar_under_another_identity_cannot_read(
         Path(__file__).resolve().parents[1] / "data" / "run_summary" / "minimal_completed.json", summary
     )
     summary.chmod(0o644)
+    # As in the pod: install-launcher's copy on a volume the trainer reads (root's cache is 0700).
+    launcher_file = build_launcher(pod_dir / "bin")
     as_trainer = ["setpriv", f"--reuid={TRAINER_UID}", f"--regid={TRAINER_UID}", "--clear-groups"]
     launcher = spawn(
-        [*as_trainer, SYSTEM_PYTHON, str(launcher_path()), "--run-dir", str(pod_dir / "run"), "--",
+        [*as_trainer, SYSTEM_PYTHON, str(launcher_file), "--run-dir", str(pod_dir / "run"), "--",
          SYSTEM_PYTHON, "-c", TRAINER, str(summary)],
         env={"PATH": os.environ["PATH"], "NVIDIA_VISIBLE_DEVICES": "GPU-7f2c"},
     )  # fmt: skip

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from sidecar.core.conclusion import RunFacts, conclude, deadline_expired
-from sidecar.core.launch_records import DEADLINE_SOFT_STOP, ExitRecord, KilledProcess
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
+from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
+from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 LAUNCHER = 10

@@ -13,8 +13,15 @@ from typing import Any
 
 import pytest
 
-from sidecar import launcher as proto
-from sidecar.launcher import ConsoleLog, DeadlineClock, FdWriter, GoRequest
+from sidecar.launcher import main as launcher_main
+from sidecar.launcher import output
+from sidecar.launcher.deadline import MonotonicDeadline
+from sidecar.launcher.output import ConsoleLog, FdWriter, OutputTee
+from sidecar.launcher.proc import command_problem
+from sidecar.launcher.protocol import names as proto
+from sidecar.launcher.protocol.fields import signal_number
+from sidecar.launcher.protocol.files import atomic_write_json, read_json
+from sidecar.launcher.protocol.go import GoRequest
 
 
 class FakeClock:
@@ -35,7 +42,7 @@ class FakeClock:
 
 def test_wall_clock_rollback_cannot_extend_the_deadline() -> None:
     clock = FakeClock()
-    deadline = DeadlineClock(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
+    deadline = MonotonicDeadline(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
     clock.advance(40.0)
     assert deadline.remaining() == pytest.approx(60.0)
     clock.wall_now -= 3600.0  # someone sets the clock back an hour
@@ -46,7 +53,7 @@ def test_wall_clock_rollback_cannot_extend_the_deadline() -> None:
 
 def test_wall_clock_jump_forward_shortens_it() -> None:
     clock = FakeClock()
-    deadline = DeadlineClock(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
+    deadline = MonotonicDeadline(clock.wall_now + 100.0, wall=clock.wall, monotonic=clock.monotonic)
     clock.wall_now += 30.0
     assert deadline.remaining() == pytest.approx(70.0)
 
@@ -100,14 +107,14 @@ def test_go_request_rejects_malformed_fields(bad: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", ["SIGUSR1", "usr1", "USR1", " sigusr1 ", str(int(signal.SIGUSR1))])
 def test_signal_number_accepts_names_and_numbers(name: str) -> None:
-    assert proto.signal_number(name) == signal.SIGUSR1
+    assert signal_number(name) == signal.SIGUSR1
 
 
 def test_signal_number_rejects_unknown() -> None:
     with pytest.raises(ValueError):
-        proto.signal_number("SIGWHATEVER")
+        signal_number("SIGWHATEVER")
     with pytest.raises(ValueError):
-        proto.signal_number("999")
+        signal_number("999")
 
 
 def test_console_log_stays_within_its_cap_and_keeps_the_tail(tmp_path: Path) -> None:
@@ -132,25 +139,27 @@ def test_console_log_stays_within_its_cap_and_keeps_the_tail(tmp_path: Path) -> 
 
 def test_atomic_write_json_leaves_no_temp_and_read_json_tolerates_garbage(tmp_path: Path) -> None:
     target = tmp_path / "x.json"
-    proto.atomic_write_json(str(target), {"b": 1, "a": [1, 2]})
+    atomic_write_json(str(target), {"b": 1, "a": [1, 2]})
     assert json.loads(target.read_text()) == {"a": [1, 2], "b": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json"]
-    assert proto.read_json(str(target)) == {"a": [1, 2], "b": 1}
-    assert proto.read_json(str(tmp_path / "missing.json")) is None
+    assert read_json(str(target)) == {"a": [1, 2], "b": 1}
+    assert read_json(str(tmp_path / "missing.json")) is None
     target.write_text("{not json")
-    assert proto.read_json(str(target)) is None
+    assert read_json(str(target)) is None
     target.write_text("[1, 2]")
-    assert proto.read_json(str(target)) is None
+    assert read_json(str(target)) is None
 
 
 def test_command_line_errors_exit_with_usage_code(tmp_path: Path) -> None:
-    assert proto.main(["--run-dir", str(tmp_path)]) == proto.EXIT_USAGE
-    assert proto.main(["--run-dir", str(tmp_path), "--"]) == proto.EXIT_USAGE
-    assert proto.main(["--run-dir", str(tmp_path), "--go-timeout", "0", "--", "x"]) == proto.EXIT_USAGE
-    assert proto.main(["--", "x"]) == proto.EXIT_USAGE
+    assert launcher_main.main(["--run-dir", str(tmp_path)]) == proto.EXIT_USAGE
+    assert launcher_main.main(["--run-dir", str(tmp_path), "--"]) == proto.EXIT_USAGE
+    assert (
+        launcher_main.main(["--run-dir", str(tmp_path), "--go-timeout", "0", "--", "x"]) == proto.EXIT_USAGE
+    )
+    assert launcher_main.main(["--", "x"]) == proto.EXIT_USAGE
     blocker = tmp_path / "file"
     blocker.write_text("")
-    assert proto.main(["--run-dir", str(blocker / "run"), "--", "x"]) == proto.EXIT_USAGE
+    assert launcher_main.main(["--run-dir", str(blocker / "run"), "--", "x"]) == proto.EXIT_USAGE
 
 
 def test_protocol_names_are_consistent() -> None:
@@ -172,19 +181,24 @@ def test_protocol_names_are_consistent() -> None:
 
 
 def test_launcher_is_standard_library_only() -> None:
-    """It runs under the trainer image's own interpreter: no third-party or sidecar imports."""
+    """It runs under the trainer image's own interpreter (MIN_PYTHON): standard library and its own
+    modules only, imported relatively (the zipapp holds it under another name), no 3.10+ syntax."""
     import ast
     import sys
 
-    tree = ast.parse(Path(proto.__file__).read_text(), feature_version=(3, 9))
-    modules: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            modules |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            modules.add(node.module.split(".")[0])
-    assert modules - {"__future__"} <= set(sys.stdlib_module_names)
-    assert not any(isinstance(node, ast.Match) for node in ast.walk(tree))
+    package = Path(launcher_main.__file__).parent
+    sources = sorted(package.rglob("*.py"))
+    assert len(sources) > 10
+    for source in sources:
+        tree = ast.parse(source.read_text(), feature_version=proto.MIN_PYTHON)
+        modules: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+        assert modules - {"__future__"} <= set(sys.stdlib_module_names), source
+        assert not any(isinstance(node, ast.Match) for node in ast.walk(tree)), source
 
 
 def _drain(fd: int) -> bytes:
@@ -260,24 +274,26 @@ def test_fd_writer_stops_quietly_when_the_reader_is_gone() -> None:
         os.close(write_end)
 
 
-def test_drop_notes_are_rate_limited_and_the_last_one_comes_at_exit(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_drop_notes_are_rate_limited_and_the_last_one_comes_at_exit(monkeypatch: pytest.MonkeyPatch) -> None:
     notes: list[str] = []
-    monkeypatch.setattr(proto, "log", notes.append)
-    launcher = proto.Launcher(str(tmp_path), ["true"])
-    launcher.tee.dropped_bytes = 1000
-    launcher.note_tee()
-    launcher.tee.dropped_bytes = 1500
-    launcher.note_tee()  # within DROP_NOTE_INTERVAL_S of the first note: silent
-    assert notes == ["1000 bytes of trainer output not shown (stdout reader too slow)"]
-    launcher._drop_noted_at -= proto.DROP_NOTE_INTERVAL_S
-    launcher.note_tee()
-    launcher.tee.dropped_bytes = 1600
-    launcher.close_tee()  # the final note, whatever the interval
-    launcher.note_tee()
-    launcher.watch.close()
-    launcher.sel.close()
+    monkeypatch.setattr(output, "log", notes.append)
+    read_end, write_end = os.pipe()
+    try:
+        writer = FdWriter(write_end, 1 << 20)
+        tee = OutputTee(writer)
+        writer.dropped_bytes = 1000
+        tee.note()
+        writer.dropped_bytes = 1500
+        tee.note()  # within DROP_NOTE_INTERVAL_S of the first note: silent
+        assert notes == ["1000 bytes of trainer output not shown (stdout reader too slow)"]
+        tee._drop_noted_at -= output.DROP_NOTE_INTERVAL_S
+        tee.note()
+        writer.dropped_bytes = 1600
+        tee.close()  # the final note, whatever the interval
+        tee.note()
+    finally:
+        os.close(read_end)
+        os.close(write_end)
     assert notes[1:] == [
         "500 bytes of trainer output not shown (stdout reader too slow)",
         "100 bytes of trainer output not shown (stdout reader too slow)",
@@ -288,10 +304,10 @@ def test_command_problem_is_what_the_spawn_would_find(tmp_path: Path) -> None:
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/sh\n", encoding="utf-8")
     script.chmod(0o644)
-    assert proto.command_problem([str(script)]) == "is not executable"
+    assert command_problem([str(script)]) == "is not executable"
     script.chmod(0o755)
-    assert proto.command_problem([str(script), "--flag"]) is None
-    assert proto.command_problem([str(tmp_path / "absent")]) == "was not found"
-    assert proto.command_problem(["no-such-program-on-path"]) == "was not found"
-    assert proto.command_problem(["sh"]) is None
-    assert proto.command_problem([]) == "was not found"
+    assert command_problem([str(script), "--flag"]) is None
+    assert command_problem([str(tmp_path / "absent")]) == "was not found"
+    assert command_problem(["no-such-program-on-path"]) == "was not found"
+    assert command_problem(["sh"]) is None
+    assert command_problem([]) == "was not found"

@@ -11,10 +11,14 @@ from typing import Any
 
 import pytest
 
-from sidecar import launcher as proto
-from sidecar.adapters.rundir import Heartbeat, RunDir, spawn_local_launcher
+from sidecar.adapters.rundir.channel import Heartbeat, RunDir
+from sidecar.adapters.rundir.local import spawn_local_launcher
 from sidecar.core.errors import ConfigError, LauncherError
-from sidecar.core.launch_records import ExitRecord, KilledProcess
+from sidecar.launcher.protocol import names as proto
+from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
+from sidecar.launcher.protocol.fields import ProtocolError
+from sidecar.launcher.protocol.files import atomic_write_json, read_bytes, read_json
+from sidecar.launcher.protocol.go import GoRequest
 from tests.waiting import wait_until
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
@@ -38,7 +42,7 @@ def announce(rd: RunDir, **overrides: Any) -> None:
     }
     raw.update(overrides)
     rd.path.mkdir(parents=True, exist_ok=True)
-    proto.atomic_write_json(str(rd.file(proto.LAUNCHER_FILE)), raw)
+    atomic_write_json(str(rd.file(proto.LAUNCHER_FILE)), raw)
 
 
 def exit_raw(**overrides: Any) -> dict[str, Any]:
@@ -81,7 +85,7 @@ def test_wait_for_launcher_fails_on_timeout_death_or_early_exit(tmp_path: Path) 
     assert time.monotonic() - started >= 0.2
     with pytest.raises(LauncherError, match="exited before announcing"):
         rd.wait_for_launcher(30, alive=lambda: False)
-    proto.atomic_write_json(
+    atomic_write_json(
         str(rd.file(proto.EXIT_FILE)),
         {"protocol": 1, "launch_id": None, "exit_code": 71, "reason": "subreaper_unavailable"},
     )
@@ -102,7 +106,7 @@ def test_records_with_wrong_types_or_protocol_are_rejected(tmp_path: Path) -> No
         rd.launcher()
 
 
-def go_request(**overrides: Any) -> proto.GoRequest:
+def go_request(**overrides: Any) -> GoRequest:
     fields: dict[str, Any] = {
         "launch_id": LAUNCH_ID,
         "deadline_unix": 1000.0,
@@ -112,7 +116,7 @@ def go_request(**overrides: Any) -> proto.GoRequest:
         "kill_grace_s": 5,
         "console_log_bytes": 1024,
     }
-    return proto.GoRequest(**{**fields, **overrides})
+    return GoRequest(**{**fields, **overrides})
 
 
 def test_give_go_writes_go_and_the_trainers_deadline_copy(tmp_path: Path) -> None:
@@ -127,7 +131,7 @@ def test_give_go_writes_go_and_the_trainers_deadline_copy(tmp_path: Path) -> Non
     rd.give_go(sent, {"format": "soak-deadline-v1"})
     go = json.loads(rd.file(proto.GO_FILE).read_text())
     assert go["launch_id"] == LAUNCH_ID and go["protocol"] == 1
-    assert proto.GoRequest.from_json(go) == sent  # the launcher reads back exactly what was sent
+    assert GoRequest.from_json(go) == sent  # the launcher reads back exactly what was sent
     env = sent.trainer_env()
     assert env["SOAK_SOFT_STOP_UNIX"] == "880.0" and env["SOAK_TERM_UNIX"] == "995.0"
     assert env["SOAK_RUN_ID"] == "r-1" and env["EXTRA"] == "x"
@@ -140,7 +144,7 @@ def test_go_request_refuses_what_the_launcher_would_refuse() -> None:
     with pytest.raises(ValueError, match="signal"):
         go_request(soft_stop_signal="SIGBOGUS")
     with pytest.raises(ValueError, match="finite"):
-        proto.GoRequest.from_json({"launch_id": LAUNCH_ID, "checkpoint_margin_s": 1})
+        GoRequest.from_json({"launch_id": LAUNCH_ID, "checkpoint_margin_s": 1})
 
 
 def test_request_sequence_continues_and_validates(tmp_path: Path) -> None:
@@ -209,14 +213,14 @@ def test_read_exit_parses_and_filters_by_launcher(tmp_path: Path) -> None:
     announce(rd)
     rd.wait_for_launcher(1)
     assert rd.read_exit() is None
-    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
+    atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
     record = rd.read_exit()
     assert isinstance(record, ExitRecord)
     assert record.exit_code == 137 and record.signal == 9 and record.deadline_expired
     assert record.killed_with_trainer == (KilledProcess(78, "worker"),)
     assert record.control[0].action == "soft_stop" and record.trainer_started
     assert rd.wait_exit(0.1) == record
-    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(launch_id="another"))
+    atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(launch_id="another"))
     assert rd.read_exit() is None
     assert rd.wait_exit(0.1, poll_s=0.02) is None
 
@@ -229,7 +233,7 @@ def test_malformed_exit_records_raise(tmp_path: Path, bad: dict[str, Any]) -> No
     rd = RunDir(tmp_path)
     announce(rd)
     rd.wait_for_launcher(1)
-    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(**bad))
+    atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(**bad))
     with pytest.raises(LauncherError):
         rd.read_exit()
 
@@ -239,7 +243,7 @@ def test_reset_removes_a_previous_runs_files(tmp_path: Path) -> None:
     announce(rd)
     rd.wait_for_launcher(1)
     rd.beat()
-    proto.atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
+    atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw())
     rd.file(proto.CONSOLE_LOG).write_text("old")
     rd.file(".go.json.deadbeef.tmp").write_text("partial")
     keep = rd.path / "unrelated.txt"
@@ -260,10 +264,14 @@ def test_spawn_local_launcher_errors(tmp_path: Path) -> None:
     ("field", "value"),
     [("unreaped", ["x"]), ("unreaped", [True]), ("survivors_killed", ["x"]), ("signals_forwarded", [1])],
 )
-def test_hostile_exit_record_fields_are_protocol_errors(field: str, value: object) -> None:
+def test_hostile_exit_record_fields_are_protocol_errors(tmp_path: Path, field: str, value: object) -> None:
     raw = {"launch_id": LAUNCH_ID, "exit_code": 0, "reason": "exited", field: value}
-    with pytest.raises(LauncherError, match=field if field != "survivors_killed" else "not an object"):
+    match = field if field != "survivors_killed" else "not an object"
+    with pytest.raises(ProtocolError, match=match):
         ExitRecord.parse(raw)
+    atomic_write_json(str(tmp_path / proto.EXIT_FILE), {"protocol": proto.PROTOCOL, **raw})
+    with pytest.raises(LauncherError, match=match):  # the sidecar's error, from the adapter
+        RunDir(tmp_path).read_exit()
 
 
 def test_run_dir_reads_never_follow_a_link_wait_on_a_fifo_or_read_without_bound(tmp_path: Path) -> None:
@@ -271,9 +279,9 @@ def test_run_dir_reads_never_follow_a_link_wait_on_a_fifo_or_read_without_bound(
     (tmp_path / "link.json").symlink_to(tmp_path / "secret")
     os.mkfifo(tmp_path / "fifo.json")  # no writer: a blocking open would hang the reader
     (tmp_path / "huge.json").write_bytes(b" " * (proto.RECORD_LIMIT_BYTES + 1))
-    assert proto.read_json(str(tmp_path / "secret")) == {"protocol": 1}
+    assert read_json(str(tmp_path / "secret")) == {"protocol": 1}
     for name in ("link.json", "fifo.json", "huge.json", "absent.json"):
-        assert proto.read_bytes(str(tmp_path / name)) is None, name
+        assert read_bytes(str(tmp_path / name)) is None, name
 
 
 def test_the_sidecar_lock_is_never_taken_through_a_symlink(tmp_path: Path) -> None:

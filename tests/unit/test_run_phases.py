@@ -21,7 +21,7 @@ from sidecar.core.boot import BootClock
 from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
-from sidecar.core.launch_records import ExitRecord
+from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.settings import Settings, load_settings
 from tests.fakes import (
     EPOCH,

@@ -1,0 +1,72 @@
+"""The launcher as one file: the ``sidecar.launcher`` package packed into a reproducible zipapp
+(sorted entries, fixed timestamps, no compression), which any Python of the trainer image runs as
+``python3 soak-launcher.py ...``. ``install-launcher`` writes it for the chart's init container;
+local mode runs the same bytes from a cache keyed by their digest."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import os
+import zipfile
+from pathlib import Path
+
+from sidecar.adapters.fsutil import write_atomic
+from sidecar.core.errors import ConfigError
+from sidecar.launcher.protocol import names
+
+# The package's name inside the archive: its modules import each other relatively, so any name works.
+ARCHIVE_PACKAGE = "soak_launcher"
+_SHEBANG = b"#!/usr/bin/env python3\n"
+_ROOT_MAIN = f'import runpy\nrunpy.run_module("{ARCHIVE_PACKAGE}", run_name="__main__", alter_sys=True)\n'
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry can hold
+
+
+def _package_dir() -> Path:
+    return Path(names.__file__).resolve().parents[1]
+
+
+def launcher_archive() -> bytes:
+    """The zipapp's bytes: the same for the same sources, whoever builds them and when."""
+    root = _package_dir()
+    sources = sorted(path for path in root.rglob("*.py") if "__pycache__" not in path.parts)
+    entries = [("__main__.py", _ROOT_MAIN.encode())]
+    entries += [
+        (f"{ARCHIVE_PACKAGE}/{path.relative_to(root).as_posix()}", path.read_bytes()) for path in sources
+    ]
+    buffer = io.BytesIO()
+    buffer.write(_SHEBANG)
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        for name, data in sorted(entries):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def build_launcher(dest_dir: Path) -> Path:
+    """Write the launcher into dest_dir as LAUNCHER_FILE_NAME (executable); ConfigError if it cannot."""
+    target = dest_dir / names.LAUNCHER_FILE_NAME
+    try:
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, launcher_archive())
+        target.chmod(0o755)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the launcher into {dest_dir}: {exc}") from exc
+    return target
+
+
+@functools.cache
+def launcher_path() -> Path:
+    """The built launcher in this user's cache (built once per source digest): what local mode runs."""
+    data = launcher_archive()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    folder = cache / "soak-sidecar" / "launcher" / hashlib.sha256(data).hexdigest()[:16]
+    target = folder / names.LAUNCHER_FILE_NAME
+    try:
+        if target.is_file() and not target.is_symlink() and target.read_bytes() == data:
+            return target
+    except OSError:
+        pass  # rebuild below
+    return build_launcher(folder)

@@ -1,0 +1,80 @@
+"""After the trainer: nothing it started may outlive the launcher."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+
+from .deadline import MonotonicDeadline
+from .proc import alive_descendants, command_of
+from .protocol.names import DEFAULT_KILL_GRACE_S
+from .stopping import Stopper
+from .supervise import REAP_LIMIT_S
+from .trainer import Trainer, reap
+
+
+def clean_up(
+    stopper: Stopper,
+    trainer: Trainer | None,
+    deadline: MonotonicDeadline | None,
+    wait: Callable[[float | None], list[int]],
+) -> None:
+    """TERM survivors, KILL them after kill_grace_s (at once past the deadline or when the run was
+    killed), reap everything; what could not be reaped is recorded as unreaped."""
+    state, me = stopper.state, stopper.launcher_pid
+    survivors = alive_descendants(me)
+    if survivors and not state.kill_sent:
+        _term_survivors(stopper, survivors, deadline, wait)
+    if alive_descendants(me):
+        stopper.kill_everything(state.survivors_killed)
+    end = time.monotonic() + REAP_LIMIT_S
+    while not reap(trainer) and time.monotonic() < end:
+        wait(0.05)
+        if alive_descendants(me):
+            stopper.kill_everything(state.survivors_killed)
+    state.unreaped = alive_descendants(me)
+    if trainer is not None:
+        _drain_output(trainer, wait)
+
+
+def _term_survivors(
+    stopper: Stopper,
+    survivors: list[int],
+    deadline: MonotonicDeadline | None,
+    wait: Callable[[float | None], list[int]],
+) -> None:
+    """TERM what outlived the trainer and wait kill_grace_s, never past the deadline, for it."""
+    state = stopper.state
+    grace = stopper.go.kill_grace_s if stopper.go else DEFAULT_KILL_GRACE_S
+    for pid in survivors:
+        state.survivors_killed[pid] = command_of(pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    stopper.signal_group(signal.SIGTERM)
+    end = time.monotonic() + grace
+    while survivors:
+        left = end - time.monotonic()
+        if deadline is not None and deadline.remaining() <= 0:
+            state.deadline_expired = True
+            break
+        if left <= 0:
+            break
+        if deadline is not None:
+            left = min(left, max(0.0, deadline.remaining()))
+        # SIGCHLD wakes us: adopted survivors are our children, others die with them.
+        wait(min(left, 0.05))
+        survivors = alive_descendants(stopper.launcher_pid)
+        for pid in survivors:
+            if pid not in state.survivors_killed:
+                state.survivors_killed[pid] = command_of(pid)
+
+
+def _drain_output(trainer: Trainer, wait: Callable[[float | None], list[int]]) -> None:
+    end = time.monotonic() + 1.0
+    while trainer.output_open and time.monotonic() < end:
+        trainer.on_output()
+        if trainer.output_open:
+            wait(0.05)

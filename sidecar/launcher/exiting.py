@@ -1,0 +1,94 @@
+"""The launcher's exit: its code, exit.json, and the condensed termination message."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .output import log
+from .protocol.exit import ExitRecord, KilledProcess
+from .protocol.fields import signal_name
+from .protocol.files import atomic_write_json
+from .protocol.names import EXIT_FILE, EXIT_LAUNCHER_ERROR, EXIT_SUPERVISOR_LOST, TERMINATION_MESSAGE_BYTES
+from .state import StopState
+from .trainer import Trainer
+
+
+def exit_code(state: StopState, trainer: Trainer | None) -> int:
+    """The trainer's own code (128+N for signal N), or the launcher's when the sidecar was lost."""
+    if state.reason in ("heartbeat_lost", "owner_lost"):
+        return EXIT_SUPERVISOR_LOST
+    if trainer is None or trainer.status is None:
+        return EXIT_LAUNCHER_ERROR
+    code = os.waitstatus_to_exitcode(trainer.status)
+    return 128 - code if code < 0 else code
+
+
+def exit_record(
+    launch_id: str | None, code: int, state: StopState, trainer: Trainer | None, stdout_dropped: int
+) -> ExitRecord:
+    status = trainer.status if trainer is not None else None
+    returncode = signum = None
+    if status is not None:
+        if os.WIFSIGNALED(status):
+            signum = os.WTERMSIG(status)
+        else:
+            returncode = os.waitstatus_to_exitcode(status)
+    return ExitRecord(
+        launch_id=launch_id,
+        exit_code=code,
+        reason=state.reason or "exited",
+        returncode=returncode,
+        signal=signum,
+        signal_name=signal_name(signum) if signum is not None else None,
+        trainer_pid=trainer.pid if trainer is not None else None,
+        deadline_expired=state.deadline_expired,
+        heartbeat_lost=state.heartbeat_lost,
+        owner_lost=state.owner_lost,
+        soft_stop_sent=state.soft_stop_sent,
+        soft_stop_reason=state.soft_stop_reason,
+        stop_times_unix=dict(state.stop_times),
+        term_sent=state.term_sent,
+        kill_sent=state.kill_sent,
+        control=tuple(state.control_actions),
+        signals_forwarded=tuple(state.signals_forwarded),
+        signals_deferred=tuple(state.signals_deferred),
+        soft_stop_signalled=tuple(state.soft_stop_signalled),
+        killed_with_trainer=_processes(state.killed_with_trainer),
+        survivors_killed=_processes(state.survivors_killed),
+        unreaped=tuple(state.unreaped),
+        stdout_dropped_bytes=stdout_dropped,
+        started_unix=trainer.started_unix if trainer is not None else None,
+        ended_unix=time.time(),
+    )
+
+
+def _processes(found: dict[int, str]) -> tuple[KilledProcess, ...]:
+    return tuple(KilledProcess(pid, command) for pid, command in sorted(found.items()))
+
+
+def write_exit(run_dir: str, record: ExitRecord, termination_log: str | None) -> None:
+    try:
+        atomic_write_json(os.path.join(run_dir, EXIT_FILE), record.to_json())
+    except OSError as exc:
+        log(f"cannot write {EXIT_FILE}: {exc}")
+    if termination_log is not None:
+        write_termination_log(termination_log, record)
+
+
+def write_termination_log(path: str, record: ExitRecord) -> None:
+    """The exit record, condensed, as the trainer container's termination message: why the trainer
+    ended is then in the pod status even when the sidecar died first (heartbeat loss)."""
+    summary = {
+        "reason": record.reason,
+        "exit_code": record.exit_code,
+        "returncode": record.returncode,
+        "signal_name": record.signal_name,
+    }
+    text = "soak-launcher: " + json.dumps(summary, sort_keys=True)
+    try:
+        with open(path, "w", encoding="utf-8") as out:
+            out.write(text[:TERMINATION_MESSAGE_BYTES])
+    except OSError as exc:
+        log(f"cannot write the termination log {path}: {exc}")

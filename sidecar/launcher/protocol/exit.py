@@ -1,0 +1,142 @@
+"""exit.json: how the trainer ended and what the launcher had to kill. The launcher builds an
+ExitRecord and writes ``to_json()``; the sidecar reads it with ``parse()``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .fields import ProtocolError, get, items, number
+from .names import PROTOCOL, REASONS
+
+STOP_TIME_NAMES = ("soft_stop", "term", "kill")
+
+
+@dataclass(frozen=True)
+class KilledProcess:
+    pid: int
+    command: str
+
+
+@dataclass(frozen=True)
+class ControlAction:
+    seq: int
+    action: str
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    launch_id: str | None
+    exit_code: int
+    reason: str  # one of REASONS
+    returncode: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    trainer_pid: int | None = None
+    deadline_expired: bool = False
+    heartbeat_lost: bool = False
+    owner_lost: bool = False
+    soft_stop_sent: bool = False
+    soft_stop_reason: str | None = None  # DEADLINE_SOFT_STOP, "signal: <name>", "control: <reason>"
+    # When the soft stop, the first TERM and the first KILL were sent (wall clock), by those names.
+    stop_times_unix: Mapping[str, float] = field(default_factory=dict)
+    term_sent: bool = False
+    kill_sent: bool = False
+    control: tuple[ControlAction, ...] = ()
+    signals_forwarded: tuple[str, ...] = ()
+    signals_deferred: tuple[str, ...] = ()
+    soft_stop_signalled: tuple[int, ...] = ()
+    killed_with_trainer: tuple[KilledProcess, ...] = ()
+    survivors_killed: tuple[KilledProcess, ...] = ()
+    unreaped: tuple[int, ...] = ()
+    stdout_dropped_bytes: int = 0
+    started_unix: float | None = None
+    ended_unix: float | None = None
+
+    @property
+    def trainer_started(self) -> bool:
+        return self.trainer_pid is not None
+
+    @property
+    def trainer_returncode(self) -> int | None:
+        """Popen's ``returncode``: the negative signal number for a signalled trainer."""
+        if not self.trainer_started:
+            return None
+        if self.returncode is not None:
+            return self.returncode
+        return -self.signal if self.signal is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {"protocol": PROTOCOL}
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            raw[name] = list(value) if isinstance(value, tuple) else value
+        raw["stop_times_unix"] = dict(self.stop_times_unix)
+        raw["control"] = [vars(action) for action in self.control]
+        for name in ("killed_with_trainer", "survivors_killed"):
+            raw[name] = [vars(process) for process in getattr(self, name)]
+        return raw
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> ExitRecord:
+        reason = get(raw, "reason", str)
+        if reason not in REASONS:
+            raise ProtocolError(f"exit.json: unknown reason {reason!r:.80}")
+        return cls(
+            launch_id=get(raw, "launch_id", str, optional=True),
+            exit_code=get(raw, "exit_code", int),
+            reason=reason,
+            returncode=get(raw, "returncode", int, optional=True),
+            signal=get(raw, "signal", int, optional=True),
+            signal_name=get(raw, "signal_name", str, optional=True),
+            trainer_pid=get(raw, "trainer_pid", int, optional=True),
+            **_flags(raw),
+            soft_stop_reason=get(raw, "soft_stop_reason", str, optional=True),
+            stop_times_unix=_stop_times(raw),
+            control=tuple(
+                ControlAction(
+                    seq=get(item, "seq", int),
+                    action=get(item, "action", str),
+                    reason=get(item, "reason", str, optional=True),
+                )
+                for item in get(raw, "control", list, optional=True) or []
+            ),
+            signals_forwarded=items(raw, "signals_forwarded", str),
+            signals_deferred=items(raw, "signals_deferred", str),
+            soft_stop_signalled=items(raw, "soft_stop_signalled", int),
+            killed_with_trainer=_processes(raw, "killed_with_trainer"),
+            survivors_killed=_processes(raw, "survivors_killed"),
+            unreaped=items(raw, "unreaped", int),
+            stdout_dropped_bytes=get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
+            started_unix=number(raw, "started_unix", optional=True),
+            ended_unix=number(raw, "ended_unix", optional=True),
+        )
+
+
+FLAGS = ("deadline_expired", "heartbeat_lost", "owner_lost", "soft_stop_sent", "term_sent", "kill_sent")
+
+
+def _flags(raw: Mapping[str, Any]) -> dict[str, bool]:
+    return {name: bool(get(raw, name, bool, optional=True)) for name in FLAGS}
+
+
+def _processes(raw: Mapping[str, Any], key: str) -> tuple[KilledProcess, ...]:
+    return tuple(
+        KilledProcess(pid=get(item, "pid", int), command=get(item, "command", str))
+        for item in get(raw, key, list, optional=True) or []
+    )
+
+
+def _stop_times(raw: Mapping[str, Any]) -> dict[str, float]:
+    found = get(raw, "stop_times_unix", dict, optional=True) or {}
+    return {
+        name: float(value)
+        for name, value in found.items()
+        if name in STOP_TIME_NAMES
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }

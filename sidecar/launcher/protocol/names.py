@@ -1,0 +1,100 @@
+"""The protocol's names and limits: run-dir files, reasons, actions, environment, exit codes."""
+
+from __future__ import annotations
+
+PROTOCOL = 1
+# The oldest Python a trainer image may bring to run the launcher (CI runs the built file under it).
+MIN_PYTHON = (3, 9)
+# The name the launcher is installed and run under (one zipapp file); the sidecar finds it by it.
+LAUNCHER_FILE_NAME = "soak-launcher.py"
+
+LAUNCHER_FILE = "launcher.json"
+GO_FILE = "go.json"
+ABORT_FILE = "abort.json"
+HEARTBEAT_FILE = "sidecar.heartbeat"
+CONTROL_FILE = "control.json"
+SOFT_STOP_FILE = "soft-stop.json"
+TRAINER_FILE = "trainer.json"
+EXIT_FILE = "exit.json"
+# The launcher's fd tables of the trainer's tree, for a sidecar that cannot read them itself.
+FD_REPORT_FILE = "fds.json"
+DEADLINE_COPY_FILE = "deadline.json"
+CONSOLE_LOG = "console.log"
+CONSOLE_LOG_ROTATED = "console.log.1"
+# Every file the protocol defines, in the order a fresh run creates them (reset() removes these).
+RUN_DIR_FILES = (
+    LAUNCHER_FILE,
+    GO_FILE,
+    ABORT_FILE,
+    HEARTBEAT_FILE,
+    CONTROL_FILE,
+    DEADLINE_COPY_FILE,
+    TRAINER_FILE,
+    SOFT_STOP_FILE,
+    CONSOLE_LOG,
+    CONSOLE_LOG_ROTATED,
+    EXIT_FILE,
+    FD_REPORT_FILE,
+)
+
+ACTIONS = ("soft_stop", "terminate", "kill")
+REASONS = (
+    "exited",
+    "deadline",
+    "heartbeat_lost",
+    "owner_lost",
+    "control",
+    "signalled",
+    "aborted",
+    "go_timeout",
+    "insufficient_budget",
+    "spawn_failed",
+    "protocol_error",
+    "subreaper_unavailable",
+    "launcher_error",
+)
+# The launcher's reason for the soft stop it sends at the deadline's checkpoint margin.
+DEADLINE_SOFT_STOP = "checkpoint_margin"
+FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+# Stop signals from outside (the kubelet deleting the pod, kill, Ctrl-C): with go.json's
+# stop_grace_s > 0 they become the soft stop first and reach the trainer only after that grace.
+STOP_SIGNALS = ("SIGTERM", "SIGINT")
+
+# Environment the trainer sees (the launcher sets the path variables from its own --run-dir so a
+# different mount point in the trainer container cannot point them elsewhere).
+ENV_RUN_DIR = "SOAK_RUN_DIR"
+ENV_RUN_ID = "SOAK_RUN_ID"
+ENV_DEADLINE_FILE = "SOAK_DEADLINE_FILE"
+ENV_SOFT_STOP_FILE = "SOAK_SOFT_STOP_FILE"
+# The trainer's GPU selection, reported in launcher.json: a sidecar under another UID cannot read
+# the trainer's /proc/<pid>/environ, and the trainer inherits the launcher's environment.
+GPU_ENV_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+MAX_GPU_ENV_VARS = 8
+MAX_GPU_ENV_CHARS = 4096
+
+# Bounds of fd reporting: never more often than this, and at most this many processes per report.
+MIN_FD_REPORT_S = 0.01
+FD_REPORT_MAX_PROCESSES = 20_000
+FD_REPORT_LIMIT_BYTES = 8 * 1024 * 1024
+# fds.json bounds the sidecar accepts: far above any real tree; beyond them it is a forgery.
+MAX_FD_COUNT = 10_000_000
+MAX_FD_CLASSES = 32
+# The largest record either side reads; a longer file is not a record.
+RECORD_LIMIT_BYTES = 1024 * 1024
+TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's cap on a termination message
+
+# Launcher exit codes besides the trainer's own (0-255, 128+N when the trainer died of signal N).
+EXIT_USAGE = 64  # bad command line
+EXIT_PROTOCOL = 65  # go.json present but malformed (EX_DATAERR)
+EXIT_LAUNCHER_ERROR = 70  # a bug in the launcher (EX_SOFTWARE); the trainer was killed
+EXIT_SUBREAPER = 71  # PR_SET_CHILD_SUBREAPER unavailable (EX_OSERR)
+EXIT_GO_TIMEOUT = 75  # no go.json/abort.json within --go-timeout (EX_TEMPFAIL)
+EXIT_INSUFFICIENT_BUDGET = 18  # less than the checkpoint margin left at go (sidecar's code too)
+EXIT_ABORT_DEFAULT = 15  # abort.json without a usable exit_code (the sidecar's REFUSED)
+EXIT_SUPERVISOR_LOST = 125  # heartbeat stale or --owner-pid lost
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+DEFAULT_GO_TIMEOUT_S = 300.0
+DEFAULT_KILL_GRACE_S = 5.0
+DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024 * 1024

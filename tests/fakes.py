@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sidecar.adapters.identity_files import IdentityFileReader
+from sidecar.adapters.workdirs import LocalWorkDirs
 from sidecar.app.ports import LockLoss, Ports, StopRequest
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
@@ -500,6 +502,9 @@ class Fakes:
             store=self.store,
             artifact_files=self.files,
             provenance=FakeProvenance(),
+            # The real file adapters: the run's files are real files under the test's tmp_path.
+            identity_files=IdentityFileReader(),
+            workdirs=LocalWorkDirs(),
             sink=self.sink,
             publisher=self.publisher,
             lock_loss=self.lock_loss,

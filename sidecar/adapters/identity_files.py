@@ -73,3 +73,35 @@ def read_approval(path: Path) -> bytes:
 
 def is_file(path: str) -> bool:
     return Path(path).is_file()
+
+
+class IdentityFileReader:
+    """Implements the IdentityFiles port with the functions above."""
+
+    def identity(
+        self,
+        deadline: DeadlineSettings,
+        *,
+        run_id: str,
+        command: Sequence[str],
+        deadline_store: str,
+        image_digest: str | None,
+        redaction: RedactionRules,
+    ) -> RunIdentity:
+        return identity_from_settings(
+            deadline,
+            run_id=run_id,
+            command=command,
+            deadline_store=deadline_store,
+            image_digest=image_digest,
+            redaction=redaction,
+        )
+
+    def canonical_path(self, path: Path) -> str:
+        return canonical_path(path)
+
+    def is_file(self, path: str) -> bool:
+        return is_file(path)
+
+    def read_approval(self, path: Path) -> bytes:
+        return read_approval(path)

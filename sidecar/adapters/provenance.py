@@ -1,15 +1,17 @@
-"""Where a run ran: the source checkout, the software versions and the host."""
+"""Where a run runs: the source checkout, the software versions, the host and its clocks."""
 
 from __future__ import annotations
 
 import platform
 import socket
 import subprocess
+import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from sidecar import __version__
+from sidecar.core.boot import BootClock
 
 PACKAGES = ("psutil", "nvidia-ml-py", "boto3", "kubernetes", "torch")
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -67,3 +69,18 @@ def boot_id() -> str | None:
         return BOOT_ID.read_text(encoding="utf-8").strip()
     except OSError:
         return None
+
+
+class HostClock:
+    """Implements the NodeClock port with this host's clocks: wall, monotonic, and the boot clock
+    (CLOCK_BOOTTIME, which counts suspended time) under the kernel's boot id."""
+
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def boot(self) -> BootClock | None:
+        current = boot_id()
+        return None if current is None else BootClock(current, time.clock_gettime(time.CLOCK_BOOTTIME))

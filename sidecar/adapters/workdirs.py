@@ -22,3 +22,10 @@ def require_dirs(*, writable: Sequence[Path], readable: Sequence[Path]) -> None:
     for directory in readable:
         if not (directory.is_dir() and os.access(directory, os.R_OK | os.X_OK)):
             raise ConfigError(f"directory {directory} is missing or not readable")
+
+
+class LocalWorkDirs:
+    """Implements the WorkDirs port on this filesystem."""
+
+    def require(self, *, writable: Sequence[Path], readable: Sequence[Path]) -> None:
+        require_dirs(writable=writable, readable=readable)

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
-from sidecar.adapters.provenance import boot_id as read_boot_id
-from sidecar.core.boot import BootClock
+from sidecar.core.identity import RunIdentity
 from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
@@ -27,10 +26,12 @@ from sidecar.core.ports import (
     ReferenceClock,
 )
 from sidecar.core.publication import Publication
+from sidecar.core.redaction import RedactionRules
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
+from sidecar.settings import DeadlineSettings
 
 StopRequest = Literal["soft_stop", "terminate", "kill"]
 
@@ -114,16 +115,28 @@ class Publisher(Protocol):
         ...
 
 
-class SystemClock:
-    def wall(self) -> float:
-        return time.time()
+class IdentityFiles(Protocol):
+    """The files a run identity hashes, and the approval and checkpoint it may name."""
 
-    def monotonic(self) -> float:
-        return time.monotonic()
+    def identity(
+        self,
+        deadline: DeadlineSettings,
+        *,
+        run_id: str,
+        command: Sequence[str],
+        deadline_store: str,
+        image_digest: str | None,
+        redaction: RedactionRules,
+    ) -> RunIdentity: ...
+    def canonical_path(self, path: Path) -> str: ...
+    def is_file(self, path: str) -> bool: ...
+    def read_approval(self, path: Path) -> bytes: ...
 
-    def boot(self) -> BootClock | None:
-        boot_id = read_boot_id()
-        return None if boot_id is None else BootClock(boot_id, time.clock_gettime(time.CLOCK_BOOTTIME))
+
+class WorkDirs(Protocol):
+    def require(self, *, writable: Sequence[Path], readable: Sequence[Path]) -> None:
+        """ConfigError unless ``writable`` can be created and written and ``readable`` listed."""
+        ...
 
 
 class LockLoss:
@@ -153,6 +166,9 @@ class Ports:
     store: DeadlineStore
     artifact_files: Callable[[Path], ArtifactFiles]
     provenance: Provenance
+    clock: NodeClock
+    identity_files: IdentityFiles
+    workdirs: WorkDirs
     sink: ArtifactSink | None = None
     publisher: Publisher | None = None
     metrics: MetricsSink | None = None
@@ -161,7 +177,6 @@ class Ports:
     # The trainer image's digest, part of the run identity in a pod.
     image_digest: Callable[[], str | None] = _no_image_digest
     lock_loss: LockLoss = field(default_factory=LockLoss)
-    clock: NodeClock = field(default_factory=SystemClock)
     # A clock outside the node (the apiserver's, in a pod) that bounds the deadline too.
     reference_clock: ReferenceClock | None = None
     # Why the pod's Job failed, if it did: asked when a multi-pod soak's sidecar is cancelled (the

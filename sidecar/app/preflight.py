@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from sidecar.adapters.identity_files import canonical_path, identity_from_settings, is_file, read_approval
-from sidecar.adapters.workdirs import require_dirs
-from sidecar.app.ports import Ports
+from sidecar.app.ports import Ports, WorkDirs
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume
 from sidecar.settings import Settings
 
 
-def prepare_dirs(settings: Settings, mode: Mode) -> None:
+def prepare_dirs(settings: Settings, mode: Mode, workdirs: WorkDirs) -> None:
     """Unusable directories are a usage error now, not a lost artifact after the run.
 
     The sidecar writes the run dir and its output; the progress dir it only reads (in a pod it is
@@ -20,16 +18,17 @@ def prepare_dirs(settings: Settings, mode: Mode) -> None:
     own = [settings.launcher.run_dir, settings.artifact.output_dir]
     progress = settings.monitor.progress_dir
     if mode == "local":
-        require_dirs(writable=[progress, *own], readable=[])
+        workdirs.require(writable=[progress, *own], readable=[])
     else:
-        require_dirs(writable=own, readable=[progress])
+        workdirs.require(writable=own, readable=[progress])
 
 
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
     """The seed's rules before a start: approval of this identity, a deadline never extended, and
     no start inside the checkpoint margin (a restarted sidecar finds its trainer running)."""
     dset = settings.deadline
-    identity = identity_from_settings(
+    files = ports.identity_files
+    identity = files.identity(
         dset,
         run_id=started.request.run_id,
         command=launched.command,
@@ -37,13 +36,15 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         image_digest=ports.image_digest(),
         redaction=settings.redaction.rules(),
     )
-    resume_checkpoint = None if dset.resume_checkpoint is None else canonical_path(dset.resume_checkpoint)
+    resume_checkpoint = (
+        None if dset.resume_checkpoint is None else files.canonical_path(dset.resume_checkpoint)
+    )
     check_approval(
-        None if dset.approval_file is None else read_approval(dset.approval_file),
+        None if dset.approval_file is None else files.read_approval(dset.approval_file),
         identity,
         required=dset.require_approval or dset.approval_file is not None,
         resume_checkpoint=resume_checkpoint,
-        resume_checkpoint_exists=None if resume_checkpoint is None else is_file(resume_checkpoint),
+        resume_checkpoint_exists=None if resume_checkpoint is None else files.is_file(resume_checkpoint),
     )
     extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
         len(identity.command) :

@@ -68,7 +68,7 @@ class Supervisor:
     def run(self) -> RunResult:
         """The pipeline inside its guards: one sidecar per run dir, the store's lock from before the
         launcher starts to the verdict (the seed's rule), and a verdict for every way a run ends."""
-        prepare_dirs(self._settings, self._started.request.mode)
+        prepare_dirs(self._settings, self._started.request.mode, self._ports.workdirs)
         self._started = replace(self._started, artifact_dir=self._artifact_dir(0))
         try:
             with contextlib.ExitStack() as held:

@@ -10,13 +10,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from sidecar.adapters.artifact_dir import ArtifactDir
 from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.adapters.identity_files import IdentityFileReader
 from sidecar.adapters.nvml import MockNvml, open_gpu_backend
 from sidecar.adapters.procfs import ProcfsProcessTable
 from sidecar.adapters.progress import DirectoryProgressProbe
-from sidecar.adapters.provenance import HostProvenance
+from sidecar.adapters.provenance import HostClock, HostProvenance
 from sidecar.adapters.rundir.channel import RunDir
 from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
+from sidecar.adapters.workdirs import LocalWorkDirs
 from sidecar.app.ports import LockLoss, Ports
 from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
@@ -58,6 +60,9 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         store=_deadline_store(settings, lock_loss),
         artifact_files=ArtifactDir,
         provenance=HostProvenance(Path.cwd()),
+        clock=HostClock(),
+        identity_files=IdentityFileReader(),
+        workdirs=LocalWorkDirs(),
         sink=_artifact_sink(settings),
         manifest_validator=resolve_manifest_validator(settings.summary.manifest_validator),
         lock_loss=lock_loss,

@@ -471,15 +471,15 @@ def test_waits_for_the_kubelet_to_report_the_trainer_image(env: KubeEnv) -> None
 def test_wiring_from_settings(env: KubeEnv, tmp_path: Path) -> None:
     pod = create_pod(env.core, env.namespace, "soak-train-settings", env.job_name, env.job_uid)
     settings = load_settings(
-        kube={
-            "kubeconfig": env.sa_kubeconfig,
-            "namespace": env.namespace,
-            "pod_name": pod.metadata.name,
-            "pod_uid": pod.metadata.uid,
-            "annotation_prefix": "soak.example.org",
-            "termination_log": tmp_path / "termination-log",
-            "sidecar_container": "watcher",
-            "progress_annotations_s": 30,
+        {
+            "kube.kubeconfig": env.sa_kubeconfig,
+            "kube.namespace": env.namespace,
+            "kube.pod_name": pod.metadata.name,
+            "kube.pod_uid": pod.metadata.uid,
+            "kube.annotation_prefix": "soak.example.org",
+            "kube.termination_log": tmp_path / "termination-log",
+            "kube.sidecar_container": "watcher",
+            "kube.progress_annotations_s": 30,
         }
     )
     with KubeClient.from_settings(settings.kube) as client:

@@ -1,5 +1,6 @@
 """The import-linter contracts (.importlinter) hold for the package, and they can fail: a core module
-that imports an adapter, the launcher importing the core, or an import cycle breaks them."""
+that imports an adapter, an app module other than wiring importing one, the launcher importing the
+core or a dependency, or an import cycle breaks them."""
 
 from __future__ import annotations
 
@@ -49,7 +50,11 @@ def test_the_package_keeps_its_layers() -> None:
         ("adapters/procfs.py", "import sidecar.launcher.runner", "imports only the launcher's protocol"),
         ("core/conclusion.py", "import sidecar.launcher.trainer", "imports only the launcher's protocol"),
         ("adapters/nvml.py", "import sidecar.nvml_mock.build", "never build it"),
-        ("settings.py", "import sidecar.app.supervisor", "no import cycles"),
+        ("settings/model.py", "import sidecar.app.supervisor", "no import cycles"),
+        ("app/preflight.py", "import sidecar.adapters.workdirs", "only app.wiring imports adapters"),
+        ("adapters/report_source.py", "import sidecar.adapters.procfs", "adapters do not import each other"),
+        ("launcher/output.py", "import prometheus_client", "standard library only"),
+        ("launcher/protocol/files.py", "import sidecar.commands.run", "standard library only"),
     ],
 )
 def test_a_violation_breaks_a_contract(tmp_path: Path, module: str, line: str, contract: str) -> None:

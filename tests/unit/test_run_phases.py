@@ -43,21 +43,27 @@ RUN_ID = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
 
 def settings(tmp_path: Path, **monitor: Any) -> Settings:
     (tmp_path / "progress").mkdir(exist_ok=True)
+    monitor = {
+        "progress_dir": tmp_path / "progress",
+        "sample_interval_s": 1.0,
+        "startup_timeout_s": 30.0,
+        "stale_progress_s": 10.0,
+        "post_shutdown_grace_s": 0.5,
+        "status_line": "off",
+        **monitor,
+    }
     return load_settings(
-        monitor={
-            "progress_dir": tmp_path / "progress",
-            "sample_interval_s": 1.0,
-            "startup_timeout_s": 30.0,
-            "stale_progress_s": 10.0,
-            "post_shutdown_grace_s": 0.5,
-            "status_line": "off",
-            **monitor,
-        },
-        deadline={"budget_s": 600.0, "checkpoint_margin_s": 10.0, "store_dir": tmp_path / "deadlines"},
-        launcher={"run_dir": tmp_path / "run", "kill_grace_s": 1.0},
-        artifact={"output_dir": tmp_path / "out"},
-        s3={"bucket": "soaks"},
-        gpu={"backend": "none"},
+        {
+            **{f"monitor.{name}": value for name, value in monitor.items()},
+            "deadline.budget_s": 600.0,
+            "deadline.checkpoint_margin_s": 10.0,
+            "deadline.store_dir": tmp_path / "deadlines",
+            "launcher.run_dir": tmp_path / "run",
+            "launcher.kill_grace_s": 1.0,
+            "artifact.output_dir": tmp_path / "out",
+            "s3.bucket": "soaks",
+            "gpu.backend": "none",
+        }
     )
 
 

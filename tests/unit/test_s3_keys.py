@@ -140,8 +140,8 @@ def test_object_key_joins_a_bare_file_name() -> None:
 
 def test_settings_refuse_a_bad_template_or_prefix() -> None:
     with pytest.raises(ConfigError, match="unknown placeholder"):
-        load_settings(s3={"key_template": "{prefix}/{nope}/"})
+        load_settings({"s3.key_template": "{prefix}/{nope}/"})
     with pytest.raises(ConfigError, match="starts with '/'"):
-        load_settings(s3={"prefix": "/soak"})
+        load_settings({"s3.prefix": "/soak"})
     with pytest.raises(ConfigError, match="half of lock_lease_s"):
-        load_settings(s3={"lock_lease_s": 10, "lock_renew_interval_s": 6})
+        load_settings({"s3.lock_lease_s": 10, "s3.lock_renew_interval_s": 6})

@@ -11,14 +11,14 @@ from sidecar.settings import load_settings
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_a_non_finite_number_is_named_as_such(value: str) -> None:
     with pytest.raises(ConfigError, match=r"deadline\.budget_s: Input should be a finite number$"):
-        load_settings(deadline={"budget_s": value})
+        load_settings({"deadline.budget_s": value})
 
 
 def test_a_finite_number_out_of_range_says_the_range() -> None:
     with pytest.raises(ConfigError, match=r"deadline\.budget_s: Input should be greater than 0$"):
-        load_settings(deadline={"budget_s": -1})
+        load_settings({"deadline.budget_s": -1})
 
 
 def test_a_key_template_that_cannot_make_a_valid_key_fails_at_load_not_after_the_run() -> None:
     with pytest.raises(ConfigError, match=r"'\.\.' segment"):
-        load_settings(s3={"key_template": "{prefix}/../{run_id}/"})
+        load_settings({"s3.key_template": "{prefix}/../{run_id}/"})

@@ -1,0 +1,28 @@
+"""``soak-sidecar install-launcher``: the launcher as one file, for the chart's init container."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sidecar.commands.parsing import Subparsers, UsageParser
+
+
+def register(sub: Subparsers[UsageParser]) -> None:
+    parser = sub.add_parser(
+        "install-launcher",
+        help="write the stdlib-only launcher (init container)",
+        description="Write the launcher (one zipapp file, standard library only, Python 3.9+) into DEST "
+        "as soak-launcher.py, for the trainer container to run: "
+        "python3 DEST/soak-launcher.py --run-dir /soak/run -- CMD ARGS...",
+    )
+    parser.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sidecar.adapters.rundir.zipapp import build_launcher
+
+    target = build_launcher(args.dest)
+    print(f"soak-sidecar: launcher installed at {target}")
+    return 0

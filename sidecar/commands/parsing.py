@@ -1,0 +1,172 @@
+"""What the commands share: the parser class, and the ``run`` flags that override settings."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sidecar.core.exitcodes import ExitCode
+
+BUNDLED_SCENARIOS = Path(__file__).resolve().parents[1] / "nvml_mock"
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exits with the table's USAGE code (64), not 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(int(ExitCode.USAGE), f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# argparse names no public type for add_subparsers()' result.
+Subparsers = argparse._SubParsersAction
+
+
+def scenario_path(text: str) -> Path:
+    """A scenario file as given, else a bundled scenario by name (works from any directory)."""
+    given = Path(text)
+    if given.exists():
+        return given
+    bundled = BUNDLED_SCENARIOS / (text if text.endswith(".json") else f"{text}.json")
+    return bundled if bundled.is_file() else given
+
+
+# Flags of `run` and the setting each one overrides.
+RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
+    "run_id": (
+        "--run-id",
+        "deadline.run_id",
+        str,
+        "run UUID shared by every attempt (default: new)",
+    ),
+    "budget": ("--budget", "deadline.budget_s", float, "total job budget, seconds"),
+    "margin": (
+        "--checkpoint-margin",
+        "deadline.checkpoint_margin_s",
+        float,
+        "soft stop before the deadline, seconds",
+    ),
+    "deadline_dir": (
+        "--deadline-dir",
+        "deadline.store_dir",
+        Path,
+        "directory of the file deadline store",
+    ),
+    "approval": (
+        "--approval",
+        "deadline.approval_file",
+        Path,
+        "approval file that must match the identity",
+    ),
+    "dataset_manifest": (
+        "--dataset-manifest",
+        "deadline.dataset_manifest",
+        Path,
+        "file hashed into the identity",
+    ),
+    "checkpoint": (
+        "--checkpoint",
+        "deadline.checkpoint_path",
+        Path,
+        "the run's checkpoint file (joins identity)",
+    ),
+    "resume_checkpoint": (
+        "--resume-checkpoint",
+        "deadline.resume_checkpoint",
+        Path,
+        "resume from this approved checkpoint (the trainer gets --resume PATH)",
+    ),
+    "output": ("--output", "artifact.output_dir", Path, "local artifact directory"),
+    "run_dir": ("--run-dir", "launcher.run_dir", Path, "run dir shared with the launcher"),
+    "progress_dir": (
+        "--progress-dir",
+        "monitor.progress_dir",
+        Path,
+        "directory the trainer writes progress to",
+    ),
+    "sample_interval": (
+        "--sample-interval",
+        "monitor.sample_interval_s",
+        float,
+        "seconds between samples",
+    ),
+    "startup_timeout": (
+        "--startup-timeout",
+        "monitor.startup_timeout_s",
+        float,
+        "seconds until first progress",
+    ),
+    "stale_progress": (
+        "--stale-progress",
+        "monitor.stale_progress_s",
+        float,
+        "seconds without progress change",
+    ),
+    "min_duration": (
+        "--min-duration",
+        "monitor.min_duration_s",
+        float,
+        "a shorter soak fails, seconds",
+    ),
+    "grace": (
+        "--post-shutdown-grace",
+        "monitor.post_shutdown_grace_s",
+        float,
+        "wait before the residual check",
+    ),
+    "status": ("--status", "monitor.status_line", str, "live status: auto, tty, json, off"),
+    "metrics_port": (
+        "--metrics-port",
+        "metrics.port",
+        int,
+        "serve Prometheus metrics on 127.0.0.1:PORT while the soak runs (docs/observability.md)",
+    ),
+    "gpu_backend": ("--gpu-backend", "gpu.backend", str, "auto, nvml, mock, none"),
+    "gpu_scenario": (
+        "--gpu-scenario",
+        "gpu.mock_scenario",
+        scenario_path,
+        "mock NVML scenario: a JSON file, or a bundled one by name (two_gpus_growing, old_driver_host_pids)",
+    ),
+    "s3_bucket": ("--s3-bucket", "s3.bucket", str, "upload the artifact to this bucket"),
+    "s3_endpoint": ("--s3-endpoint", "s3.endpoint_url", str, "S3-compatible endpoint URL"),
+}
+
+
+def add_run_flags(
+    parser: argparse.ArgumentParser,
+    names: Collection[str],
+    *,
+    code_file_help: str,
+    helps: Mapping[str, str] | None = None,
+) -> None:
+    """The ``run`` flags ``names`` (keys of RUN_FLAGS; ``helps`` rewords some) and ``--code-file``."""
+    for dest in names:
+        flag, _setting, kind, text = RUN_FLAGS[dest]
+        parser.add_argument(flag, dest=dest, type=kind, default=None, help=(helps or {}).get(dest, text))
+    parser.add_argument(
+        "--code-file", dest="code_files", action="append", type=Path, default=None, help=code_file_help
+    )
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags given override, as ``{"group.field": value}``."""
+    flags: dict[str, Any] = {}
+    for dest, (_flag, setting, _kind, _text) in RUN_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            flags[setting] = value
+    if args.code_files is not None:
+        flags["deadline.code_files"] = args.code_files
+    if getattr(args, "resume", None):
+        flags["deadline.resume"] = True
+    if getattr(args, "require_approval", None):
+        flags["deadline.require_approval"] = True
+    return flags
+
+
+def trainer_command(args: argparse.Namespace) -> list[str]:
+    """The trainer command given after the flags, without the ``--`` that separates it."""
+    command = list(args.command)
+    return command[1:] if command[:1] == ["--"] else command

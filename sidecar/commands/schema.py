@@ -1,0 +1,36 @@
+"""``soak-sidecar schema``: the JSON Schema of the run summary, the artifact or the settings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from sidecar.commands.parsing import Subparsers, UsageParser
+
+
+def register(sub: Subparsers[UsageParser]) -> None:
+    parser = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
+    parser.add_argument(
+        "which",
+        metavar="SCHEMA",
+        choices=["run-summary", "artifact", "settings"],
+        help="run-summary, artifact or settings",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.which == "run-summary":
+        from sidecar.core.run_summary import run_summary_json_schema
+
+        schema = run_summary_json_schema()
+    elif args.which == "artifact":
+        from sidecar.core.artifact import Artifact
+
+        schema = Artifact.model_json_schema()
+    else:
+        from sidecar.settings import Settings
+
+        schema = Settings.model_json_schema()
+    print(json.dumps(schema, indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,249 @@
+"""The run's groups: sampling and liveness, the run summary, the deadline, the launcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sidecar.core.trends import quantity_bytes
+from sidecar.launcher.protocol.fields import signal_number
+from sidecar.settings.base import DAY_S, MAX_BYTES, MAX_MIB, MAX_SECONDS, MIN_INTERVAL_S, Group
+
+
+class MonitorSettings(Group):
+    """Sampling and liveness (the seed's ``run_soak`` knobs)."""
+
+    sample_interval_s: float = Field(
+        5.0, ge=MIN_INTERVAL_S, le=DAY_S, description="Seconds between samples. Default 5."
+    )
+    startup_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Seconds allowed before the first progress file appears. Default 600.",
+    )
+    stale_progress_s: float = Field(
+        120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Seconds without any progress change before the soak fails. Default 120.",
+    )
+    post_shutdown_grace_s: float = Field(
+        5.0,
+        ge=0,
+        le=DAY_S,
+        description="Seconds to wait after the trainer exits before the residual check. Default 5.",
+    )
+    min_duration_s: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="A soak that ends sooner than this many seconds fails. Default 0.",
+    )
+    progress_dir: Path = Field(
+        Path("soak-output/progress"),
+        description="Directory the trainer writes progress and run_summary.json to. "
+        "Default <output>/runs/<run id>/progress locally, /soak/progress in the chart.",
+    )
+    progress_signal: Literal["bytes", "any"] = Field(
+        "bytes",
+        description="What counts as progress: 'bytes' (the seed's rule: the total size changed) or "
+        "'any' (also a file added or rewritten). Default bytes.",
+    )
+    max_rss_growth_mib: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_MIB,
+        description="Fail (resource_leak) when the tree's RSS grows more than this, MiB. Default off.",
+    )
+    max_fd_growth: int | None = Field(
+        None,
+        ge=0,
+        le=10_000_000,
+        description="Fail (resource_leak) when the tree's fd count grows more than this. Default off.",
+    )
+    memory_limit: str | None = Field(
+        None,
+        description="The trainer's memory limit, a Kubernetes quantity (8Gi, 512M) or bytes: the artifact "
+        "projects when the RSS trend reaches it. The chart sets it from trainer.resources.limits.memory. "
+        "Default none.",
+    )
+    fail_on_projected_memory_limit: bool = Field(
+        False,
+        description="Fail (resource_leak) when the RSS trend (the low end of its 95 % interval) reaches "
+        "memory_limit before the deadline. Default false.",
+    )
+    series_points: int = Field(
+        512, ge=16, le=1_000_000, description="Samples kept in memory as a downsampled series. Default 512."
+    )
+    status_line: Literal["auto", "tty", "json", "off"] = Field(
+        "auto",
+        description="Live status: a one-line display on a TTY, one JSON line per sample otherwise. "
+        "Default auto.",
+    )
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _a_quantity(cls, value: str | None) -> str | None:
+        if value is not None and not quantity_bytes(value):
+            raise ValueError(f"{value!r} is not a memory quantity (8Gi, 512M, 1e9 or bytes)")
+        return value
+
+
+class SummarySettings(Group):
+    """run_summary.json validation."""
+
+    file_name: str = Field(
+        "run_summary.json", description="Name inside progress_dir. Default run_summary.json."
+    )
+    max_bytes: int = Field(
+        16 * 1024 * 1024,
+        gt=0,
+        le=MAX_BYTES,
+        description="Largest accepted run_summary.json, bytes. Default 16 MiB.",
+    )
+    manifest_validator: str | None = Field(
+        None,
+        description="Runtime-manifest validator as 'module:function' (called with the manifest and "
+        "completed=bool, raising TypeError/ValueError). Default none; the entry point group "
+        "'soak_sidecar.manifest_validators' is consulted when unset.",
+    )
+
+
+class DeadlineSettings(Group):
+    """The persistent total-job deadline."""
+
+    budget_s: float = Field(
+        7200.0, gt=0, le=MAX_SECONDS, description="Total job budget in seconds, across retries. Default 7200."
+    )
+    checkpoint_margin_s: float = Field(
+        120.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Soft stop this many seconds before the deadline. Default 120.",
+    )
+    max_budget_s: float = Field(
+        7200.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Largest budget a record may carry, seconds (the seed's two-hour cap; raise it "
+        "explicitly for multi-day soaks). Default 7200.",
+    )
+    term_grace_s: float = Field(
+        5.0,
+        ge=0,
+        le=DAY_S,
+        description="SIGTERM this many seconds before the deadline, SIGKILL at it. Default 5.",
+    )
+    store: Literal["file", "s3"] = Field("file", description="Where deadline records live. Default file.")
+    store_dir: Path = Field(
+        Path("soak-output/deadlines"),
+        description="Directory of the file store. Default <output>/deadlines.",
+    )
+    run_id: str | None = Field(
+        None, description="Run UUID shared by every attempt. Default: a new UUID (local mode only)."
+    )
+    resume: bool = Field(
+        False,
+        description="Require an existing record (never create a fresh budget). Default false.",
+    )
+    resume_checkpoint: Path | None = Field(
+        None, description="Checkpoint to resume from (must be approved). Default none."
+    )
+    checkpoint_path: Path | None = Field(
+        None,
+        description="The run's checkpoint file, fixed for every attempt: it joins the run "
+        "identity and the approval, and resume_checkpoint must name it. Default none (no resume).",
+    )
+    resume_flag: str | None = Field(
+        "--resume",
+        description="Trainer argument followed by the checkpoint path on a resumed attempt; "
+        "empty or null appends nothing. Default --resume.",
+    )
+    dataset_manifest: Path | None = Field(
+        None, description="File whose sha256 joins the run identity. Default none."
+    )
+    code_files: list[Path] = Field(
+        default_factory=list, description="Files whose sha256 join the run identity. Default none."
+    )
+    approval_file: Path | None = Field(
+        None,
+        description="Approval record that must match the identity exactly. Default none (off).",
+    )
+    require_approval: bool = Field(
+        False, description="Refuse to run without an approval file. Default false."
+    )
+
+    @model_validator(mode="after")
+    def _margin_below_budget(self) -> DeadlineSettings:
+        if self.checkpoint_margin_s >= self.budget_s:
+            raise ValueError(
+                f"checkpoint_margin_s ({self.checkpoint_margin_s:g} s; --checkpoint-margin) must be smaller "
+                f"than budget_s ({self.budget_s:g} s; --budget)"
+            )
+        if self.budget_s > self.max_budget_s:
+            raise ValueError(
+                f"budget_s ({self.budget_s:g} s) exceeds max_budget_s ({self.max_budget_s:g} s): "
+                "raise the cap explicitly with SOAK_DEADLINE__MAX_BUDGET_S for a longer soak"
+            )
+        return self
+
+
+class LauncherSettings(Group):
+    """The run-dir protocol between sidecar and launcher."""
+
+    run_dir: Path = Field(
+        Path("soak-output/run"),
+        description="Run dir shared with the launcher. Default <output>/runs/<run id>/run locally, "
+        "/soak/run in the chart.",
+    )
+    heartbeat_interval_s: float = Field(
+        1.0, ge=MIN_INTERVAL_S, le=DAY_S, description="Sidecar heartbeat period, seconds. Default 1."
+    )
+    heartbeat_timeout_s: float = Field(
+        15.0,
+        gt=0,
+        le=DAY_S,
+        description="Launcher kills the trainer after this long without a heartbeat. Default 15.",
+    )
+    appear_timeout_s: float = Field(
+        300.0, gt=0, le=MAX_SECONDS, description="Seconds the sidecar waits for launcher.json. Default 300."
+    )
+    go_timeout_s: float = Field(
+        300.0, gt=0, le=MAX_SECONDS, description="Seconds the launcher waits for go.json. Default 300."
+    )
+    kill_grace_s: float = Field(
+        5.0, ge=0, le=DAY_S, description="Seconds between TERM and KILL when stopping survivors. Default 5."
+    )
+    console_log_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, le=MAX_BYTES, description="Cap of the console log, bytes. Default 64 MiB."
+    )
+    soft_stop_signal: str = Field(
+        "SIGUSR1", description="Signal sent to the trainer group at the margin. Default SIGUSR1."
+    )
+    stop_grace_s: float = Field(
+        30.0,
+        ge=0,
+        le=DAY_S,
+        description="A soak stopped from outside (the pod deleted, its Job failed, Ctrl-C, SIGTERM): "
+        "seconds the trainer gets after the soft stop to checkpoint and exit before SIGTERM; 0 sends "
+        "SIGTERM at once. Keep it well inside the pod's terminationGracePeriodSeconds. Default 30.",
+    )
+
+    keep_env: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Local mode: variables of the sidecar's environment a trainer still gets. The "
+        "rest of SOAK_*, AWS_*, KUBECONFIG and BOTO_CONFIG (the sidecar's settings and credentials) "
+        "are withheld. JSON list. Default [].",
+    )
+
+    @field_validator("soft_stop_signal")
+    @classmethod
+    def _known_signal(cls, value: str) -> str:
+        # The launcher's own parser (it reads this value from go.json), so the two cannot disagree;
+        # a name it cannot use is refused before any record exists.
+        signal_number(value)
+        return value

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -134,12 +134,12 @@ class Run:
 def launch(tmp_path: Path, spawn: Spawner) -> Callable[..., Run]:
     """Starts the launcher (through ``spawn``: its tree is killed and reaped after the test)."""
 
-    def _launch(command: list[str], *flags: str, python: str = sys.executable) -> Run:
+    def _launch(command: list[str], *flags: str, python: Sequence[str] = (sys.executable,)) -> Run:
         rd = RunDir(tmp_path / "run")
         rd.reset()
         stdout = tmp_path / "launcher.stdout"
         with stdout.open("wb") as out:
-            argv = [python, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command]
+            argv = [*python, str(launcher_path()), "--run-dir", str(rd.path), *flags, "--", *command]
             proc = spawn(argv, stdout=out)
         return Run(proc, rd, stdout)
 
@@ -511,10 +511,12 @@ def test_heartbeat_keeps_the_trainer_alive(launch: Callable[..., Run], tmp_path:
 
 
 def test_runs_under_the_minimum_python(launch: Callable[..., Run], tmp_path: Path) -> None:
-    """The launcher runs under the trainer image's interpreter, which may be as old as MIN_PYTHON."""
+    """The built launcher runs under the trainer image's interpreter, which may be as old as
+    MIN_PYTHON, isolated from its environment and site-packages (-I -S): the standard library only,
+    through the whole handshake (ready, go, soft stop, TERM, KILL, exit.json)."""
     python = str(require("launcher-python"))
     command, log = signal_trainer(tmp_path, "ignore-term", "child")
-    run = launch(command, python=python)
+    run = launch(command, python=(python, "-I", "-S"))
     run.go(deadline_in=3.0, margin=2.0, term_grace=1.0)
     record = run.finish()
     info = run.rd.launcher()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import select
 import signal
 import time
@@ -311,3 +312,12 @@ def test_command_problem_is_what_the_spawn_would_find(tmp_path: Path) -> None:
     assert command_problem(["no-such-program-on-path"]) == "was not found"
     assert command_problem(["sh"]) is None
     assert command_problem([]) == "was not found"
+
+
+def test_the_chart_and_docs_state_the_launchers_minimum_python() -> None:
+    """MIN_PYTHON is declared once; what users read about the trainer image's Python says the same."""
+    root = Path(__file__).resolve().parents[2]
+    stated = f"{proto.MIN_PYTHON[0]}.{proto.MIN_PYTHON[1]}"
+    for name in ("helm/soak-sidecar/values.yaml", "helm/soak-sidecar/values.schema.json"):
+        versions = set(re.findall(r"runs the launcher \((\d+\.\d+) or newer\)", (root / name).read_text()))
+        assert versions == {stated}, name

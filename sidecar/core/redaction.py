@@ -26,6 +26,7 @@ SECRET_WORDS = frozenset(
     {
         "apikey",
         "auth",
+        "cookie",
         "authorization",
         "credential",
         "credentials",
@@ -51,11 +52,29 @@ TOKEN_PATTERNS = (
     r"\bAIza[0-9A-Za-z_\-]{30,}",
     r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
 )
-_NAME = re.compile(r"^(?P<dashes>-{1,2})?(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)=(?P<value>.*)$", re.DOTALL)
-_FLAG = re.compile(r"^-{1,2}(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)$")
-_HEADER = re.compile(r"(?i)\b(?P<head>(?:proxy-)?authorization\s*[:=]\s*)(?P<value>\S.*)$", re.DOTALL)
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]+:)(?P<password>[^/\s@]+)(?P<at>@)")
+# Every pattern is anchored or bounded, so matching an argument costs time linear in its length,
+# and an argument is cut to MAX_ARGUMENT_CHARS before it is matched or stored: nothing a trainer
+# passes on a command line can stall the sampling that redacts it.
+MAX_ARGUMENT_CHARS = 4096
+_NAME = re.compile(r"^(?P<dashes>-{1,2})?(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,127})=(?P<value>.*)$", re.DOTALL)
+_FLAG = re.compile(r"^-{1,2}(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,127})$")
+# A header as curl takes it (``Authorization: Bearer x``, ``X-Api-Key: x``, ``Cookie: a=b``).
+_HEADER = re.compile(
+    r"^(?P<head>\s*(?P<name>[A-Za-z][A-Za-z0-9\-]{0,63})\s{0,8}:\s{0,8})(?P<value>\S.*)$", re.DOTALL
+)
+_AUTHORIZATION = re.compile(
+    r"(?i)\b(?P<head>(?:proxy-)?authorization\s{0,8}[:=]\s{0,8})(?P<value>\S.*)$", re.DOTALL
+)
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^/\s:@]{1,256}:)(?P<password>[^/\s@]{1,1024})(?P<at>@)"
+)
+_QUERY = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,63})=)(?P<value>[^&#\s'\"]*)")
+_SPACE = re.compile(r"(\s+)")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+# Header names that carry a secret though no secret word ends them.
+SECRET_HEADERS = frozenset({"cookie", "set-cookie"})
+# Short flags whose value is a password (mysql -pX / -p X, sshpass -p X).
+SECRET_SHORT_FLAGS = frozenset({"p"})
 
 
 @dataclass(frozen=True)
@@ -83,32 +102,106 @@ DEFAULT_RULES = RedactionRules()
 
 
 def redact_command(command: Sequence[str], rules: RedactionRules = DEFAULT_RULES) -> tuple[str, ...]:
-    """``command`` with every secret value replaced by ``<redacted>``; same length, same flags."""
+    """``command`` with every secret value replaced by ``<redacted>``; same length, same flags.
+    Arguments longer than MAX_ARGUMENT_CHARS are cut (the cut is marked) before anything else."""
+    return _redact_sequence([_bounded(argument) for argument in command], rules)
+
+
+def _redact_sequence(command: Sequence[str], rules: RedactionRules) -> tuple[str, ...]:
     redacted: list[str] = []
     secret_next = False
     for argument in command:
-        if secret_next and not argument.startswith("-"):
-            redacted.append(REDACTED)
+        if secret_next and not argument.startswith("--"):
+            redacted.append(REDACTED)  # a secret may itself start with "-"
             secret_next = False
             continue
-        flag = _FLAG.match(argument)
-        secret_next = flag is not None and rules.secret_name(flag.group("name"))
-        redacted.append(redact_argument(argument, rules))
+        secret_next = _introduces_secret(argument, rules)
+        redacted.append(_redact_argument(argument, rules))
     return tuple(redacted)
 
 
 def redact_argument(argument: str, rules: RedactionRules = DEFAULT_RULES) -> str:
-    """One argument: a secret ``name=value``, an Authorization header, a URL password, a token."""
+    """One argument: a secret ``name=value`` (also nested: ``--env=HF_TOKEN=x``, Java's
+    ``-Dpassword=x``), a secret header, a URL password or query parameter, a token, and the words of
+    an argument that is itself a command line (``sh -c '... --password x'``)."""
+    return _redact_argument(_bounded(argument), rules)
+
+
+def _redact_argument(argument: str, rules: RedactionRules) -> str:
     named = _NAME.match(argument)
-    if named is not None and rules.secret_name(named.group("name")):
-        return f"{named.group('dashes') or ''}{named.group('name')}={REDACTED}"
-    argument = _HEADER.sub(lambda m: m.group("head") + REDACTED, argument)
-    argument = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + m.group("at"), argument)
-    return rules.tokens(argument)
+    if named is not None:
+        name, dashes = named.group("name"), named.group("dashes") or ""
+        if rules.secret_name(name) or (dashes == "-" and name[:1] == "D" and rules.secret_name(name[1:])):
+            return f"{dashes}{name}={REDACTED}"
+        if not _SPACE.search(argument):
+            return f"{dashes}{name}={_redact_argument(named.group('value'), rules)}"
+    header = _HEADER.match(argument)
+    if header is not None and _secret_header(header.group("name"), rules):
+        return header.group("head") + REDACTED
+    argument = _AUTHORIZATION.sub(lambda m: m.group("head") + REDACTED, argument)
+    if _SPACE.search(argument):
+        return _redact_words(argument, rules)
+    return _redact_inline(argument, rules)
 
 
 def redact_command_line(text: str, rules: RedactionRules = DEFAULT_RULES) -> str:
-    """A command line already joined with spaces (the launcher's exit record), word by word; an
-    Authorization header's value is redacted to the end of the line."""
-    text = _HEADER.sub(lambda m: m.group("head") + REDACTED, text)
-    return " ".join(redact_command(text.split(" "), rules))
+    """A command line already joined with spaces (the launcher's exit record), word by word. A
+    secret flag's value runs to the next flag, as its quoting is lost (``--password 'two words'``);
+    an Authorization header's value is redacted to the end of the line."""
+    words = _bounded(text).split(" ")
+    redacted: list[str] = []
+    secret = False
+    for word in words:
+        if secret and not word.startswith("-"):
+            if redacted[-1] != REDACTED:
+                redacted.append(REDACTED)
+            continue
+        secret = _introduces_secret(word, rules)
+        redacted.append(word)
+    return _redact_argument(" ".join(redacted), rules) if redacted else ""
+
+
+def _bounded(argument: str) -> str:
+    if len(argument) <= MAX_ARGUMENT_CHARS:
+        return argument
+    return f"{argument[:MAX_ARGUMENT_CHARS]}...[{len(argument) - MAX_ARGUMENT_CHARS}-more-chars]"
+
+
+def _introduces_secret(argument: str, rules: RedactionRules) -> bool:
+    """A flag or header name whose value is the next argument (``--password``, ``-p``, ``X-Api-Key:``)."""
+    flag = _FLAG.match(argument)
+    if flag is not None:
+        name = flag.group("name")
+        return rules.secret_name(name) or (argument == f"-{name}" and name in SECRET_SHORT_FLAGS)
+    return argument.endswith(":") and _secret_header(argument[:-1], rules)
+
+
+def _secret_header(name: str, rules: RedactionRules) -> bool:
+    return name.lower() in SECRET_HEADERS or rules.secret_name(name)
+
+
+def _redact_words(argument: str, rules: RedactionRules) -> str:
+    """An argument with spaces in it, as the command line it may be: words redacted in sequence."""
+    parts = _SPACE.split(argument)
+    words = _redact_sequence([part.strip("'\"") for part in parts[::2]], rules)
+    out: list[str] = []
+    for index, part in enumerate(parts):
+        if index % 2:
+            out.append(part)
+            continue
+        word = words[index // 2]
+        stripped = part.strip("'\"")
+        out.append(part if word == stripped else part.replace(stripped, word, 1) if stripped else word)
+    return "".join(out)
+
+
+def _redact_inline(argument: str, rules: RedactionRules) -> str:
+    """A URL's password and secret query parameters, then known token shapes."""
+    if "://" in argument:
+        argument = _URL_PASSWORD.sub(lambda m: m.group("head") + REDACTED + m.group("at"), argument)
+    if "=" in argument:
+        argument = _QUERY.sub(
+            lambda m: m.group("head") + REDACTED if rules.secret_name(m.group("name")) else m.group(0),
+            argument,
+        )
+    return rules.tokens(argument)

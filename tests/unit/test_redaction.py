@@ -6,6 +6,7 @@ import pytest
 
 from sidecar.core.redaction import (
     DEFAULT_RULES,
+    MAX_ARGUMENT_CHARS,
     REDACTED,
     RedactionRules,
     redact_command,
@@ -82,3 +83,44 @@ def test_the_trainer_gets_no_sidecar_settings_or_credentials() -> None:
     assert trainer_environment(environ) == {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0"}
     kept = trainer_environment(environ, keep=["AWS_PROFILE"])
     assert kept["AWS_PROFILE"] == "p" and "AWS_SECRET_ACCESS_KEY" not in kept
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (
+            ["sh", "-c", "python train.py --password X --lr 1"],
+            ["sh", "-c", f"python train.py --password {R} --lr 1"],
+        ),
+        (["x", "--token X"], ["x", f"--token {R}"]),
+        (["mysql", "--password", "-X"], ["mysql", "--password", R]),
+        (["mysql", "-p", "X"], ["mysql", "-p", R]),
+        (["x", "https://h/p?token=abc&x=1"], ["x", f"https://h/p?token={R}&x=1"]),
+        (["x", "https://h/p?a=1&access_token=abc"], ["x", f"https://h/p?a=1&access_token={R}"]),
+        (["curl", "-H", "X-Api-Key: X"], ["curl", "-H", f"X-Api-Key: {R}"]),
+        (["curl", "-H", "Cookie: session=X"], ["curl", "-H", f"Cookie: {R}"]),
+        (["docker", "run", "--env=HF_TOKEN=X"], ["docker", "run", f"--env=HF_TOKEN={R}"]),
+        (["java", "-Dpassword=X", "-Ddb.password=Y"], ["java", f"-Dpassword={R}", f"-Ddb.password={R}"]),
+        (
+            ["sh", "-c", "curl -H 'X-Api-Key: X' https://h"],
+            ["sh", "-c", f"curl -H 'X-Api-Key: {R}' https://h"],
+        ),
+    ],
+)
+def test_the_forms_a_reviewer_found_missed_are_redacted(command: list[str], expected: list[str]) -> None:
+    assert redact_command(command) == tuple(expected)
+
+
+def test_a_secret_flags_value_in_a_joined_line_runs_to_the_next_flag() -> None:
+    line = "python train.py --password two words --lr 1"
+    assert redact_command_line(line) == f"python train.py --password {R} --lr 1"
+
+
+def test_a_huge_argument_is_cut_before_matching_and_storing() -> None:
+    hostile = "a" + "0123456789abcdef" * 65_536  # 1 MiB of hex: a scheme-like run with no "://"
+    (kept,) = redact_command([hostile])
+    assert len(kept) < MAX_ARGUMENT_CHARS + 64 and kept.endswith(
+        f"...[{len(hostile) - MAX_ARGUMENT_CHARS}-more-chars]"
+    )
+    (secret,) = redact_command(["--password=" + "x" * 2 * MAX_ARGUMENT_CHARS])
+    assert secret == f"--password={R}"

@@ -32,10 +32,10 @@ LAUNCHER_PID, TRAINER_PID = 100, 101
 EPOCH = 1_700_000_000.0
 
 
-def process(pid: int, command: str) -> ProcessInfo:
+def process(pid: int, command: str, ppid: int) -> ProcessInfo:
     return ProcessInfo(
         pid=pid,
-        ppid=1,
+        ppid=ppid,
         start_time=EPOCH,
         start_ticks=pid,
         rss_kib=1024,
@@ -62,6 +62,8 @@ class Script:
     leaves_orphan: bool = False  # a worker that outlives the trainer
     gpu_fault_at_s: float | None = None
     interrupt_at_s: float | None = None  # a Ctrl-C reaches the sidecar
+    # What a hostile trainer writes into trainer.json instead of itself: (pid, pgid).
+    forged_trainer: tuple[int, int] | None = None
 
 
 class World:
@@ -112,9 +114,9 @@ class World:
 
     def started(self, go: GoRequest) -> None:
         self.go, self.go_at = go, self.now
-        self.alive[TRAINER_PID] = process(TRAINER_PID, "python3 train.py")
+        self.alive[TRAINER_PID] = process(TRAINER_PID, "python3 train.py", ppid=LAUNCHER_PID)
         if self.script.leaves_orphan:
-            self.alive[TRAINER_PID + 1] = process(TRAINER_PID + 1, "python3 worker.py")
+            self.alive[TRAINER_PID + 1] = process(TRAINER_PID + 1, "python3 worker.py", ppid=TRAINER_PID)
 
     def stop(self, action: StopRequest, reason: str) -> None:
         self.requests.append((action, reason))
@@ -204,11 +206,12 @@ class FakeChannel:
     def trainer(self) -> TrainerInfo | None:
         if self.world.go_at is None:
             return None
+        pid, pgid = self.world.script.forged_trainer or (TRAINER_PID, TRAINER_PID)
         return TrainerInfo(
             launch_id=LAUNCH_ID,
-            pid=TRAINER_PID,
-            pgid=TRAINER_PID,
-            start_ticks=TRAINER_PID,
+            pid=pid,
+            pgid=pgid,
+            start_ticks=None if self.world.script.forged_trainer else TRAINER_PID,
             started_unix=EPOCH,
         )
 
@@ -263,7 +266,7 @@ class FakeProcesses:
         self.groups_killed: list[tuple[int, float]] = []
 
     def sample(self, root_pid: int) -> ProcessTreeSample:
-        processes = [process(LAUNCHER_PID, "launcher"), *self.world.alive.values()]
+        processes = [process(LAUNCHER_PID, "launcher", ppid=1), *self.world.alive.values()]
         return ProcessTreeSample(process_count=len(processes), processes=processes)
 
     def still_alive(self, known: Sequence[ProcessInfo]) -> list[ProcessInfo]:
@@ -274,9 +277,9 @@ class FakeProcesses:
             if self.world.alive.pop(info.pid, None) is not None:
                 self.world.killed.append(info.pid)
 
-    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
+    def kill_group(self, leader_pid: int, leader_ticks: int) -> None:
         if leader_pid in self.world.alive:
-            self.groups_killed.append((pgid, self.world.now))
+            self.groups_killed.append((leader_pid, self.world.now))
             self.world.alive.pop(leader_pid)
 
     def is_alive(self, pid: int, start_ticks: int | None) -> bool:

@@ -211,11 +211,16 @@ class ProcfsProcessTable:
             with contextlib.suppress(psutil.Error, OSError):
                 psutil.Process(info.pid).kill()
 
-    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
-        """SIGKILL process group ``pgid`` while its leader still runs as itself (PID-reuse-safe)."""
-        if same_process_alive(leader_pid, leader_ticks):
-            with contextlib.suppress(OSError):
-                os.killpg(pgid, signal.SIGKILL)
+    def kill_group(self, leader_pid: int, leader_ticks: int) -> None:
+        """SIGKILL the group ``leader_pid`` leads while it runs as itself (PID-reuse-safe) and leads
+        it; never pid 1 or below, the sidecar itself or the sidecar's own group."""
+        if leader_pid <= 1 or leader_pid in (os.getpid(), os.getpgrp()):
+            return
+        if not same_process_alive(leader_pid, leader_ticks):
+            return
+        with contextlib.suppress(OSError):
+            if os.getpgid(leader_pid) == leader_pid:
+                os.killpg(leader_pid, signal.SIGKILL)
 
     def is_alive(self, pid: int, start_ticks: int | None) -> bool:
         return same_process_alive(pid, start_ticks)

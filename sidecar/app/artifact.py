@@ -41,6 +41,7 @@ class Evidence:
     duration_s: float = 0.0
     gpu_devices: tuple[GpuDevice, ...] = ()
     trainer_env: Mapping[str, str] = field(default_factory=dict)
+    protocol_violations: tuple[str, ...] = ()
 
 
 def build_artifact(
@@ -94,6 +95,7 @@ def build_artifact(
         run_summary=json_safe(summary.data) if summary else None,
         console_log=str(console[-1].resolve()) if console else None,
         provenance=_provenance(ports, evidence),
+        protocol_violations=list(evidence.protocol_violations),
     )
     if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
         artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))

@@ -32,7 +32,7 @@ def conclude_run(
     launcher_pid = launched.launcher.pid
     still_alive = ports.processes.still_alive(residual_processes(watched.last_seen, launcher_pid))
     # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
-    session.kill_remembered(still_alive)
+    session.kill_remembered(still_alive, tree=watched.last_seen)
     summary = read_summary(settings, ports, going.started)
     leaks = leak_failures(
         recorder.summary,

@@ -19,8 +19,8 @@ from sidecar.core.errors import LauncherError, SoakError
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
+from sidecar.core.trainer_process import claim_mismatch, trainer_of
 from sidecar.core.verdict import MonitorKind
-from sidecar.launcher.protocol.records import TrainerInfo
 
 INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
 
@@ -65,7 +65,11 @@ class Sampler:
         self._launcher_pid = launched.launcher.pid
         self._gpu = gpu
         self.recorder = recorder
-        self._trainer: TrainerInfo | None = None
+        # The trainer as this sidecar first saw it (trainer_of), and what trainer.json claimed
+        # against it: a claim that disagrees is named in the artifact, never followed.
+        self.trainer: ProcessInfo | None = None
+        self.claim_mismatch: str | None = None
+        self._claim_checked = False
         self.duration_s = 0.0  # of the latest sample
 
     def take(self, now: float, started: Started) -> Sample:
@@ -83,24 +87,32 @@ class Sampler:
 
     def _steady(self, sample: Sample) -> bool:
         """The trainer runs (not a zombie) and has made progress: growth is measured over these."""
-        if sample.progress.bytes_total <= 0:
-            return False
-        if self._trainer is None:
-            with contextlib.suppress(LauncherError):
-                self._trainer = self._ports.channel.trainer()
-        trainer = self._trainer
+        processes = sample.process.processes
+        if self.trainer is None:
+            self.trainer = trainer_of(processes, self._launcher_pid)
+        trainer = self.trainer
         if trainer is None:
             return False
+        self._check_claim(trainer)
+        if sample.progress.bytes_total <= 0:
+            return False
         in_sample = any(
-            p.pid == trainer.pid
-            and (trainer.start_ticks is None or p.start_ticks in (None, trainer.start_ticks))
-            and p.state != ZOMBIE
-            for p in sample.process.processes
+            p.pid == trainer.pid and p.start_ticks == trainer.start_ticks and p.state != ZOMBIE
+            for p in processes
         )
         # An exiting trainer closes its fds and frees its memory before it turns zombie: a sample
         # taken then would hide a leak. Exit is irreversible, so looking after the sample is
         # conservative (a trainer that began exiting just after it loses one good sample).
         return in_sample and not self._ports.processes.is_exiting(trainer.pid, trainer.start_ticks)
+
+    def _check_claim(self, trainer: ProcessInfo) -> None:
+        if self._claim_checked:
+            return
+        with contextlib.suppress(LauncherError):
+            claim = self._ports.channel.trainer()
+            if claim is not None:
+                self._claim_checked = True
+                self.claim_mismatch = claim_mismatch(claim.pid, claim.start_ticks, trainer)
 
 
 def watch(
@@ -138,6 +150,7 @@ def watch(
         gpu_fault=policy.gpu_fault,
         last_seen=tuple(last_seen),
         exit_record=ports.channel.wait_exit(2.0),
+        protocol_violations=() if sampler.claim_mismatch is None else (sampler.claim_mismatch,),
     )
 
 

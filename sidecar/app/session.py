@@ -15,6 +15,7 @@ from sidecar.app.ports import LocalLauncher, Ports, StopRequest
 from sidecar.app.values import Launched, Preflight, RunRequest, Started
 from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
+from sidecar.core.trainer_process import trainer_of
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.names import ENV_RUN_ID
 from sidecar.settings import Settings
@@ -107,13 +108,16 @@ class LaunchSession:
         with contextlib.suppress(LauncherError):
             self._ports.channel.abort(reason, exit_code)
 
-    def kill_remembered(self, processes: Sequence[ProcessInfo]) -> None:
-        """Last resort when the launcher does not act: SIGKILL what we saw, PID-reuse-safe, and the
-        trainer's process group (it may have started after the last sample)."""
-        with contextlib.suppress(LauncherError):
-            trainer = self._ports.channel.trainer()
-            if trainer is not None:
-                self._ports.processes.kill_group(trainer.pid, trainer.start_ticks, trainer.pgid)
+    def kill_remembered(
+        self, processes: Sequence[ProcessInfo], tree: Sequence[ProcessInfo] | None = None
+    ) -> None:
+        """Last resort when the launcher does not act: SIGKILL ``processes``, PID-reuse-safe, and the
+        group of the trainer seen in ``tree`` (default: ``processes``), whose members may have
+        started after the last sample."""
+        seen = processes if tree is None else tree
+        trainer = None if self.launched is None else trainer_of(seen, self.launched.launcher.pid)
+        if trainer is not None and trainer.start_ticks is not None:
+            self._ports.processes.kill_group(trainer.pid, trainer.start_ticks)
         self._ports.processes.kill(processes)
         if self._local is not None and self._local.poll() is None:
             self._local.kill()

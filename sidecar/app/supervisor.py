@@ -135,6 +135,7 @@ class Supervisor:
             duration_s=concluded.duration_s,
             gpu_devices=devices,
             trainer_env=trainer_env,
+            protocol_violations=watched.protocol_violations,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 

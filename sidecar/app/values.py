@@ -94,6 +94,8 @@ class Watched:
     gpu_fault: str | None
     last_seen: tuple[ProcessInfo, ...]
     exit_record: ExitRecord | None
+    # Run-dir records that disagreed with what the sidecar observed (named, never followed).
+    protocol_violations: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,12 @@ class Artifact(_Model):
     console_log: str | None
     provenance: dict[str, Any]
     upload: UploadInfo | None = None
+    protocol_violations: list[str] = Field(
+        default_factory=list,
+        description="Run-dir records the trainer's side wrote that disagreed with what the sidecar "
+        "observed (e.g. a trainer.json naming another process than the launcher's child): named here, "
+        "never followed.",
+    )
 
 
 def _max(current: float | None, value: float | None) -> Any:

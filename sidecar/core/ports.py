@@ -49,8 +49,9 @@ class ProcessTable(Protocol):
         """SIGKILL those of ``processes`` still running as the same process."""
         ...
 
-    def kill_group(self, leader_pid: int, leader_ticks: int | None, pgid: int) -> None:
-        """SIGKILL a process group while its leader still runs as itself."""
+    def kill_group(self, leader_pid: int, leader_ticks: int) -> None:
+        """SIGKILL the process group ``leader_pid`` leads, while it still runs as itself and leads
+        it; never pid 1, the sidecar itself or the sidecar's own group."""
         ...
 
     def is_alive(self, pid: int, start_ticks: int | None) -> bool: ...

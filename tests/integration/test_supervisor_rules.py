@@ -93,7 +93,9 @@ def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
     }
     for group, values in groups.items():
         base.setdefault(group, {}).update(values)
-    return load_settings(**base)
+    return load_settings(
+        {f"{group}.{name}": value for group, values in base.items() for name, value in values.items()}
+    )
 
 
 def make_ports(settings: Settings, status_stream: IO[str] | None = None) -> Ports:

@@ -99,6 +99,16 @@ def test_a_passing_run_goes_through_every_phase(tmp_path: Path) -> None:
     assert artifact["started_at_utc"] == "2023-11-14T22:13:20Z"
 
 
+def test_a_forged_trainer_json_cannot_aim_the_kill_fallback(tmp_path: Path) -> None:
+    """trainer.json names the worker and the group 1 (kill(-1)): the sidecar kills the group of the
+    trainer it saw itself, the launcher's child, and names the forged claim."""
+    script = Script(runs_s=1000.0, progresses=False, obeys_stop=False, leaves_orphan=True)
+    script = replace(script, forged_trainer=(TRAINER_PID + 1, 1))
+    _, world, artifact = run(tmp_path, script, post_shutdown_grace_s=5.0)
+    assert [pgid for pgid, _ in world.processes.groups_killed] == [TRAINER_PID]
+    assert "trainer.json names pid 102" in artifact["protocol_violations"][0]
+
+
 def test_progress_that_stalls_is_stopped_and_judged(tmp_path: Path) -> None:
     result, world, _ = run(tmp_path, Script(runs_s=1000.0, progresses=False))
     assert result.verdict.classification == "timeout/stale_tick"

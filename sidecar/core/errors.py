@@ -79,12 +79,6 @@ class ForbiddenError(PublishError):
     exit_code = ExitCode.REFUSED
 
 
-class GpuFaultError(SoakError):
-    """A GPU reported a hardware fault (lost, reset required)."""
-
-    exit_code = ExitCode.GPU_FAULT
-
-
 class GpuUnavailableError(ConfigError):
     """GPU data was required (gpu.require) but NVML is absent or failing on this node."""
 

@@ -14,7 +14,6 @@ from string import Formatter
 
 from sidecar.core.errors import ConfigError
 
-DEFAULT_KEY_TEMPLATE = "{prefix}/{namespace}/{job}/{run_id}/{attempt}-{pod}/"
 PLACEHOLDERS = frozenset({"prefix", "namespace", "job", "run_id", "attempt", "pod"})
 # S3's hard limit on key length, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024

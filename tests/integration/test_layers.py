@@ -49,7 +49,7 @@ def test_the_package_keeps_its_layers() -> None:
         ("launcher/proc.py", "import psutil", "standard library only"),
         ("adapters/procfs.py", "import sidecar.launcher.runner", "imports only the launcher's protocol"),
         ("core/conclusion.py", "import sidecar.launcher.trainer", "imports only the launcher's protocol"),
-        ("adapters/nvml.py", "import sidecar.nvml_mock.build", "never build it"),
+        ("adapters/nvml/loader.py", "import sidecar.nvml_mock.build", "never build it"),
         ("settings/model.py", "import sidecar.app.supervisor", "no import cycles"),
         ("app/preflight.py", "import sidecar.adapters.workdirs", "only app.wiring imports adapters"),
         ("adapters/report_source.py", "import sidecar.adapters.procfs", "adapters do not import each other"),

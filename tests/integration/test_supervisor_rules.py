@@ -238,7 +238,8 @@ def test_nonzero_returncode(tmp_path: Path) -> None:
 def test_a_crash_without_a_summary_is_the_trainers_failure_not_a_contract_violation(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     result, artifact = supervise(settings, trainer(tmp_path / "progress", "--crash", "--no-summary", steps=4))
-    # The crash is the first real cause; the missing summary is its evidence (it used to be 11).
+    # The crash is the first real cause; the missing summary is its evidence, not a contract
+    # violation (exit 11).
     assert_verdict(result, artifact, classification="trainer_failure", exit_code=10)
     assert result.verdict.reason == "trainer exited with returncode 3; trainer did not write run_summary.json"
 
@@ -540,7 +541,7 @@ def test_external_cancellation_via_cli(
     tmp_path: Path, signals: tuple[signal.Signals, ...], spawn: Spawner
 ) -> None:
     """Ctrl-C, SIGTERM or any other stop signal: the trainer is stopped, the artifact written, exit
-    17 (a sidecar killed by SIGHUP used to leave neither artifact nor verdict). Signals repeated
+    17; SIGHUP too, whose default action would leave neither artifact nor verdict. Signals repeated
     while the sidecar concludes are noted, not raised: they cannot lose the artifact."""
     env = {**os.environ, "SOAK_LAUNCHER__KILL_GRACE_S": "1", "PYTHONUNBUFFERED": "1"}
     argv = [

@@ -16,6 +16,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter, ValidationError
 
 from sidecar.core.run_summary import (
     REPLAY_INGRESS_INTEGER_FIELDS,
@@ -24,13 +25,13 @@ from sidecar.core.run_summary import (
     AbnormalRunSummary,
     CompletedRunSummary,
     ManifestValidator,
+    RunSummary,
     SummaryOutcome,
     ValidatorUnavailable,
     evaluate_run_summary,
     schema_failure,
     shutdown_contract_failure,
     shutdown_diagnostics,
-    typed_run_summary,
 )
 from sidecar.core.verdict import decide, exit_code_for
 
@@ -205,7 +206,10 @@ def test_every_document_yields_an_outcome(
     if outcome.data is None:
         return
     # the typed models accept exactly what the checks accept
-    typed = typed_run_summary(outcome.data)
+    try:
+        typed: object = TypeAdapter(RunSummary).validate_python(outcome.data)
+    except ValidationError:
+        typed = None
     if validator is None:
         assert isinstance(typed, CompletedRunSummary) == outcome.passed
     elif outcome.passed:

@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from sidecar.core.errors import ConfigError
 from sidecar.core.keys import (
-    DEFAULT_KEY_TEMPLATE,
     MAX_KEY_BYTES,
     object_key,
     render_key_prefix,
@@ -16,8 +15,10 @@ from sidecar.core.keys import (
     template_fields,
     validate_key,
 )
-from sidecar.settings import load_settings
+from sidecar.settings import S3Settings, load_settings
 
+# The template the settings default to.
+DEFAULT_KEY_TEMPLATE: str = S3Settings.model_fields["key_template"].default
 RUN = "6f1c2d3e-0000-4000-8000-000000000001"
 
 

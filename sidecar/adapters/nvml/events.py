@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import pynvml
 
+from sidecar.adapters.nvml.errors import describe
 from sidecar.core.samples import GpuEvent
 
 WAIT_MS = 200
@@ -31,10 +32,6 @@ _ABSENT = frozenset({pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION
 
 def _address(handle: Any) -> int | None:
     return ctypes.cast(handle, ctypes.c_void_p).value
-
-
-def _describe(exc: pynvml.NVMLError) -> str:
-    return f"{exc} (NVML error {exc.value})"
 
 
 class EventWatcher:
@@ -55,7 +52,7 @@ class EventWatcher:
         try:
             self._set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as exc:
-            self.unavailable = f"NVML events unavailable: {_describe(exc)}"
+            self.unavailable = f"NVML events unavailable: {describe(exc)}"
             return
         problems = []
         registered = 0
@@ -69,7 +66,7 @@ class EventWatcher:
                     problems.append(f"GPU {index}: no XID or ECC events")
             except pynvml.NVMLError as exc:
                 if exc.value not in _ABSENT:
-                    problems.append(f"GPU {index}: {_describe(exc)}")
+                    problems.append(f"GPU {index}: {describe(exc)}")
                 else:
                     problems.append(f"GPU {index}: events not supported")
         if not registered:
@@ -88,7 +85,7 @@ class EventWatcher:
             except pynvml.NVMLError as exc:
                 if exc.value != pynvml.NVML_ERROR_TIMEOUT:
                     # A lost GPU or a driver problem: noted, and no busy loop while it lasts.
-                    self.wait_error = _describe(exc)
+                    self.wait_error = describe(exc)
                     self._stop.wait(WAIT_MS / 1000.0)
                 continue
             self._received(data)

@@ -1,0 +1,30 @@
+"""The soak artifact: its document (``models``), the bounded-memory sample recorder
+(``recorder``) and what it concludes from the samples (``analysis``)."""
+
+from sidecar.core.artifact.analysis import leak_failures, project_memory, run_summary_figures
+from sidecar.core.artifact.models import (
+    Artifact,
+    DeadlineInfo,
+    MonitorConfig,
+    PostShutdown,
+    ResourceSummary,
+    UploadInfo,
+    dumps_artifact,
+    utc_timestamp,
+)
+from sidecar.core.artifact.recorder import SampleRecorder
+
+__all__ = [
+    "Artifact",
+    "DeadlineInfo",
+    "MonitorConfig",
+    "PostShutdown",
+    "ResourceSummary",
+    "SampleRecorder",
+    "UploadInfo",
+    "dumps_artifact",
+    "leak_failures",
+    "project_memory",
+    "run_summary_figures",
+    "utc_timestamp",
+]

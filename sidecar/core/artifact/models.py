@@ -1,0 +1,198 @@
+"""The soak artifact's document: a versioned, self-contained JSON document (schema in
+docs/artifact.md), as pydantic models."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sidecar.core.gpu_health import GpuHealthSummary
+from sidecar.core.samples import ResidualProcess, Sample
+from sidecar.core.trends import LeakTrend
+
+ARTIFACT_SCHEMA_VERSION = "2.1.0"
+
+
+def utc_timestamp(epoch: float) -> str:
+    """An epoch time as the artifact's ``*_at_utc`` fields hold it (UTC, whole seconds)."""
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SeriesPoint(_Model):
+    """A sample without its per-process detail: what the in-memory series keeps."""
+
+    elapsed_s: float
+    process_count: int
+    zombie_count: int
+    rss_kib_total: int
+    fd_count_total: int
+    fd_classes_total: dict[str, int]
+    threads_total: int
+    gpu_used_memory_mib: float | None
+    progress_bytes: int
+
+    @classmethod
+    def of(cls, sample: Sample) -> SeriesPoint:
+        proc = sample.process
+        return cls(
+            elapsed_s=sample.elapsed_s,
+            process_count=proc.process_count,
+            zombie_count=proc.zombie_count,
+            rss_kib_total=proc.rss_kib_total,
+            fd_count_total=proc.fd_count_total,
+            fd_classes_total=proc.fd_classes_total,
+            threads_total=proc.threads_total,
+            gpu_used_memory_mib=sample.gpu.used_memory_mib_total,
+            progress_bytes=sample.progress.bytes_total,
+        )
+
+
+class DeviceSummary(_Model):
+    """One GPU over the run; first/last used memory come from steady samples (see growth)."""
+
+    uuid: str
+    index: int
+    name: str
+    first_used_mib: float | None = None
+    last_used_mib: float | None = None
+    max_used_mib: float | None = None
+
+    @property
+    def growth_mib(self) -> float | None:
+        if self.first_used_mib is None or self.last_used_mib is None:
+            return None
+        return self.last_used_mib - self.first_used_mib
+
+
+class ResourceSummary(_Model):
+    """Maxima and growth over the whole run (the seed's resource summary plus growth and GPUs)."""
+
+    sample_count: int = 0
+    max_process_count: int | None = None
+    max_zombie_count: int | None = None
+    max_process_rss_kib: int | None = None
+    max_fd_count: int | None = None
+    max_eventfd_count: int | None = None
+    max_shared_memory_fd_count: int | None = None
+    max_gpu_used_memory_mib: float | None = None
+    max_progress_bytes: int | None = None
+    rss_growth_kib: int | None = Field(
+        default=None,
+        description="RSS of the last steady sample minus the first's (steady: the trainer runs "
+        "and has made progress, so start-up and teardown are not growth).",
+    )
+    fd_growth: int | None = Field(
+        default=None, description="fd count of the last steady sample minus the first's."
+    )
+    gpu_devices: list[DeviceSummary] = Field(default_factory=list)
+    gpu_attribution: str | None = None
+    gpu_unavailable_reason: str | None = Field(
+        default=None, description="Why there is no GPU data (no NVML, no GPUs for the trainer, off)."
+    )
+    gpu_fault: str | None = None
+    memory_limit_bytes: int | None = Field(default=None, description="The trainer's memory limit, if known.")
+    projected_memory_limit_s: float | None = Field(
+        default=None,
+        description="Seconds from the last steady sample until the RSS trend reaches the memory limit.",
+    )
+    trends: list[LeakTrend] = Field(
+        default_factory=list,
+        description="Theil-Sen slopes (per hour, 95 % interval) of RSS, fds and GPU memory over the "
+        "steady samples.",
+    )
+    gpu_health: GpuHealthSummary | None = Field(
+        default=None, description="XID/ECC events, row remapping, clock-event reasons, link errors."
+    )
+    nvml_time_ms_max: float | None = None
+    residual_process_count: int = 0
+    run_summary_figures: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The seed's figures taken from run_summary (in-flight, replay ingress).",
+    )
+
+
+class SeriesInfo(_Model):
+    count: int
+    samples_file: str | None = Field(description="Compressed JSONL with every sample, beside the artifact.")
+    samples_sha256: str | None = None
+    downsampled: list[SeriesPoint]
+    stride: int = Field(description="Every stride-th sample is kept in `downsampled`.")
+
+
+class MonitorConfig(_Model):
+    sample_interval_s: float
+    startup_timeout_s: float
+    stale_progress_s: float
+    post_shutdown_grace_s: float
+    min_duration_s: float
+    sample_count: int
+
+
+class DeadlineInfo(_Model):
+    run_id: str
+    store: str
+    identity_sha256: str
+    started_unix: float
+    deadline_unix: float
+    budget_s: float
+    checkpoint_margin_s: float
+    remaining_at_start_s: float
+    resumed: bool
+    expired: bool = False
+    soft_stop_sent: bool = False
+    term_sent: bool = False
+    kill_sent: bool = False
+
+
+class UploadInfo(_Model):
+    uris: dict[str, str] = Field(default_factory=dict, description="File name -> URI.")
+    sha256: dict[str, str] = Field(default_factory=dict, description="File name -> sha256 hex.")
+    error: str | None = None
+
+
+class PostShutdown(_Model):
+    residual_processes: list[ResidualProcess] = Field(
+        default_factory=list, description="Every process that outlived the trainer, however it ended."
+    )
+    launcher_exit: dict[str, Any] | None = Field(default=None, description="The launcher's exit.json.")
+
+
+class Artifact(_Model):
+    schema_version: str = ARTIFACT_SCHEMA_VERSION
+    status: Literal["passed", "failed"]
+    failure_reason: str | None
+    failure_classification: str | None
+    exit_code: int
+    command: list[str]
+    context: dict[str, Any]
+    started_at_utc: str
+    ended_at_utc: str
+    duration_s: float
+    returncode: int | None
+    monitor: MonitorConfig
+    deadline: DeadlineInfo | None
+    samples: SeriesInfo
+    resource_summary: ResourceSummary
+    shutdown: dict[str, Any] | None
+    post_shutdown: PostShutdown
+    run_summary: Any
+    console_log: str | None
+    provenance: dict[str, Any]
+    upload: UploadInfo | None = None
+    protocol_violations: list[str] = Field(
+        default_factory=list,
+        description="Run-dir records the trainer's side wrote that disagreed with what the sidecar "
+        "observed (e.g. a trainer.json naming another process than the launcher's child): named here, "
+        "never followed.",
+    )
+
+
+def dumps_artifact(artifact: Artifact) -> str:
+    return json.dumps(artifact.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"

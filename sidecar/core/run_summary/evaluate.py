@@ -1,0 +1,202 @@
+"""Judging a run_summary: the seed's classification from the summary alone, and its outcome.
+
+The generic runtime-manifest validator runs only after the replay-ingress checks pass, so a
+generic schema error cannot hide the actionable replay-ingress one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sidecar.core.errors import InvalidRunSummaryError
+from sidecar.core.run_summary.checks import (
+    describe_shutdown,
+    inference_flight_failure,
+    schema_failure,
+    shutdown_contract_failure,
+    shutdown_diagnostics,
+)
+from sidecar.core.run_summary.contract import show
+from sidecar.core.run_summary.ingress import replay_ingress_failure
+from sidecar.core.run_summary.parse import load_run_summary
+from sidecar.core.run_summary.validator import (
+    ManifestValidator,
+    ValidatorUnavailable,
+    manifest_contract_failure,
+)
+
+
+@dataclass(frozen=True)
+class SummaryOutcome:
+    """What ``run_summary.json`` alone says about the run.
+
+    ``failures`` are the seed's messages in the seed's order; ``classification`` is the seed's
+    ``monitor_failure_kind`` had nothing failed before the summary was read. Two seed rules
+    depend on earlier failures, so ``verdict.decide`` composes them through ``reason_parts`` and
+    ``classification_overrides``: the "status is X, expected 'completed'" message (kept in
+    ``status_failure``, then always ``failures[0]``) is reported only when nothing failed before,
+    and a valid abnormal shutdown classification from the trainer replaces any earlier kind.
+    """
+
+    present: bool
+    data: dict[str, Any] | None
+    classification: str | None
+    shutdown: Mapping[str, Any] | None = None
+    failures: tuple[str, ...] = ()
+    status_failure: str | None = None
+    classification_overrides: bool = False
+    completed: bool = False
+
+    @property
+    def failure_reason(self) -> str | None:
+        return "; ".join(self.failures) if self.failures else None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def reason_parts(self, *, after_failure: bool) -> tuple[str, ...]:
+        """The messages to append to a reason; ``after_failure``: something failed already."""
+        if after_failure and self.status_failure is not None:
+            return self.failures[1:]
+        return self.failures
+
+
+def _utc(epoch: float) -> str:
+    try:
+        return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    except (OverflowError, OSError, ValueError):
+        return repr(epoch)
+
+
+def evaluate_run_summary(
+    raw: bytes | None,
+    *,
+    mtime: float | None,
+    run_started_wall: float | None,
+    max_bytes: int,
+    manifest_validator: ManifestValidator | ValidatorUnavailable | None,
+) -> SummaryOutcome:
+    """Judge the file's bytes; ``raw`` None: it does not exist. Never raises for any input.
+
+    ``mtime``/``run_started_wall`` (epoch seconds): a file last written before the run started
+    is left over from an earlier attempt. Pass None for either to skip that check (offline).
+    """
+    if raw is None:
+        return SummaryOutcome(
+            present=False,
+            data=None,
+            classification="missing_run_summary",
+            failures=("trainer did not write run_summary.json",),
+        )
+    if mtime is not None and run_started_wall is not None and mtime < run_started_wall:
+        return SummaryOutcome(
+            present=True,
+            data=None,
+            classification="stale_run_summary",
+            failures=(
+                f"run_summary.json predates this run (written {_utc(mtime)}, run started "
+                f"{_utc(run_started_wall)}): left over from an earlier attempt",
+            ),
+        )
+    try:
+        value = load_run_summary(raw, max_bytes=max_bytes)
+    except InvalidRunSummaryError as exc:
+        return SummaryOutcome(
+            present=True, data=None, classification="invalid_run_summary", failures=(str(exc),)
+        )
+    return evaluate_parsed(value, manifest_validator=manifest_validator)
+
+
+def evaluate_parsed(
+    value: object, *, manifest_validator: ManifestValidator | ValidatorUnavailable | None
+) -> SummaryOutcome:
+    """Judge an already parsed document (the seed's classification, from the summary alone)."""
+    if not isinstance(value, dict):
+        return SummaryOutcome(
+            present=True,
+            data=None,
+            classification="invalid_run_summary",
+            failures=(f"run_summary must be a JSON object, got {type(value).__name__}",),
+        )
+    summary: dict[str, Any] = value
+    completed = summary.get("status") == "completed"
+    shutdown = shutdown_diagnostics(summary)
+    found = _Findings()
+    schema = schema_failure(summary, completed=completed)
+    found.add(schema, "schema_violation")
+    if completed:
+        _judge_completed(found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator)
+    else:
+        _judge_abnormal(found, summary, shutdown, validator=manifest_validator)
+    return SummaryOutcome(
+        present=True,
+        data=summary,
+        classification=found.kind or ("unknown_failure" if found.failures else None),
+        shutdown=shutdown,
+        failures=tuple(found.failures),
+        status_failure=found.status_failure,
+        classification_overrides=found.overrides,
+        completed=completed,
+    )
+
+
+@dataclass
+class _Findings:
+    """What ``evaluate_parsed`` has found so far; the first failure with a kind classifies."""
+
+    failures: list[str] = field(default_factory=list)
+    kind: str | None = None
+    status_failure: str | None = None
+    overrides: bool = False
+
+    def add(self, failure: str | None, kind: str | None = None) -> None:
+        if failure is not None:
+            self.failures.append(failure)
+            self.kind = self.kind or kind
+
+
+def _judge_completed(
+    found: _Findings,
+    summary: Mapping[str, Any],
+    shutdown: Mapping[str, Any] | None,
+    *,
+    schema_ok: bool,
+    validator: ManifestValidator | ValidatorUnavailable | None,
+) -> None:
+    if schema_ok:
+        found.add(inference_flight_failure(summary), "unknown_failure")
+    ingress = replay_ingress_failure(summary) or manifest_contract_failure(
+        summary, completed=True, validator=validator
+    )
+    found.add(ingress, "schema_violation")
+    found.add(
+        shutdown_contract_failure(shutdown, require_normal_completion=True),
+        "shutdown_contract_violation",
+    )
+
+
+def _judge_abnormal(
+    found: _Findings,
+    summary: Mapping[str, Any],
+    shutdown: Mapping[str, Any] | None,
+    *,
+    validator: ManifestValidator | ValidatorUnavailable | None,
+) -> None:
+    if not found.failures:
+        found.status_failure = f"run_summary status is {show(summary.get('status'))}, expected 'completed'"
+        found.add(found.status_failure)
+    found.add(manifest_contract_failure(summary, completed=False, validator=validator))
+    contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
+    if contract is not None:
+        found.add(contract, "shutdown_contract_violation")
+    elif shutdown is not None:
+        found.add(describe_shutdown(shutdown))
+        # the contract held, so the classification is one of the six abnormal ones
+        found.kind = str(shutdown.get("classification"))
+        found.overrides = True
+    else:
+        found.add("shutdown diagnostics are unavailable")

@@ -292,7 +292,7 @@ def _release_pod_launcher(exc: BaseException) -> None:
 def _early_exit_message(path: Path, exc: BaseException) -> None:
     """Why the sidecar ended early, in the pod status (soak-sidecar verdict shows it). Only into a
     file the kubelet provided: never creates one on a host."""
-    from sidecar.adapters.kube import write_termination_message
+    from sidecar.adapters.kube.termination import write_termination_message
 
     if path.is_file():
         with contextlib.suppress(SoakError):
@@ -573,14 +573,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_approve(sub)
 
-    from sidecar import verdict_cli
+    from sidecar.commands import verdict as verdict_command
 
     verdict = sub.add_parser(
         "verdict",
         help="read a Job's verdicts from its pods' annotations",
         description="One row per attempt; exit 0 only when the latest attempt passed.",
     )
-    verdict_cli.add_arguments(verdict)
+    verdict_command.add_arguments(verdict)
 
     _add_report(sub)
     return parser
@@ -621,9 +621,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     try:
         if args.cmd == "verdict":
-            from sidecar import verdict_cli
+            from sidecar.commands import verdict as verdict_command
 
-            return verdict_cli.run(args)
+            return verdict_command.run(args)
         return handlers[args.cmd](args)
     except SoakError as exc:
         print(f"soak-sidecar: error: {exc}", file=sys.stderr)

@@ -1,0 +1,1 @@
+"""One module per CLI command: parse its arguments, call the app or an adapter, render."""

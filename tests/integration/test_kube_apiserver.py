@@ -533,13 +533,6 @@ def test_verdict_cli_waits_for_the_job_to_end(env: KubeEnv, capsys: pytest.Captu
     assert code == 0
 
 
-def test_verdict_cli_refuses_a_bad_wait(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        cli.main(["verdict", "some-job", "--wait", "nan"])
-    assert exited.value.code == 64  # a usage error, as every soak-sidecar command says it
-    assert "expected seconds >= 0" in capsys.readouterr().err
-
-
 def test_verdict_cli_says_why_a_pod_is_stuck_or_ended_early(
     env: KubeEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:

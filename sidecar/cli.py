@@ -7,12 +7,12 @@ import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
-from sidecar.commands import approve, exit_codes, install_launcher, report, run, schema, validate
-from sidecar.commands.parsing import Subparsers, UsageParser
+from sidecar.commands import approve, exit_codes, install_launcher, report, run, schema, validate, verdict
+from sidecar.commands.parsing import UsageParser
 from sidecar.core.errors import SoakError
 from sidecar.core.exitcodes import ExitCode
 
-COMMANDS = (run, validate, schema, exit_codes, install_launcher, approve, report)
+COMMANDS = (run, validate, schema, exit_codes, install_launcher, approve, verdict, report)
 
 
 def build_parser() -> UsageParser:
@@ -27,20 +27,7 @@ def build_parser() -> UsageParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=UsageParser)
     for command in COMMANDS:
         command.register(sub)
-    _register_verdict(sub)
     return parser
-
-
-def _register_verdict(sub: Subparsers[UsageParser]) -> None:
-    from sidecar import verdict_cli
-
-    verdict = sub.add_parser(
-        "verdict",
-        help="read a Job's verdicts from its pods' annotations",
-        description="One row per attempt; exit 0 only when the latest attempt passed.",
-    )
-    verdict_cli.add_arguments(verdict)
-    verdict.set_defaults(handler=verdict_cli.run)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

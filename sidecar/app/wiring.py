@@ -21,6 +21,7 @@ from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.adapters.workdirs import LocalWorkDirs
 from sidecar.app.ports import LockLoss, Ports
 from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
+from sidecar.core.job_pods import job_failure
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
 from sidecar.core.publication import Publication
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
@@ -29,7 +30,8 @@ from sidecar.nvml_mock.scenario import compile_scenario
 from sidecar.settings import GpuSettings, Settings
 
 if TYPE_CHECKING:
-    from sidecar.adapters.kube import KubeClient, PodPublisher
+    from sidecar.adapters.kube.client import KubeClient
+    from sidecar.adapters.kube.publisher import PodPublisher
 
 
 @dataclass(frozen=True)
@@ -148,14 +150,19 @@ class _PodPublication:
 
 
 def _job_failure(client: KubeClient, namespace: str, job_name: str | None) -> Callable[[], str | None]:
-    def failure() -> str | None:
-        return None if job_name is None else client.job_failure(namespace, job_name)
+    from sidecar.adapters.kube.reads import read_job
 
-    return failure
+    def why_failed() -> str | None:
+        return None if job_name is None else job_failure(read_job(client, namespace, job_name))
+
+    return why_failed
 
 
 def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
-    from sidecar.adapters.kube import ApiserverClock, KubeClient, PodPublisher
+    from sidecar.adapters.kube.client import KubeClient
+    from sidecar.adapters.kube.clock import ApiserverClock
+    from sidecar.adapters.kube.publisher import PodPublisher
+    from sidecar.adapters.kube.reads import get_pod, wait_for_trainer_digest
 
     kube = settings.kube
     client = KubeClient.from_settings(kube)
@@ -164,7 +171,7 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
     context: dict[str, Any] = {"namespace": namespace, "pod": pod_name, "pod_uid": kube.pod_uid}
     job_name: str | None = None
     try:
-        identity = client.get_pod(namespace, pod_name, container)
+        identity = get_pod(client, namespace, pod_name, container)
         job_name = identity.job_name
         context.update(
             job=identity.job_name,
@@ -180,7 +187,7 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
         # Asked once the launcher has announced itself: the trainer container runs, so the
         # kubelet reports (or is about to report) its image digest.
         try:
-            pod = client.wait_for_trainer_digest(namespace, pod_name, container)
+            pod = wait_for_trainer_digest(client, namespace, pod_name, container)
         except ForbiddenError as exc:
             # RBAC that forbids reading our own pod will not heal on a retry.
             raise RefusedError(f"cannot read the trainer image digest: {exc}") from exc

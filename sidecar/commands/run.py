@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _release_pod_launcher(exc: BaseException) -> None:
-    from sidecar.adapters.kube import write_termination_message
+    from sidecar.adapters.kube.termination import write_termination_message
     from sidecar.adapters.rundir.pod import release_waiting_launcher
 
     if isinstance(exc, SoakError):

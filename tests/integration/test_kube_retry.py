@@ -17,7 +17,11 @@ from pathlib import Path
 import pytest
 
 from sidecar import cli
-from sidecar.adapters.kube import KubeClient, PodPublisher, connect, write_termination_message
+from sidecar.adapters.kube.client import KubeClient
+from sidecar.adapters.kube.connection import connect
+from sidecar.adapters.kube.publisher import PodPublisher, create_event, patch_annotations
+from sidecar.adapters.kube.reads import get_pod
+from sidecar.adapters.kube.termination import write_termination_message
 from sidecar.core.errors import ConfigError, ForbiddenError, PublishError
 from sidecar.core.publication import Publication, parse_termination_message
 
@@ -116,7 +120,7 @@ def test_get_pod_retries_5xx_then_reads_identity(scripted: tuple[str, Script]) -
     script.answers += [(503, {}, status_body(503, "ServiceUnavailable"))] * 2
     sleeps: list[float] = []
     with make_client(url, sleeps) as client:
-        identity = client.get_pod("ns", "p")
+        identity = get_pod(client, "ns", "p")
     assert script.auth == ["Bearer t0ken"] * 3
     assert len(script.requests) == 3
     assert len(sleeps) == 2 and 0.1 <= sleeps[0] <= 0.2 and 0.2 <= sleeps[1] <= 0.4
@@ -133,7 +137,7 @@ def test_missing_trainer_status_gives_no_digest(scripted: tuple[str, Script]) ->
     no_status["metadata"]["ownerReferences"] = []
     script.answers.append((200, {}, no_status))
     with make_client(url, []) as client:
-        identity = client.get_pod("ns", "p")
+        identity = get_pod(client, "ns", "p")
     assert identity.trainer_image_digest is None and identity.job_name is None
 
 
@@ -145,7 +149,7 @@ def test_patch_is_a_merge_patch_retried_on_conflict_and_429(scripted: tuple[str,
     ]
     sleeps: list[float] = []
     with make_client(url, sleeps) as client:
-        client.patch_annotations("ns", "p", {"soak.sidecar.io/verdict": "passed", "gone": None})
+        patch_annotations(client, "ns", "p", {"soak.sidecar.io/verdict": "passed", "gone": None})
     methods = [(m, p, ct) for m, p, ct, _ in script.requests]
     assert methods == [("PATCH", "/api/v1/namespaces/ns/pods/p", "application/merge-patch+json")] * 3
     assert json.loads(script.requests[-1][3]) == {
@@ -158,7 +162,7 @@ def test_forbidden_is_not_retried(scripted: tuple[str, Script]) -> None:
     url, script = scripted
     script.answers.append((403, {}, status_body(403, "Forbidden")))
     with make_client(url, []) as client, pytest.raises(ForbiddenError, match="forbidden") as info:
-        client.patch_annotations("ns", "p", {"a": "b"})
+        patch_annotations(client, "ns", "p", {"a": "b"})
     assert len(script.requests) == 1
     assert int(info.value.exit_code) == 15
     assert info.value.__cause__ is not None  # chained, but only a SoakError escapes
@@ -168,7 +172,7 @@ def test_not_found_is_not_retried(scripted: tuple[str, Script]) -> None:
     url, script = scripted
     script.answers.append((404, {}, status_body(404, "NotFound")))
     with make_client(url, []) as client, pytest.raises(PublishError, match="HTTP 404"):
-        client.get_pod("ns", "p")
+        get_pod(client, "ns", "p")
     assert len(script.requests) == 1
 
 
@@ -177,7 +181,7 @@ def test_retries_exhausted(scripted: tuple[str, Script]) -> None:
     script.answers += [(500, {}, status_body(500, "InternalError"))] * 10
     sleeps: list[float] = []
     with make_client(url, sleeps, retries=2) as client, pytest.raises(PublishError, match="3 tries"):
-        client.get_pod("ns", "p")
+        get_pod(client, "ns", "p")
     assert len(script.requests) == 3 and len(sleeps) == 2
 
 
@@ -188,7 +192,7 @@ def test_event_conflict_means_an_earlier_try_landed(scripted: tuple[str, Script]
         (409, {}, status_body(409, "AlreadyExists")),
     ]
     with make_client(url, []) as client:
-        name = client.create_event("ns", "p", "pod-uid", reason="SoakPassed", message="m")
+        name = create_event(client, "ns", "p", "pod-uid", reason="SoakPassed", message="m")
     bodies = [json.loads(body) for _, _, _, body in script.requests]
     assert len(bodies) == 2 and bodies[0]["metadata"]["name"] == bodies[1]["metadata"]["name"] == name
     assert bodies[0]["involvedObject"]["uid"] == "pod-uid"

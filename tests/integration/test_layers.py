@@ -44,7 +44,7 @@ def test_the_package_keeps_its_layers() -> None:
         ("adapters/procfs.py", "import sidecar.app.session", "cli > app > adapters > settings > core"),
         ("core/conclusion.py", "import sidecar.settings", "cli > app > adapters > settings > core"),
         ("core/verdict.py", "import subprocess", "the core does no I/O"),
-        ("adapters/kube.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
+        ("adapters/kube/reads.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
         ("launcher/runner.py", "import sidecar.core.samples", "standard library only"),
         ("launcher/proc.py", "import psutil", "standard library only"),
         ("adapters/procfs.py", "import sidecar.launcher.runner", "imports only the launcher's protocol"),

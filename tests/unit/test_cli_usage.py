@@ -17,6 +17,10 @@ from sidecar.core.exitcodes import ExitCode
         ),
         (["schema"], "soak-sidecar schema: error: the following arguments are required: SCHEMA"),
         (["no-such-command"], "soak-sidecar: error: argument COMMAND: invalid choice"),
+        (
+            ["verdict", "some-job", "--wait", "nan"],
+            "soak-sidecar verdict: error: argument --wait: expected seconds >= 0, got 'nan'",
+        ),
     ],
 )
 def test_usage_error_is_one_line(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "sidecar"
 MAX_FUNCTION_LINES = 60
 MAX_INSTANCE_ATTRIBUTES = 10
+MAX_MODULE_LINES = 400
 
 
 def modules() -> list[tuple[Path, ast.Module]]:
@@ -49,6 +50,15 @@ def test_no_class_keeps_more_than_ten_pieces_of_state() -> None:
         and len(attrs := instance_attributes(node)) > MAX_INSTANCE_ATTRIBUTES
     ]
     assert not big, "split these classes:\n" + "\n".join(big)
+
+
+def test_no_module_is_longer_than_one_concept_needs() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): count
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (count := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"split these by concept (at most {MAX_MODULE_LINES} lines each): {long}"
 
 
 def test_the_checks_see_what_they_measure() -> None:

@@ -1,0 +1,76 @@
+"""What the Kubernetes API says about a soak Job's pods, its verdict Events and the Job itself.
+
+Pure records: the kube adapter builds them from the client's objects, so the decisions of
+:mod:`sidecar.core.job_pods` run on hand-built facts as well as on a real apiserver's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
+
+StateKind = Literal["waiting", "running", "terminated"]
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """One of a container's states; ``exit_code`` only for ``terminated``."""
+
+    kind: StateKind
+    reason: str | None = None
+    message: str | None = None
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    name: str
+    # None: the kubelet reports no state (yet).
+    state: ContainerState | None = None
+    # The previous run of a restarted container, as the kubelet keeps it.
+    last_state: ContainerState | None = None
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    name: str
+    uid: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    created: datetime | None = None
+    # The pod has a deletion timestamp: it is going away.
+    deleting: bool = False
+    phase: str | None = None
+    # The pod's own reason and message (Evicted, ...).
+    reason: str | None = None
+    message: str | None = None
+    init_containers: tuple[ContainerFacts, ...] = ()
+    containers: tuple[ContainerFacts, ...] = ()
+
+    def container(self, name: str) -> ContainerFacts | None:
+        return next((c for c in self.containers if c.name == name), None)
+
+
+@dataclass(frozen=True)
+class EventFacts:
+    """A verdict Event: the pod it is about (None when it names none) and its annotations."""
+
+    pod_name: str | None
+    pod_uid: str | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobCondition:
+    type: str
+    # "True", "False" or "Unknown", as the API says it.
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    name: str
+    conditions: tuple[JobCondition, ...] = ()

@@ -34,7 +34,10 @@ from pathlib import Path
 
 from sidecar.adapters.rundir.channel import Heartbeat, RunDir
 from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.protocol.files import read_json
 from sidecar.launcher.protocol.go import GoRequest
+from sidecar.launcher.protocol.names import SOFT_STOP_FILE
+from sidecar.launcher.protocol.records import SoftStopRecord
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PYTHON = Path.home() / ".cache" / "soak-sidecar" / "trainer-venv" / "bin" / "python"
@@ -112,7 +115,8 @@ def soft_stop_to_checkpoints(work: Path, python: Path, command: list[str], ranks
         time.sleep(0.5)  # a few steps on every rank
         rd.request("soft_stop", "bench")
         proc.wait(timeout=120)
-    soft = rd.soft_stop_record()
+    raw = read_json(str(rd.path / SOFT_STOP_FILE))
+    soft = None if raw is None else SoftStopRecord.parse(raw)
     written = [path.stat().st_mtime for path in progress.glob(pattern)]
     if soft is None or len(written) != ranks:
         raise RuntimeError(f"soft stop not honoured: {soft}, {written}")

@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sidecar.core.errors import ConfigError
+from sidecar.launcher.protocol.names import TERMINATION_MESSAGE_BYTES
 
 DEFAULT_PREFIX = "soak.sidecar.io/"
 
 # Kubernetes limits: annotation name part, key prefix (a DNS-1123 subdomain), termination message.
 MAX_NAME_LEN = 63
 MAX_PREFIX_LEN = 253
-MAX_TERMINATION_MESSAGE_BYTES = 4096
+MAX_TERMINATION_MESSAGE_BYTES = TERMINATION_MESSAGE_BYTES
 # Events are shown one per line by kubectl; kubelet itself truncates its event messages to 1 KiB.
 MAX_EVENT_MESSAGE_BYTES = 1024
 

@@ -10,7 +10,8 @@ from .output import log
 from .protocol.exit import ExitRecord, KilledProcess
 from .protocol.fields import signal_name
 from .protocol.files import atomic_write_json
-from .protocol.names import EXIT_FILE, EXIT_LAUNCHER_ERROR, EXIT_SUPERVISOR_LOST, TERMINATION_MESSAGE_BYTES
+from .protocol.names import EXIT_FILE, EXIT_LAUNCHER_ERROR, EXIT_SUPERVISOR_LOST
+from .protocol.termination import write_termination_message
 from .state import StopState
 from .trainer import Trainer
 
@@ -86,9 +87,7 @@ def write_termination_log(path: str, record: ExitRecord) -> None:
         "returncode": record.returncode,
         "signal_name": record.signal_name,
     }
-    text = "soak-launcher: " + json.dumps(summary, sort_keys=True)
     try:
-        with open(path, "w", encoding="utf-8") as out:
-            out.write(text[:TERMINATION_MESSAGE_BYTES])
+        write_termination_message(path, "soak-launcher: " + json.dumps(summary, sort_keys=True))
     except OSError as exc:
         log(f"cannot write the termination log {path}: {exc}")

@@ -97,7 +97,7 @@ def test_publish_annotations_event_and_termination_message(env: KubeEnv, tmp_pat
         first = publisher.publish(verdict())
         # A restarted sidecar publishing again: absent fields are deleted, not left stale.
         second = publisher.publish(verdict(artifact_uri=None, artifact_sha256=None, reason="again"))
-    assert first.ok and second.ok, (first.errors, second.errors)
+    assert not first.errors and not second.errors, (first.errors, second.errors)
     stored = env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations
     assert stored["team.example/owner"] == "ml-infra"  # merge patch leaves others alone
     expected = build_annotations(verdict(artifact_uri=None, artifact_sha256=None, reason="again"))
@@ -145,7 +145,7 @@ def test_hostile_reason_never_makes_an_invalid_patch(env: KubeEnv) -> None:
             termination_log=None,
         )
         outcome = publisher.publish(verdict(reason=hostile, classification=bad_classification))
-    assert outcome.ok, outcome.errors
+    assert not outcome.errors, outcome.errors
     stored = ours(env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations)
     assert len(stored[f"{PREFIX}reason"].encode()) <= REASON_BYTES
     assert sum(len(k.encode()) + len(v.encode()) for k, v in stored.items()) <= 4096
@@ -220,7 +220,7 @@ def published_pod(
             prefix=PREFIX,
             termination_log=None,
         ).publish(pub)
-    assert outcome.ok, outcome.errors
+    assert not outcome.errors, outcome.errors
 
 
 def run_cli(env: KubeEnv, job: str, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str]:
@@ -490,7 +490,7 @@ def test_wiring_from_settings(env: KubeEnv, tmp_path: Path) -> None:
     with KubeClient.from_settings(settings.kube) as client:
         publisher = PodPublisher.from_settings(client, settings.kube)
         assert publisher.progress("running", 1_800_000_000.0, 1.0)
-        assert publisher.publish(verdict()).ok
+        assert not publisher.publish(verdict()).errors
     stored = env.core.read_namespaced_pod(pod.metadata.name, env.namespace).metadata.annotations
     assert stored["soak.example.org/verdict"] == "failed"
     assert stored["soak.example.org/phase"] == "running"

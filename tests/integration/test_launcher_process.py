@@ -25,6 +25,7 @@ from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.files import atomic_write_json, read_json
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
+from sidecar.launcher.protocol.records import SoftStopRecord
 from tests.components import require
 from tests.fixtures.processes import Spawner, kill_orphan
 from tests.waiting import wait_until
@@ -175,6 +176,12 @@ def _logs(log: Path, name: str, times: int) -> Callable[[], bool]:
     return lambda: received(log).count(name) == times
 
 
+def soft_stop_record(run_dir: Path) -> SoftStopRecord | None:
+    """soft_stop.json as the trainer reads it (the sidecar does not: exit.json carries the stop)."""
+    raw = read_json(str(run_dir / proto.SOFT_STOP_FILE))
+    return None if raw is None else SoftStopRecord.parse(raw)
+
+
 def last_beat(rd: RunDir) -> dict[str, Any]:
     """The sidecar's latest heartbeat as written (seq, wall, ...); {} before the first."""
     return read_json(str(rd.file(proto.HEARTBEAT_FILE))) or {}
@@ -192,7 +199,7 @@ def test_deadline_soft_stop_then_kill_of_term_ignoring_trainer(
     child_pid = int(Path(str(log) + ".child").read_text())
     record = run.finish()
 
-    soft = run.rd.soft_stop_record()
+    soft = soft_stop_record(run.rd.path)
     assert soft is not None and soft.reason == DEADLINE_SOFT_STOP  # what the verdict reads as the deadline
     assert soft.sent_unix >= deadline - 2.0 - 0.05
     usr1 = [float(line.split()[1]) for line in log.read_text().splitlines() if "SIGUSR1" in line]
@@ -240,7 +247,7 @@ def test_a_stop_signal_is_the_soft_stop_first_and_reaches_the_trainer_after_the_
     run.proc.send_signal(signal.SIGTERM)
     record = run.finish()
     assert received(log) == ["SIGUSR1"]  # the soft stop; SIGTERM then killed it (no handler)
-    soft = run.rd.soft_stop_record()
+    soft = soft_stop_record(run.rd.path)
     assert soft is not None and soft.reason == "signal: SIGTERM"
     assert (record.signals_deferred, record.signals_forwarded) == (("SIGTERM",), ("SIGTERM",))
     assert record.reason == "signalled" and record.signal == signal.SIGTERM
@@ -311,7 +318,7 @@ def test_control_soft_stop_then_terminate_escalates_to_kill(
     wait_until("trainer ready", Path(str(log) + ".ready").exists)
     run.rd.request("soft_stop", "operator asked")
     wait_until("SIGUSR2 received", lambda: "SIGUSR2" in received(log))
-    soft = run.rd.soft_stop_record()
+    soft = soft_stop_record(run.rd.path)
     assert soft is not None and soft.reason == "control: operator asked"
     run.rd.request("terminate", "stale progress")
     record = run.finish()

@@ -142,11 +142,18 @@ def test_unreachable_store_is_transient(seaweedfs: SeaweedServer, run_id: str) -
     settings = _settings(
         seaweedfs, endpoint_url=f"http://127.0.0.1:{port}", max_attempts=2, connect_timeout_s=1.0
     )
-    store = _store(seaweedfs, settings)
+    sent: list[str] = []
+
+    def counting_factory(s3: S3Settings) -> S3Client:
+        client = seaweedfs.factory()(s3)
+        client.meta.events.register("before-send.s3", lambda **_: sent.append("x"))
+        return client
+
+    store = S3DeadlineStore(settings, client_factory=counting_factory)
     with pytest.raises(StoreUnavailableError, match="unreachable") as info:
         store.load(run_id)
     assert info.value.exit_code.retryable
-    assert store.stats.attempts == 2
+    assert len(sent) == 2  # max_attempts, retried
 
 
 def test_lock_is_held_renewed_and_released(seaweedfs: SeaweedServer, run_id: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from sidecar.adapters.rundir.channel import Heartbeat, RunDir
 from sidecar.adapters.rundir.local import spawn_local_launcher
 from sidecar.core.errors import ConfigError, LauncherError
+from sidecar.launcher.exiting import write_termination_log
 from sidecar.launcher.protocol import names as proto
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
 from sidecar.launcher.protocol.fields import ProtocolError
@@ -289,3 +290,17 @@ def test_the_sidecar_lock_is_never_taken_through_a_symlink(tmp_path: Path) -> No
     (tmp_path / ".sidecar.lock").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(ConfigError, match="cannot use run dir"), RunDir(tmp_path).exclusive():
         pass
+
+
+def test_launcher_termination_log_is_cut_on_a_character_and_never_through_a_link(tmp_path: Path) -> None:
+    # The launcher writes the trainer container's message with the same writer as the sidecar.
+    record = ExitRecord.parse(exit_raw(signal_name="\u00e9" * 5000))
+    log = tmp_path / "log"
+    write_termination_log(str(log), record)
+    assert len(log.read_bytes()) <= 4096 and log.read_bytes().decode("utf-8").startswith("soak-launcher:")
+    victim = tmp_path / "victim"
+    victim.write_text("keep", encoding="utf-8")
+    link = tmp_path / "link"
+    link.symlink_to(victim)
+    write_termination_log(str(link), record)  # logged, not raised: the launcher still exits
+    assert victim.read_text(encoding="utf-8") == "keep"

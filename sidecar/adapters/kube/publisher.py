@@ -112,10 +112,6 @@ class PublishOutcome:
     event: bool
     errors: tuple[PublishError, ...]
 
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
 
 class PodPublisher:
     """Publishes the sidecar's verdict and (rate-limited) progress on its own pod."""

@@ -26,7 +26,6 @@ from sidecar.launcher.protocol.records import (
     AbortRequest,
     ControlRequest,
     LauncherInfo,
-    SoftStopRecord,
     TrainerInfo,
 )
 
@@ -151,12 +150,6 @@ class RunDir:
         if raw is None or raw.get("launch_id") != self._launch_id:
             return None
         return _parsed(TrainerInfo.parse, raw)
-
-    def soft_stop_record(self) -> SoftStopRecord | None:
-        raw = self._read(names.SOFT_STOP_FILE)
-        if raw is None or raw.get("launch_id") != self._launch_id:
-            return None
-        return _parsed(SoftStopRecord.parse, raw)
 
     def read_exit(self) -> ExitRecord | None:
         """exit.json of this launcher (or a launch_id-less one: it failed before announcing)."""

@@ -53,7 +53,7 @@ class S3DeadlineStore:
         self._settings = settings
         self._bucket: str = settings.bucket
         self._prefix = settings.deadline_prefix.strip("/")
-        self._client, self.stats = build_client(settings, client_factory)
+        self._client, _ = build_client(settings, client_factory)
         self._leases = LeaseLock(
             self._client, self._bucket, settings, clock=clock or SystemClock(), on_lock_lost=on_lock_lost
         )

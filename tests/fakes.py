@@ -228,6 +228,9 @@ class FakeChannel:
     def console_logs(self) -> list[Path]:
         return []
 
+    def redact_commands(self) -> None:
+        """The simulated run dir holds no command lines."""
+
 
 class FakeLocalLauncher:
     def __init__(self, world: World) -> None:

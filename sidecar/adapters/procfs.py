@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import psutil
 
-from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command
-from sidecar.core.samples import ProcessInfo, ProcessTreeSample
+from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redacted_line
+from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ProcessTreeSample
 from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_links
+from sidecar.launcher.protocol.names import CMDLINE_READ_BYTES
 
-COMMAND_MAX_CHARS = 512
 _PROC = "/proc"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -82,12 +82,15 @@ def is_exiting(pid: int, start_ticks: int | None) -> bool:
     return bool(int(fields[_FLAGS]) & _PF_EXITING)
 
 
-def _read_at(dir_fd: int, name: str) -> bytes:
+def _read_at(dir_fd: int, name: str, limit: int = 1 << 20) -> bytes:
+    """At most ``limit`` bytes of a /proc file (a trainer's argv may be megabytes)."""
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
             chunks.append(chunk)
+            size += len(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -115,10 +118,11 @@ def _children(pid_fd: int) -> list[int]:
 
 
 def _command(cmdline: bytes, max_chars: int, rules: RedactionRules) -> str:
-    # Arguments are NUL-separated and NUL-terminated; the environment is never read. Secrets are
-    # redacted argument by argument before the line is joined and truncated.
+    # Arguments are NUL-separated and NUL-terminated; the environment is never read. Only the first
+    # CMDLINE_READ_BYTES are read: what a hostile argv costs to redact is bounded per process. Secrets
+    # are redacted argument by argument before the line is joined and truncated.
     argv = cmdline.rstrip(b"\0").decode("utf-8", errors="replace").split("\0")
-    return " ".join(redact_command(argv, rules))[:max_chars]
+    return redacted_line(argv, max_chars, rules)
 
 
 class _Commands:
@@ -262,7 +266,7 @@ class ProcfsProcessTable:
             ppid, threads = int(fields[_PPID]), int(fields[_NUM_THREADS])
             rss_kib = int(fields[_RSS]) * _PAGE_KIB
             state = fields[_STATE].decode()
-            cmdline = _read_at(pid_fd, "cmdline")
+            cmdline = _read_at(pid_fd, "cmdline", CMDLINE_READ_BYTES)
             children = _children(pid_fd)
             fds = self._fd_table(pid_fd, pid, ticks)
         except (OSError, IndexError, ValueError):

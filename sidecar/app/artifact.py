@@ -18,7 +18,7 @@ from sidecar.core.artifact import (
     SampleRecorder,
     utc_timestamp,
 )
-from sidecar.core.redaction import RedactionRules, redact_command, redact_command_line
+from sidecar.core.redaction import redact_command
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -90,7 +90,7 @@ def build_artifact(
         shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
         post_shutdown=PostShutdown(
             residual_processes=list(evidence.residuals),
-            launcher_exit=_redacted_exit(ports.channel.exit_json(), rules),
+            launcher_exit=evidence.exit_record.to_json() if evidence.exit_record else None,
         ),
         run_summary=json_safe(summary.data) if summary else None,
         console_log=str(console[-1].resolve()) if console else None,
@@ -100,24 +100,6 @@ def build_artifact(
     if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
         artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
     return artifact
-
-
-def _redacted_exit(exit_json: dict[str, Any] | None, rules: RedactionRules) -> dict[str, Any] | None:
-    """The launcher's exit record with the command lines of the processes it killed redacted."""
-    if exit_json is None:
-        return None
-    redacted = dict(exit_json)
-    for key in ("killed_with_trainer", "survivors_killed"):
-        entries = exit_json.get(key)
-        if isinstance(entries, list):
-            redacted[key] = [_redacted_entry(entry, rules) for entry in entries]
-    return redacted
-
-
-def _redacted_entry(entry: object, rules: RedactionRules) -> object:
-    if isinstance(entry, dict) and isinstance(entry.get("command"), str):
-        return {**entry, "command": redact_command_line(entry["command"], rules)}
-    return entry
 
 
 def _deadline_info(ports: Ports, evidence: Evidence, verdict: verdicts.Verdict) -> DeadlineInfo | None:

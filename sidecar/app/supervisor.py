@@ -233,6 +233,11 @@ class Supervisor:
         self, files: ArtifactFiles, evidence: Evidence, verdict: verdicts.Verdict, recorder: SampleRecorder
     ) -> RunResult:
         settings, ports = self._settings, self._ports
+        if self._started.request.mode == "local":
+            # The local run dir stays under --output, often archived with the artifact. (A pod's
+            # is an emptyDir, and a restarted sidecar re-reads the trainer command from it.)
+            with contextlib.suppress(LauncherError, OSError):
+                ports.channel.redact_commands()
         artifact = build_artifact(settings, ports, files, evidence, verdict=verdict, recorder=recorder)
         attempt = self._started.attempt
         return deliver(

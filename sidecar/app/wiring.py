@@ -45,7 +45,7 @@ class Wiring:
 def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None = sys.stderr) -> Wiring:
     run_dir = settings.launcher.run_dir
     lock_loss = LockLoss()
-    channel = RunDir(run_dir)
+    channel = RunDir(run_dir, settings.redaction.rules())
     ports = Ports(
         channel=channel,
         spawner=LocalLauncherSpawner(run_dir, keep_env=settings.launcher.keep_env),

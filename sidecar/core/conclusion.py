@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from sidecar.core import verdict as verdicts
 from sidecar.core.run_summary import SummaryOutcome
-from sidecar.core.samples import ProcessInfo, ResidualProcess
+from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
 
@@ -117,7 +117,7 @@ def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
             victim.pid,
             ResidualProcess(
                 pid=victim.pid,
-                command=victim.command,
+                command=" ".join(victim.command)[:COMMAND_MAX_CHARS],
                 fate="killed_by_launcher",
                 last_seen=seen.get(victim.pid),
             ),

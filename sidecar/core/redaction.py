@@ -13,9 +13,12 @@ The run identity keeps a hash of the unredacted command, so a changed secret is 
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
 
 REDACTED = "<redacted>"
 
@@ -107,6 +110,26 @@ def redact_command(command: Sequence[str], rules: RedactionRules = DEFAULT_RULES
     return _redact_sequence([_bounded(argument) for argument in command], rules)
 
 
+# How far past the stored cut an argument is still matched: a token or URL that starts before the
+# cut is seen whole enough for its pattern, so no readable prefix of a secret is stored.
+LOOKAHEAD_CHARS = 256
+
+
+def redacted_line(command: Iterable[str], max_chars: int, rules: RedactionRules = DEFAULT_RULES) -> str:
+    """``command`` redacted, joined with spaces and cut to ``max_chars``, as a sample stores it.
+    Only what can reach the cut is matched (each argument to LOOKAHEAD_CHARS past it, none after
+    it), so a command line of any size costs about the same: the sampler runs this on every new
+    process the trainer starts."""
+    kept: list[str] = []
+    used = 0
+    for argument in command:
+        kept.append(argument[: max_chars - used + LOOKAHEAD_CHARS])
+        used += len(argument) + 1
+        if used > max_chars:
+            break
+    return " ".join(_redact_sequence(kept, rules))[:max_chars]
+
+
 def _redact_sequence(command: Sequence[str], rules: RedactionRules) -> tuple[str, ...]:
     redacted: list[str] = []
     secret_next = False
@@ -144,21 +167,18 @@ def _redact_argument(argument: str, rules: RedactionRules) -> str:
     return _redact_inline(argument, rules)
 
 
-def redact_command_line(text: str, rules: RedactionRules = DEFAULT_RULES) -> str:
-    """A command line already joined with spaces (the launcher's exit record), word by word. A
-    secret flag's value runs to the next flag, as its quoting is lost (``--password 'two words'``);
-    an Authorization header's value is redacted to the end of the line."""
-    words = _bounded(text).split(" ")
-    redacted: list[str] = []
-    secret = False
-    for word in words:
-        if secret and not word.startswith("-"):
-            if redacted[-1] != REDACTED:
-                redacted.append(REDACTED)
-            continue
-        secret = _introduces_secret(word, rules)
-        redacted.append(word)
-    return _redact_argument(" ".join(redacted), rules) if redacted else ""
+def redact_exit_record(record: ExitRecord, rules: RedactionRules = DEFAULT_RULES) -> ExitRecord:
+    """exit.json with the arguments of every process the launcher killed redacted (the launcher
+    records them raw: it knows no rules). The sidecar keeps no other copy of the record."""
+    return dataclasses.replace(
+        record,
+        killed_with_trainer=_redact_killed(record.killed_with_trainer, rules),
+        survivors_killed=_redact_killed(record.survivors_killed, rules),
+    )
+
+
+def _redact_killed(processes: Sequence[KilledProcess], rules: RedactionRules) -> tuple[KilledProcess, ...]:
+    return tuple(KilledProcess(p.pid, redact_command(p.command, rules)) for p in processes)
 
 
 def _bounded(argument: str) -> str:

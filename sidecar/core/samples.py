@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# A stored command line is cut to this many characters (after redaction).
+COMMAND_MAX_CHARS = 512
 FD_CLASSES = ("pipe", "socket", "memfd", "eventfd", "eventpoll", "nvidia", "shared_memory", "other")
 
 

@@ -65,7 +65,7 @@ def exit_record(
     )
 
 
-def _processes(found: dict[int, str]) -> tuple[KilledProcess, ...]:
+def _processes(found: dict[int, tuple[str, ...]]) -> tuple[KilledProcess, ...]:
     return tuple(KilledProcess(pid, command) for pid, command in sorted(found.items()))
 
 

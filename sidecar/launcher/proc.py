@@ -7,6 +7,7 @@ import os
 import shutil
 
 from .protocol.files import read_bytes
+from .protocol.names import CMDLINE_READ_BYTES
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -32,13 +33,33 @@ def kernel_boot_id() -> str | None:
     return data.decode().strip() if data else None
 
 
-def command_of(pid: int) -> str:
-    data = read_bytes(f"/proc/{pid}/cmdline")
+def command_of(pid: int) -> tuple[str, ...]:
+    """The process's arguments (the first CMDLINE_READ_BYTES of them), or its [comm] when it has
+    none (a kernel thread, a zombie): what exit.json names a killed process by."""
+    data = _read_prefix(f"/proc/{pid}/cmdline", CMDLINE_READ_BYTES)
     if data:
-        parts = data.rstrip(b"\0").split(b"\0")
-        return " ".join(part.decode(errors="replace") for part in parts)[:512]
+        return tuple(part.decode(errors="replace") for part in data.rstrip(b"\0").split(b"\0"))
     comm = read_bytes(f"/proc/{pid}/comm")
-    return f"[{comm.decode(errors='replace').strip()}]" if comm else "?"
+    return (f"[{comm.decode(errors='replace').strip()}]",) if comm else ("?",)
+
+
+def _read_prefix(path: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of a /proc file (a command line may be megabytes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        chunks: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := os.read(fd, limit - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _children(pid: int) -> list[int]:

@@ -33,8 +33,8 @@ class StopState:
     signals_deferred: list[str] = field(default_factory=list)
     forward_stop_at: float | None = None
     soft_stop_signalled: list[int] = field(default_factory=list)
-    killed_with_trainer: dict[int, str] = field(default_factory=dict)
-    survivors_killed: dict[int, str] = field(default_factory=dict)
+    killed_with_trainer: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    survivors_killed: dict[int, tuple[str, ...]] = field(default_factory=dict)
     unreaped: list[int] = field(default_factory=list)
     # Monotonic: when TERM's grace ends (then KILL), and when the first KILL went out.
     escalate_at: float | None = None

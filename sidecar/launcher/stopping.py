@@ -47,7 +47,7 @@ class Stopper:
                 sent.append(pid)
         return sent
 
-    def kill_everything(self, into: dict[int, str]) -> None:
+    def kill_everything(self, into: dict[int, tuple[str, ...]]) -> None:
         """SIGKILL the trainer's group and every live descendant, recording them in ``into``.
 
         One pass, no spinning while the victims die (they need the CPU to exit): callers repeat

@@ -65,7 +65,7 @@ def test_setsid_worker_is_killed_and_reaped_by_the_subreaper(
     assert result.leftovers == (), result.output
     record = json.loads((tmp_path / "run" / "exit.json").read_text())
     assert record["reason"] == "exited" and record["exit_code"] == 0
-    assert [p["command"] for p in record["survivors_killed"]] == ["sleep 3600"]
+    assert [p["command"] for p in record["survivors_killed"]] == [["sleep", "3600"]]
     assert record["unreaped"] == []
 
 

@@ -304,7 +304,7 @@ def test_exit_code_passes_through_and_group_survivors_are_killed(
     record = run.finish()
     assert record.exit_code == 3 and record.returncode == 3 and record.reason == "exited"
     leftover = int(marker.read_text())
-    assert [(p.pid, p.command) for p in record.survivors_killed] == [(leftover, "sleep 3600")]
+    assert [(p.pid, p.command) for p in record.survivors_killed] == [(leftover, ("sleep", "3600"))]
     assert not record.kill_sent, "sleep dies on TERM: no KILL needed"
     assert gone(leftover)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.processes import Spawner
-from tests.integration.test_cli_local import DATA, FAST
+from tests.integration.test_cli_local import DATA, FAST, cli
 from tests.integration.test_supervisor_rules import status_samples
 from tests.waiting import wait_until
 
@@ -111,3 +111,41 @@ def test_secrets_in_the_trainers_argv_are_stored_nowhere(tmp_path: Path, spawn: 
     assert "--api-key <redacted>" in stored["samples.jsonl.gz"]  # the sampled process, redacted
     identity = json.loads(stored["deadline record"])["identity"]
     assert len(identity["command_sha256"]) == 64  # the unredacted command still identifies the run
+
+
+# Leaves a worker behind whose argv carries its own secret, so the launcher must kill it after the
+# trainer ends and names it in exit.json: the command lines the launcher records, unredacted.
+LEAVES_A_WORKER = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    worker = subprocess.Popen([*sleeper, "--password", sys.argv[4]])
+    with open(os.path.join(os.environ["SOAK_PROGRESS_DIR"], "worker.pid"), "w") as out:
+        out.write(str(worker.pid))
+    """
+)
+
+
+def test_a_local_run_leaves_no_unredacted_command_line_on_disk(tmp_path: Path) -> None:
+    script_file = tmp_path / "trainer.py"
+    script_file.write_text(LEAVES_A_WORKER, encoding="utf-8")
+    secrets = ("hunter2SECRET", "two words hunter3")
+    done = cli(
+        "run", "--local", *FAST, "--", sys.executable, str(script_file), "--api-key", secrets[0],
+        "--token", secrets[1],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stderr  # no run_summary.json, a worker left behind
+    out = tmp_path / "soak-output"
+    (pid_file,) = out.glob("runs/*/progress/worker.pid")
+    artifact = json.loads(next(out.glob("runs/*/attempt-1/artifact.json")).read_text(encoding="utf-8"))
+    killed = artifact["post_shutdown"]["launcher_exit"]["survivors_killed"]
+    assert [p["pid"] for p in killed] == [int(pid_file.read_text())]
+    assert killed[0]["command"][-2:] == ["--password", "<redacted>"]  # one argument, quoting kept
+    stored = [path for path in out.rglob("*") if path.is_file() and "progress" not in path.parts]
+    assert any(path.name == "launcher.json" for path in stored)  # kept, redacted
+    for path in stored:
+        data = path.read_bytes()
+        text = gzip.decompress(data).decode() if path.suffix == ".gz" else data.decode(errors="replace")
+        for secret in (*secrets, "hunter3"):
+            assert secret not in text, f"{secret} in {path.relative_to(out)}"

@@ -96,7 +96,7 @@ def test_a_monitor_failure_comes_before_what_the_exit_record_says() -> None:
 
 
 def test_residuals_are_the_survivors_and_what_the_launcher_had_to_kill_never_the_launcher() -> None:
-    record = exited(survivors_killed=(KilledProcess(pid=21, command="daemon"),), unreaped=(22, LAUNCHER))
+    record = exited(survivors_killed=(KilledProcess(pid=21, command=("daemon",)),), unreaped=(22, LAUNCHER))
     seen = (process(20), process(21))
     result = conclude(facts(exit_record=record, still_alive=(process(20),), last_seen=seen))
     assert result.residual_pids == (20, 21, 22)
@@ -114,7 +114,7 @@ def test_residuals_are_the_survivors_and_what_the_launcher_had_to_kill_never_the
 
 
 def test_a_helper_killed_between_samples_is_still_listed() -> None:
-    record = exited(survivors_killed=(KilledProcess(pid=30, command="python3 helper.py"),))
+    record = exited(survivors_killed=(KilledProcess(pid=30, command=("python3", "helper.py")),))
     result = conclude(facts(exit_record=record))
     assert result.verdict.classification == "resource_leak"
     (only,) = result.residuals_reported

@@ -59,7 +59,7 @@ def exit_raw(**overrides: Any) -> dict[str, Any]:
         "deadline_expired": True,
         "kill_sent": True,
         "control": [{"seq": 1, "action": "soft_stop", "reason": "r"}],
-        "killed_with_trainer": [{"pid": 78, "command": "worker"}],
+        "killed_with_trainer": [{"pid": 78, "command": ["worker", "--rank", "1"]}],
         "survivors_killed": [],
         "unreaped": [],
         "started_unix": 1.0,
@@ -218,7 +218,7 @@ def test_read_exit_parses_and_filters_by_launcher(tmp_path: Path) -> None:
     record = rd.read_exit()
     assert isinstance(record, ExitRecord)
     assert record.exit_code == 137 and record.signal == 9 and record.deadline_expired
-    assert record.killed_with_trainer == (KilledProcess(78, "worker"),)
+    assert record.killed_with_trainer == (KilledProcess(78, ("worker", "--rank", "1")),)
     assert record.control[0].action == "soft_stop" and record.trainer_started
     assert rd.wait_exit(0.1) == record
     atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(launch_id="another"))

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sidecar.core.redaction import (
     DEFAULT_RULES,
+    LOOKAHEAD_CHARS,
     MAX_ARGUMENT_CHARS,
     REDACTED,
     RedactionRules,
     redact_command,
-    redact_command_line,
+    redact_exit_record,
+    redacted_line,
 )
 from sidecar.core.trainer_env import trainer_environment
+from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
 
 R = REDACTED
 
@@ -64,11 +71,6 @@ def test_configured_words_and_patterns_are_redacted_too() -> None:
     assert redact_command(["x", "--salt", "s"], DEFAULT_RULES) == ("x", "--salt", "s")
 
 
-def test_a_joined_command_line_is_redacted_word_by_word() -> None:
-    line = "python train.py --password hunter2 -H Authorization: Bearer abc def"
-    assert redact_command_line(line) == f"python train.py --password {R} -H Authorization: {R}"
-
-
 def test_the_trainer_gets_no_sidecar_settings_or_credentials() -> None:
     environ = {
         "PATH": "/bin",
@@ -111,9 +113,18 @@ def test_the_forms_a_reviewer_found_missed_are_redacted(command: list[str], expe
     assert redact_command(command) == tuple(expected)
 
 
-def test_a_secret_flags_value_in_a_joined_line_runs_to_the_next_flag() -> None:
-    line = "python train.py --password two words --lr 1"
-    assert redact_command_line(line) == f"python train.py --password {R} --lr 1"
+def test_the_processes_the_launcher_killed_are_redacted_argument_by_argument() -> None:
+    # exit.json keeps each killed process's argv: a value with spaces stays one argument.
+    record = ExitRecord(
+        launch_id=None,
+        exit_code=0,
+        reason="exited",
+        killed_with_trainer=(KilledProcess(7, ("python", "w.py", "--password", "two words", "--lr", "1")),),
+        survivors_killed=(KilledProcess(8, ("curl", "-H", "Authorization: Bearer abc def", "https://h")),),
+    )
+    redacted = redact_exit_record(record)
+    assert redacted.killed_with_trainer[0].command == ("python", "w.py", "--password", R, "--lr", "1")
+    assert redacted.survivors_killed[0].command == ("curl", "-H", f"Authorization: {R}", "https://h")
 
 
 def test_a_huge_argument_is_cut_before_matching_and_storing() -> None:
@@ -124,3 +135,32 @@ def test_a_huge_argument_is_cut_before_matching_and_storing() -> None:
     )
     (secret,) = redact_command(["--password=" + "x" * 2 * MAX_ARGUMENT_CHARS])
     assert secret == f"--password={R}"
+
+
+def test_a_sampled_line_stores_no_readable_prefix_of_a_secret_at_the_cut() -> None:
+    token = "hf_" + "a1" * 30
+    for filler in range(480, 520):  # the token starts just before, at and after the cut
+        line = redacted_line(["x" * filler, token, "--password", "hunter2"], 512)
+        assert "a1a1" not in line and "hunter2" not in line
+        assert len(line) <= 512
+
+
+def test_a_sampled_line_matches_nothing_past_the_cut() -> None:
+    read: list[int] = []
+
+    def arguments() -> Iterator[str]:  # 100 MB of hostile arguments, as a trainer may pass
+        for index in range(1000):
+            read.append(index)
+            yield "0123456789abcdef" * 6_250
+
+    assert len(redacted_line(arguments(), 512)) == 512
+    assert len(read) == 1  # the first argument already reaches the cut
+    assert redacted_line(["python", "-m", "train", "--api-key", "k"], 512) == f"python -m train --api-key {R}"
+
+
+@given(st.lists(st.text(max_size=LOOKAHEAD_CHARS), max_size=12), st.integers(min_value=1, max_value=600))
+def test_a_sampled_line_is_a_prefix_of_the_whole_redacted_command(command: list[str], max_chars: int) -> None:
+    # Arguments no longer than the lookahead are matched whole: the same redaction as the stored command.
+    line = redacted_line(command, max_chars)
+    assert len(line) <= max_chars
+    assert " ".join(redact_command(command)).startswith(line)

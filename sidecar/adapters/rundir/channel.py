@@ -5,6 +5,7 @@ parsers) and writes its own requests atomically. Every request names the launche
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import itertools
 import os
@@ -16,6 +17,7 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
+from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command, redact_exit_record
 from sidecar.launcher.protocol import names
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.fds import FdTable, parse_fd_report
@@ -44,8 +46,9 @@ def _parsed(parse: Callable[[Mapping[str, Any]], Record], raw: Mapping[str, Any]
 class RunDir:
     """The shared run dir seen from the sidecar. Not thread-safe except beat() (own counter)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, redaction: RedactionRules = DEFAULT_RULES) -> None:
         self.path = Path(path)
+        self._redaction = redaction
         self._launch_id: str | None = None
         self._beats = itertools.count(1)
         self._control_seq = 0
@@ -159,7 +162,7 @@ class RunDir:
         bound = raw.get("launch_id")
         if bound is not None and self._launch_id is not None and bound != self._launch_id:
             return None
-        return _parsed(ExitRecord.parse, raw)
+        return redact_exit_record(_parsed(ExitRecord.parse, raw), self._redaction)
 
     def fd_report(self) -> dict[tuple[int, int], FdTable]:
         """The launcher's fds.json (the fd tables of a tree under another UID) by (pid, start
@@ -173,9 +176,34 @@ class RunDir:
         except ProtocolError:
             return {}
 
-    def exit_json(self) -> dict[str, Any] | None:
-        """exit.json as the launcher wrote it (for the artifact), None when absent or unreadable."""
-        return read_json(str(self.file(names.EXIT_FILE)))
+    def redact_commands(self) -> None:
+        """Rewrite launcher.json and exit.json with every command line in them redacted (the launcher
+        knows no rules): a local run dir stays on disk, next to the artifact, after the run. A record
+        that cannot be parsed cannot be redacted either: it is removed."""
+        for name, parse in (
+            (names.LAUNCHER_FILE, self._redacted_launcher_info),
+            (names.EXIT_FILE, self._redacted_exit_json),
+        ):
+            path = self.file(name)
+            try:
+                redacted = parse()
+            except LauncherError:
+                redacted = None
+            if redacted is not None:
+                atomic_write_json(str(path), redacted)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+
+    def _redacted_launcher_info(self) -> dict[str, Any] | None:
+        raw = self._read(names.LAUNCHER_FILE)
+        if raw is None:
+            return None
+        info = _parsed(LauncherInfo.parse, raw)
+        return dataclasses.replace(info, command=redact_command(info.command, self._redaction)).to_json()
+
+    def _redacted_exit_json(self) -> dict[str, Any] | None:
+        record = self.read_exit()
+        return None if record is None else record.to_json()
 
     def go_given(self) -> bool:
         """Whether a sidecar (this one's predecessor, after a restart) already gave the go-ahead."""

@@ -17,7 +17,9 @@ STOP_TIME_NAMES = ("soft_stop", "term", "kill")
 @dataclass(frozen=True)
 class KilledProcess:
     pid: int
-    command: str
+    # The process's arguments as /proc showed them (first CMDLINE_READ_BYTES), unredacted: the
+    # launcher knows no redaction rules, the sidecar redacts them argument by argument.
+    command: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ class ExitRecord:
         raw["stop_times_unix"] = dict(self.stop_times_unix)
         raw["control"] = [vars(action) for action in self.control]
         for name in ("killed_with_trainer", "survivors_killed"):
-            raw[name] = [vars(process) for process in getattr(self, name)]
+            raw[name] = [{"pid": p.pid, "command": list(p.command)} for p in getattr(self, name)]
         return raw
 
     @classmethod
@@ -125,9 +127,14 @@ def _flags(raw: Mapping[str, Any]) -> dict[str, bool]:
 
 def _processes(raw: Mapping[str, Any], key: str) -> tuple[KilledProcess, ...]:
     return tuple(
-        KilledProcess(pid=get(item, "pid", int), command=get(item, "command", str))
+        KilledProcess(pid=get(item, "pid", int), command=_argv(item))
         for item in get(raw, key, list, optional=True) or []
     )
+
+
+def _argv(item: Mapping[str, Any]) -> tuple[str, ...]:
+    get(item, "command", list)  # required, a list
+    return items(item, "command", str)
 
 
 def _stop_times(raw: Mapping[str, Any]) -> dict[str, float]:

@@ -81,6 +81,9 @@ MAX_FD_COUNT = 10_000_000
 MAX_FD_CLASSES = 32
 # The largest record either side reads; a longer file is not a record.
 RECORD_LIMIT_BYTES = 1024 * 1024
+# How much of a process's /proc cmdline either side reads: enough for any command line worth
+# storing (stored ones are cut far shorter), and a bound on what a hostile argv costs to redact.
+CMDLINE_READ_BYTES = 16 * 1024
 TERMINATION_MESSAGE_BYTES = 4096  # the kubelet's cap on a termination message
 
 # Launcher exit codes besides the trainer's own (0-255, 128+N when the trainer died of signal N).

@@ -23,9 +23,10 @@ import time
 import urllib.request
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, make_wsgi_app
 
 from sidecar.adapters.metrics import PrometheusMetrics
+from sidecar.adapters.metrics.server import BoundedHttpServer
 from sidecar.adapters.report_source import open_local
 from sidecar.core.report import render_report
 from sidecar.core.samples import GpuDevice, GpuProcess, GpuSample, ProcessTreeSample, ProgressSample, Sample
@@ -122,11 +123,9 @@ def bench_scrapes(count: int) -> None:
     metrics.close()
     registry = CollectorRegistry()
     Gauge("bench_one", "one gauge", registry=registry).set(1)
-    base_port = free_port()
-    server, _thread = start_http_server(base_port, addr="127.0.0.1", registry=registry)
-    baseline = scrape_ms(base_port, count)
-    server.shutdown()
-    server.server_close()
+    server = BoundedHttpServer("127.0.0.1", 0, make_wsgi_app(registry))
+    baseline = scrape_ms(server.port, count)
+    server.close()
     runs = (("one-gauge registry (baseline)", baseline), (f"the sidecar's metrics, {GPUS} GPUs", ours))
     for name, times in runs:
         print(f"scrape, {name}: median {statistics.median(times):6.2f} ms   max {max(times):6.2f} ms")

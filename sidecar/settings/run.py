@@ -235,9 +235,9 @@ class LauncherSettings(Group):
     keep_env: list[str] = Field(
         default_factory=list,
         max_length=256,
-        description="Local mode: variables of the sidecar's environment a trainer still gets. The "
-        "rest of SOAK_*, AWS_*, KUBECONFIG and BOTO_CONFIG (the sidecar's settings and credentials) "
-        "are withheld. JSON list. Default [].",
+        description="Local mode: variables of the sidecar's environment a trainer still gets, named "
+        "exactly. The rest of SOAK_*, AWS_*, KUBECONFIG and BOTO_CONFIG, in any case (the sidecar's "
+        "settings and credentials), are withheld. JSON list. Default [].",
     )
 
     @field_validator("soft_stop_signal")

@@ -18,8 +18,9 @@ from sidecar.core.redaction import (
     redact_exit_record,
     redacted_line,
 )
-from sidecar.core.trainer_env import trainer_environment
+from sidecar.core.trainer_env import trainer_environment, withheld
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
+from sidecar.settings.model import Settings, load_settings
 
 R = REDACTED
 
@@ -85,6 +86,41 @@ def test_the_trainer_gets_no_sidecar_settings_or_credentials() -> None:
     assert trainer_environment(environ) == {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0"}
     kept = trainer_environment(environ, keep=["AWS_PROFILE"])
     assert kept["AWS_PROFILE"] == "p" and "AWS_SECRET_ACCESS_KEY" not in kept
+
+
+def test_the_trainer_gets_them_in_no_case_either() -> None:
+    environ = {
+        "PATH": "/bin",
+        "aws_secret_access_key": "s",
+        "Aws_Access_Key_Id": "a",
+        "aws_profile": "p",
+        "soak_s3__endpoint_url": "http://evil",
+        "kubeconfig": "/k",
+        "Boto_Config": "/b",
+        "SOA\u212a_S3__BUCKET": "b",  # KELVIN SIGN: lowers to "k"
+    }
+    assert trainer_environment(environ) == {"PATH": "/bin"}
+    # keep names a variable exactly: AWS_PROFILE keeps no aws_profile.
+    assert trainer_environment(environ, keep=["AWS_PROFILE", "aws_profile"]) == {
+        "PATH": "/bin",
+        "aws_profile": "p",
+    }
+    assert trainer_environment(environ, keep=["AWS_PROFILE"]) == {"PATH": "/bin"}
+
+
+def test_every_setting_is_withheld_in_every_spelling_the_settings_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for group, group_field in Settings.model_fields.items():
+        assert group_field.annotation is not None
+        for name in group_field.annotation.model_fields:
+            env = f"SOAK_{group}__{name}"
+            assert all(map(withheld, (env.upper(), env.lower(), env.title()))), env
+    # The reason for folding: the settings are read whatever the case.
+    monkeypatch.setenv("soak_metrics__linger_s", "5")
+    monkeypatch.setenv("SOA\u212a_METRICS__PORT", "9")
+    assert (load_settings().metrics.linger_s, load_settings().metrics.port) == (5.0, 9)
+    assert withheld("SOA\u212a_METRICS__PORT")
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""Prometheus metrics while the sidecar runs (prometheus_client, a registry of its own).
+"""Prometheus metrics while the sidecar runs (prometheus_client, a registry of its own, served by
+``server``).
 
 Names follow Prometheus conventions: a ``soak_`` prefix, base units (bytes, seconds), ``_total``
 for counters. Labels join the neighbours on a dashboard: ``namespace``, ``pod``, ``container`` as
@@ -9,13 +10,13 @@ largest ``PROCESS_SERIES`` processes of the latest sample only.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, make_wsgi_app
 
+from sidecar.adapters.metrics.server import BoundedHttpServer
 from sidecar.core.errors import ConfigError
 from sidecar.core.samples import FD_CLASSES, Sample
 
@@ -62,17 +63,17 @@ class PrometheusMetrics:
         self._verdict = Info(
             "soak_verdict", "The soak's verdict, once decided.", names, registry=self.registry
         )
-        self._server: Any = None
+        self._server: BoundedHttpServer | None = None
 
     def start(self, address: str, port: int) -> None:
         try:
-            self._server, _thread = start_http_server(port, addr=address, registry=self.registry)
+            self._server = BoundedHttpServer(address, port, make_wsgi_app(self.registry))
         except OSError as exc:
             raise ConfigError(f"cannot serve metrics on {address}:{port}: {exc}") from exc
 
     @property
     def port(self) -> int | None:
-        return None if self._server is None else int(self._server.server_port)
+        return None if self._server is None else self._server.port
 
     def _on(self, metric: Any, **extra: str) -> Any:
         return metric.labels(**self._labels, **extra)
@@ -127,6 +128,4 @@ class PrometheusMetrics:
     def close(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            with contextlib.suppress(OSError):
-                server.shutdown()
-                server.server_close()
+            server.close()

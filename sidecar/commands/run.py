@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _release_pod_launcher(exc: BaseException) -> None:
     from sidecar.adapters.kube.termination import write_termination_message
+    from sidecar.adapters.procfs import same_process_alive
+    from sidecar.adapters.provenance import boot_id
     from sidecar.adapters.rundir.pod import release_waiting_launcher
 
     if isinstance(exc, SoakError):
@@ -99,7 +101,13 @@ def _release_pod_launcher(exc: BaseException) -> None:
     else:
         code = int(ExitCode.INTERNAL)
     run_dir, termination_log = pod_release_paths()
-    done = release_waiting_launcher(run_dir, f"soak-sidecar exited early: {exc}", code)
+    done = release_waiting_launcher(
+        run_dir,
+        f"soak-sidecar exited early: {exc}",
+        code,
+        is_running=same_process_alive,
+        boot_id=boot_id(),
+    )
     print(f"soak-sidecar: {done}", file=sys.stderr)
     # Why the sidecar ended early, in the pod status (soak-sidecar verdict shows it). Only into a
     # file the kubelet provided: never creates one on a host.

@@ -95,9 +95,9 @@ def with_defaults(settings: Settings, defaults: Mapping[str, object]) -> Setting
     return settings.model_copy(update=groups)
 
 
-def pod_release_paths(environ: Mapping[str, str] = os.environ) -> tuple[Path | None, Path]:
+def pod_release_paths(environ: Mapping[str, str] = os.environ) -> tuple[Path, Path]:
     """The run dir and termination log as configured, read without validating the rest: what a pod
     sidecar whose settings failed to build still needs, to end its waiting launcher and say why."""
-    run_dir = environ.get("SOAK_LAUNCHER__RUN_DIR")
+    run_dir = environ.get("SOAK_LAUNCHER__RUN_DIR") or LauncherSettings.model_fields["run_dir"].default
     log = environ.get("SOAK_KUBE__TERMINATION_LOG") or KubeSettings.model_fields["termination_log"].default
-    return (Path(run_dir) if run_dir else None), Path(log)
+    return Path(run_dir), Path(log)

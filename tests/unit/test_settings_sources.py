@@ -63,7 +63,7 @@ def test_a_local_run_gets_its_own_dirs_under_the_output_dir_unless_the_user_chos
 
 
 def test_a_failed_pod_sidecar_still_finds_its_run_dir_and_termination_log() -> None:
-    assert pod_release_paths({}) == (None, Path("/dev/termination-log"))
+    assert pod_release_paths({}) == (Path("soak-output/run"), Path("/dev/termination-log"))
     environ = {
         "SOAK_LAUNCHER__RUN_DIR": "/soak/run",
         "SOAK_KUBE__TERMINATION_LOG": "/t/log",

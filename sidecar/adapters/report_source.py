@@ -1,14 +1,17 @@
-"""Where a report's artifact and samples come from: a local file or directory, or an s3:// URI.
+"""Where a report's artifact and samples come from (a local file or directory, or an s3:// URI),
+and where the page goes.
 
 Both are untrusted input: the artifact is read up to ARTIFACT_LIMIT bytes, samples are streamed
-line by line (a line that is not a JSON object is skipped and counted), regular files only.
+line by line, each read up to LINE_LIMIT bytes (a line the report cannot draw is skipped and
+counted), regular files only, parsed by :mod:`sidecar.core.report_input`. The page is written
+through no link: the path must be absent or a regular file of one name.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
-import json
 import os
 import stat
 import zlib
@@ -17,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar.adapters.fsutil import write_fsync
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.core.errors import ConfigError, SoakError
+from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifact, parse_sample
 from sidecar.settings import S3Settings
 
 ARTIFACT_FILE = "artifact.json"
@@ -28,11 +33,10 @@ LINE_LIMIT = 4 * 1024 * 1024
 
 @dataclass
 class Source:
-    artifact: dict[str, Any]
-    samples_name: str
+    artifact: ReportArtifact
     skipped_lines: int = 0
 
-    def samples(self) -> Iterator[dict[str, Any]]:
+    def samples(self) -> Iterator[ReportSample]:
         raise NotImplementedError
 
 
@@ -48,38 +52,18 @@ def _read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
-def _parse_artifact(raw: bytes, where: str) -> dict[str, Any]:
-    try:
-        artifact = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{where} is not JSON: {exc}") from exc
-    if not isinstance(artifact, dict) or "status" not in artifact:
-        raise ConfigError(f"{where} is not a soak-sidecar artifact")
-    return artifact
-
-
-def _samples_name(artifact: dict[str, Any]) -> str:
-    name = (artifact.get("samples") or {}).get("samples_file")
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ConfigError("the artifact names no samples file (was the run monitored at all?)")
-    return name
-
-
-def _lines(stream: io.BufferedIOBase, source: Source) -> Iterator[dict[str, Any]]:
+def _lines(stream: io.BufferedIOBase, source: Source) -> Iterator[ReportSample]:
     try:
         with gzip.GzipFile(fileobj=stream) as unzipped:
-            for line in unzipped:
+            while line := unzipped.readline(LINE_LIMIT + 1):
                 if len(line) > LINE_LIMIT:
                     source.skipped_lines += 1
+                    while line and not line.endswith(b"\n"):  # the rest of the long line, a bound at a time
+                        line = unzipped.readline(LINE_LIMIT)
                     continue
                 try:
-                    sample = json.loads(line)
-                except ValueError:
-                    source.skipped_lines += 1
-                    continue
-                if isinstance(sample, dict) and isinstance(sample.get("t_wall"), (int, float)):
-                    yield sample
-                else:
+                    yield parse_sample(line)
+                except ConfigError:
                     source.skipped_lines += 1
     except (OSError, EOFError, zlib.error):
         source.skipped_lines += 1  # a truncated file: the samples so far still count
@@ -89,8 +73,8 @@ def _lines(stream: io.BufferedIOBase, source: Source) -> Iterator[dict[str, Any]
 class LocalSource(Source):
     directory: Path = Path()
 
-    def samples(self) -> Iterator[dict[str, Any]]:
-        path = self.directory / self.samples_name
+    def samples(self) -> Iterator[ReportSample]:
+        path = self.directory / self.artifact.samples_file
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
@@ -107,8 +91,7 @@ def open_local(path: Path) -> LocalSource:
         raw = _read_regular(file, ARTIFACT_LIMIT)
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc}") from exc
-    artifact = _parse_artifact(raw, str(file))
-    return LocalSource(artifact, _samples_name(artifact), directory=file.parent)
+    return LocalSource(parse_artifact(raw, str(file)), directory=file.parent)
 
 
 @dataclass
@@ -117,14 +100,17 @@ class S3Source(Source):
     bucket: str = ""
     prefix: str = ""
 
-    def samples(self) -> Iterator[dict[str, Any]]:
-        key = f"{self.prefix}{self.samples_name}"
+    def samples(self) -> Iterator[ReportSample]:
+        key = f"{self.prefix}{self.artifact.samples_file}"
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
         except Exception as exc:  # botocore's errors: any failure to fetch is the same to the user
             raise SoakError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
         with body:
-            yield from _lines(body, self)
+            try:
+                yield from _lines(body, self)
+            except Exception as exc:  # a broken stream: botocore's and urllib3's errors, as above
+                raise SoakError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
 
 
 def open_s3(uri: str, settings: S3Settings) -> S3Source:
@@ -141,12 +127,33 @@ def open_s3(uri: str, settings: S3Settings) -> S3Source:
         raise SoakError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
     if len(raw) > ARTIFACT_LIMIT:
         raise ConfigError(f"s3://{bucket}/{key} is larger than {ARTIFACT_LIMIT} bytes")
-    artifact = _parse_artifact(raw, f"s3://{bucket}/{key}")
-    prefix = key[: -len(ARTIFACT_FILE)]
-    return S3Source(artifact, _samples_name(artifact), client=client, bucket=bucket, prefix=prefix)
+    artifact = parse_artifact(raw, f"s3://{bucket}/{key}")
+    return S3Source(artifact, client=client, bucket=bucket, prefix=key[: -len(ARTIFACT_FILE)])
 
 
 def open_source(location: str, settings: S3Settings) -> Source:
     if location.startswith("s3://"):
         return open_s3(location, settings)
     return open_local(Path(location))
+
+
+def write_page(path: Path, page: str) -> None:
+    """The page at ``path``, created or overwritten, never through a link: a symbolic link there
+    (O_NOFOLLOW) or a second name of the file (a hard link) is an error, and so is anything but a
+    regular file (a FIFO is not waited on)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise ConfigError(f"cannot write {path}: {why}") from exc
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
+            raise ConfigError(f"cannot write {path}: not a regular file of one name")
+        os.ftruncate(fd, 0)  # only now: a refused file keeps its content
+        write_fsync(fd, page.encode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)

@@ -33,14 +33,14 @@ def register(sub: Subparsers[UsageParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.adapters.report_source import LocalSource, open_source
+    from sidecar.adapters.report_source import LocalSource, open_source, write_page
     from sidecar.core.report import render_report
 
     source = open_source(args.path, load_settings().s3)
     page = render_report(source.artifact, source.samples())
     default = source.directory / "report.html" if isinstance(source, LocalSource) else Path("report.html")
     output: Path = args.output or default
-    output.write_text(page, encoding="utf-8")
+    write_page(output, page)
     note = f" ({source.skipped_lines} unreadable sample lines skipped)" if source.skipped_lines else ""
     print(f"soak-sidecar: report {output} ({len(page.encode()) / 1024:.0f} KiB){note}", file=sys.stderr)
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -36,9 +37,12 @@ ELLIPSIS = "\u2026"
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# C0/C1 controls, DEL, lone surrogates, and bidi/zero-width format characters that would let a
-# reason rewrite a terminal line when `soak-sidecar verdict` prints it.
-_UNSAFE_RE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]+")
+# What a terminal or a page must not be handed as text, by Unicode category: controls (C0, DEL,
+# C1: escape sequences), format characters (bidi marks, overrides and isolates, zero-width ones,
+# tag characters: invisible, or they reorder or hide what a reason says when `soak-sidecar verdict`
+# prints it), lone surrogates, line and paragraph separators, and code points not yet assigned
+# (a newer Unicode than Python's may make them format characters).
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
 _SPACES_RE = re.compile(r"\s+")
 
 # Annotation names (after the prefix) and the budget of each value.
@@ -113,13 +117,15 @@ def annotation_key(prefix: str, name: str) -> str:
 def sanitize(value: str | bytes, max_bytes: int) -> str:
     """Printable one-line UTF-8 of at most ``max_bytes`` bytes, whatever ``value`` holds.
 
-    Bytes are decoded leniently; controls and unsafe format characters become one space;
-    truncation never splits a character and ends with an ellipsis so it is visible.
+    Bytes are decoded leniently; controls, format characters and the other unsafe categories become
+    a space, and runs of spaces one; truncation never splits a character and ends with an ellipsis
+    so it is visible.
     """
     text = value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-    # Bound the work before the regexes so a multi-megabyte reason costs only its first bytes.
+    # Bound the work first, so a multi-megabyte reason costs only its first bytes.
     text = text[: max_bytes * 2 + 8]
-    text = _SPACES_RE.sub(" ", _UNSAFE_RE.sub(" ", text)).strip()
+    text = "".join(" " if unicodedata.category(char) in _UNSAFE_CATEGORIES else char for char in text)
+    text = _SPACES_RE.sub(" ", text).strip()
     return truncate_utf8(text, max_bytes)
 
 

@@ -55,9 +55,10 @@ TOKEN_PATTERNS = (
     r"\bAIza[0-9A-Za-z_\-]{30,}",
     r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",
 )
-# Every pattern is anchored or bounded, so matching an argument costs time linear in its length,
-# and an argument is cut to MAX_ARGUMENT_CHARS before it is matched or stored: nothing a trainer
-# passes on a command line can stall the sampling that redacts it.
+# Every pattern here is anchored or bounded, so matching an argument costs time linear in its
+# length, and an argument is cut to MAX_ARGUMENT_CHARS before it is matched or stored: nothing a
+# trainer passes on a command line can stall the sampling that redacts it. The operator's extra
+# patterns (settings) are only checked to compile: their cost is the operator's to keep linear.
 MAX_ARGUMENT_CHARS = 4096
 _NAME = re.compile(r"^(?P<dashes>-{1,2})?(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,127})=(?P<value>.*)$", re.DOTALL)
 _FLAG = re.compile(r"^-{1,2}(?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,127})$")

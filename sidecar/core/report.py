@@ -3,21 +3,23 @@
 Inline SVG plots, no script and nothing fetched: it opens anywhere, offline. Each series is drawn
 from every sample, thinned per pixel column to its minimum and maximum, so a spike one sample wide
 still shows and a 72-hour soak at 5 s stays a small page. Plots mark when the soft stop, the first
-TERM and the first KILL went to the trainer (and the stall or the deadline that caused them).
+TERM and the first KILL went to the trainer (and the stall or the deadline that caused them). It
+draws what :mod:`sidecar.core.report_input` parsed: text, and finite numbers within its bounds.
 """
 
 from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample
 
 WIDTH, HEIGHT = 900, 200
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 24, 30
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
-MARKS = {"soft_stop": "soft stop", "term": "TERM", "kill": "KILL"}
 MIB = 1024.0
 
 
@@ -27,43 +29,31 @@ class Plot:
     unit: str
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
-    def add(self, name: str, t: float, value: float | None) -> None:
-        if value is not None and math.isfinite(value):
-            self.series.setdefault(name, []).append((t, value))
 
-
-def _plots(
-    artifact: Mapping[str, Any], samples: Iterable[Mapping[str, Any]]
-) -> tuple[list[Plot], float, float]:
+def _plots(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> tuple[list[Plot], float, float]:
     """The plots of every sample; returns them with the first and last sample times (wall clock)."""
     rss, fds = Plot("Process tree resident memory", "MiB"), Plot("Open file descriptors by class", "fds")
     procs, gpu = Plot("Processes", "count"), Plot("GPU memory per device", "MiB")
     progress, budget = Plot("Progress written", "bytes"), Plot("Budget left", "s")
-    deadline = (artifact.get("deadline") or {}).get("deadline_unix")
-    end = float(deadline) if isinstance(deadline, (int, float)) else None
-    # Plain appends per sample (a long soak has tens of thousands); non-finite values go in _thin.
+    end = artifact.deadline_unix
+    # Plain appends per sample (a long soak has tens of thousands).
     rss_line = rss.series.setdefault("RSS", [])
     proc_line, zombie_line = procs.series.setdefault("processes", []), procs.series.setdefault("zombies", [])
     progress_line, budget_line = progress.series.setdefault("bytes", []), budget.series.setdefault("left", [])
     first = last = math.nan
     for sample in samples:
-        t = float(sample["t_wall"])
+        t = sample.t_wall
         if first != first:  # noqa: PLR0124 - NaN until the first sample
             first = t
         last = t
-        tree = sample.get("process") or {}
-        rss_line.append((t, tree.get("rss_kib_total", 0) / MIB))
-        for fd_class, count in (tree.get("fd_classes_total") or {}).items():
+        rss_line.append((t, sample.rss_kib / MIB))
+        for fd_class, count in sample.fd_classes:
             fds.series.setdefault(fd_class, []).append((t, count))
-        proc_line.append((t, tree.get("process_count", 0)))
-        zombie_line.append((t, tree.get("zombie_count", 0)))
-        for device in (sample.get("gpu") or {}).get("devices") or ():
-            used = device.get("memory_used_mib")
-            if used is not None:
-                gpu.series.setdefault(
-                    f"GPU {device.get('index')} {str(device.get('uuid', ''))[:12]}", []
-                ).append((t, used))
-        progress_line.append((t, (sample.get("progress") or {}).get("bytes_total", 0)))
+        proc_line.append((t, sample.processes))
+        zombie_line.append((t, sample.zombies))
+        for device, used in sample.gpu_used_mib:
+            gpu.series.setdefault(device, []).append((t, used))
+        progress_line.append((t, sample.progress_bytes))
         if end is not None:
             budget_line.append((t, max(0.0, end - t)))
     for plot in (rss, fds, procs, gpu, progress, budget):
@@ -82,8 +72,6 @@ def _thin(
     first = low = high = last = (0.0, 0.0)
     for point in points:
         value = point[1]
-        if not math.isfinite(value):
-            continue
         column = min(columns - 1, int((point[0] - t0) * scale))
         if column != current:
             if current >= 0:
@@ -113,7 +101,7 @@ def _clock(seconds: float) -> str:
 def _svg(plot: Plot, t0: float, t1: float, marks: Sequence[tuple[float, str]]) -> str:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     span = max(t1 - t0, 1e-9)
-    values = [v for points in plot.series.values() for _, v in points if math.isfinite(v)]
+    values = [v for points in plot.series.values() for _, v in points]
     low, high = (min(values), max(values)) if values else (0.0, 1.0)
     low = min(low, 0.0)
     high = high if high > low else low + 1.0
@@ -155,19 +143,14 @@ def _svg(plot: Plot, t0: float, t1: float, marks: Sequence[tuple[float, str]]) -
     return "".join(parts)
 
 
-def _marks(artifact: Mapping[str, Any]) -> list[tuple[float, str]]:
-    launcher = (artifact.get("post_shutdown") or {}).get("launcher_exit") or {}
-    times = launcher.get("stop_times_unix") or {}
-    marks = [
-        (float(t), MARKS[name]) for name, t in times.items() if name in MARKS and isinstance(t, (int, float))
-    ]
-    cause = artifact.get("failure_classification")
+def _marks(artifact: ReportArtifact) -> list[tuple[float, str]]:
+    marks = [(t, STOP_LABELS[name]) for name, t in artifact.stop_times]
+    cause = artifact.classification
     if marks and cause in ("timeout/stale_tick", "timeout/startup"):
         t = min(marks)[0]
         marks.append((t, f"stall ({cause})"))
-    deadline = (artifact.get("deadline") or {}).get("deadline_unix")
-    if isinstance(deadline, (int, float)):
-        marks.append((float(deadline), "deadline"))
+    if artifact.deadline_unix is not None:
+        marks.append((artifact.deadline_unix, "deadline"))
     return sorted(marks)
 
 
@@ -189,25 +172,22 @@ STYLE = (
 )
 
 
-def render_report(artifact: Mapping[str, Any], samples: Iterable[Mapping[str, Any]]) -> str:
+def render_report(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> str:
     """The report page of one attempt."""
     plots, t0, t1 = _plots(artifact, samples)
-    status = str(artifact.get("status", "unknown"))
-    context = artifact.get("context") or {}
-    summary = artifact.get("resource_summary") or {}
-    marks = _marks(artifact)
+    status, marks = artifact.status, _marks(artifact)
     body = [
-        f"<h1>soak {html.escape(str(context.get('run_id', '')))}: "
+        f"<h1>soak {html.escape(artifact.run_id)}: "
         f'<span class="{html.escape(status)}">{html.escape(status.upper())}</span></h1>',
         _table(
             ["classification", "exit code", "reason", "started", "duration"],
             [
                 [
-                    artifact.get("failure_classification") or "-",
-                    artifact.get("exit_code"),
-                    artifact.get("failure_reason") or "-",
-                    artifact.get("started_at_utc"),
-                    _clock(float(artifact.get("duration_s") or 0)),
+                    artifact.classification or "-",
+                    artifact.exit_code,
+                    artifact.reason or "-",
+                    artifact.started_at,
+                    _clock(artifact.duration_s),
                 ]
             ],
         ),
@@ -222,29 +202,16 @@ def render_report(artifact: Mapping[str, Any], samples: Iterable[Mapping[str, An
         _table(
             ["series", "unit", "per hour", "low", "high", "points"],
             [
-                [
-                    t["series"],
-                    t["unit"],
-                    _fmt(t["per_hour"]),
-                    _fmt(t["low_per_hour"]),
-                    _fmt(t["high_per_hour"]),
-                    t["points"],
-                ]
-                for t in summary.get("trends") or []
+                [t.series, t.unit, _fmt(t.per_hour), _fmt(t.low_per_hour), _fmt(t.high_per_hour), t.points]
+                for t in artifact.trends
             ],
         ),
         "<h2>Processes left after the trainer ended</h2>",
-        _table(
-            ["pid", "fate", "command"],
-            [
-                [p.get("pid"), p.get("fate"), p.get("command")]
-                for p in (artifact.get("post_shutdown") or {}).get("residual_processes") or []
-            ],
-        ),
+        _table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",
-        _table(["figure", "value"], sorted((summary.get("run_summary_figures") or {}).items())),
+        _table(["figure", "value"], artifact.figures),
     ]
-    title = html.escape(f"soak report {context.get('run_id', '')}")
+    title = html.escape(f"soak report {artifact.run_id}")
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sidecar.core.errors import ConfigError
 from sidecar.settings.outputs import (
@@ -62,6 +62,11 @@ def load_settings(flags: Mapping[str, object] | None = None) -> Settings:
             f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc
+    except SettingsError as exc:
+        # A list or object setting that is not JSON (SOAK_REDACTION__EXTRA_PATTERNS='['): pydantic-settings
+        # fails before validation. Its cause says where in the text, never what the value holds.
+        cause = f": {exc.__cause__}" if exc.__cause__ else ""
+        raise ConfigError(f"invalid settings: {exc}{cause} (list and object settings are JSON)") from exc
 
 
 def explicit_settings(settings: Settings) -> frozenset[str]:

@@ -38,7 +38,10 @@ class RedactionSettings(Group):
         default_factory=list,
         max_length=64,
         description="More regular expressions whose matches are redacted anywhere in an argument "
-        "(built in: hf_, sk-, ghp_, AKIA, ... tokens). JSON list. Default [].",
+        "(built in: hf_, sk-, ghp_, AKIA, ... tokens). JSON list. Default []. Each runs on every "
+        "argument (cut to 4096 characters) of every process of the trainer's tree at every sample, "
+        "and the trainer chooses those arguments: write patterns that match in linear time (no "
+        "nested or overlapping repeats such as (a+)+ or (a|a)*). Only that they compile is checked.",
     )
 
     @field_validator("extra_words")

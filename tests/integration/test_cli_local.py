@@ -190,3 +190,22 @@ def test_bad_settings_one_clear_line(tmp_path: Path) -> None:
     assert lines[0].startswith("soak-sidecar: error: invalid settings: monitor.sample_interval_s")
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "soak-output" / "runs").exists()
+
+
+BAD_PATTERNS = {"not JSON": "[", "broken JSON": '["a"', "not a list": '"[a-z]+"', "bad regex": '["["]'}
+SETTINGS_COMMANDS = {
+    "run": ["run", "--local"],
+    "report": ["report", "soak-output"],
+    "validate": ["validate", "run_summary.json"],
+    "approve": ["approve", "--", "true"],
+}
+
+
+@pytest.mark.parametrize("value", BAD_PATTERNS.values(), ids=BAD_PATTERNS.keys())
+@pytest.mark.parametrize("command", SETTINGS_COMMANDS.values(), ids=SETTINGS_COMMANDS.keys())
+def test_a_bad_redaction_pattern_is_one_clear_line(tmp_path: Path, value: str, command: list[str]) -> None:
+    done = cli(*command, cwd=tmp_path, env={"SOAK_REDACTION__EXTRA_PATTERNS": value})
+    assert done.returncode == 64, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("soak-sidecar: error: invalid settings: ") and "redaction" in done.stderr
+    assert not (tmp_path / "soak-output").exists()

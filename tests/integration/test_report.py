@@ -5,6 +5,7 @@ inputs a report can meet (a truncated samples file, a stray symlink, not an arti
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import struct
@@ -131,3 +132,80 @@ def test_odd_inputs_are_one_line_errors(tmp_path: Path) -> None:
     assert done.returncode == 64 and "cannot read" in done.stderr and "Traceback" not in done.stderr
     done = report(str(tmp_path / "missing"))
     assert done.returncode == 64 and done.stderr.count("\n") == 1
+
+
+def attempt_dir(directory: Path, artifact: str) -> Path:
+    """An attempt directory with ``artifact`` as its artifact.json and two samples."""
+    directory.mkdir(exist_ok=True)
+    (directory / "artifact.json").write_text(artifact, encoding="utf-8")
+    lines = [json.dumps({"t_wall": 1_700_000_000 + n, "process": {"rss_kib_total": 1024}}) for n in (0, 1)]
+    (directory / "samples.jsonl.gz").write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
+    return directory
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+HUGE = "1" + "0" * 400
+
+
+def with_deadline(deadline: str) -> str:
+    """An artifact, its deadline section as JSON text."""
+    head = '{"status": "failed", "samples": {"samples_file": "samples.jsonl.gz"}, "deadline": '
+    return head + deadline + "}"
+
+
+@pytest.mark.parametrize(
+    ("deadline", "said"),
+    [
+        ('{"deadline_unix": NaN}', "is not valid JSON: NaN is not a finite number"),
+        ('{"deadline_unix": Infinity}', "is not valid JSON: Infinity is not a finite number"),
+        ('{"deadline_unix": 1e999}', "deadline.deadline_unix must be a number from 0 to"),
+        ('{"deadline_unix": ' + HUGE + "}", "deadline.deadline_unix must be a number from 0 to"),
+        ('{"deadline_unix": "tomorrow"}', "deadline.deadline_unix must be a number from 0 to"),
+        ("[1700000000]", "deadline must be an object, got a list"),
+        (DEEP, "is nested too deeply to parse"),
+    ],
+    ids=["nan", "infinity", "1e999", "10**400", "string", "list", "deep"],
+)
+def test_a_malformed_artifact_is_one_usage_error_line(tmp_path: Path, deadline: str, said: str) -> None:
+    attempt = attempt_dir(tmp_path / "attempt", with_deadline(deadline))
+    done = report(str(attempt), "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 64, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("soak-sidecar: error: "), done.stderr
+    assert said in done.stderr and not (tmp_path / "r.html").exists()
+
+
+def test_malformed_samples_are_skipped_and_counted(tmp_path: Path) -> None:
+    attempt = attempt_dir(tmp_path / "attempt", with_deadline('{"deadline_unix": 1700000100}'))
+    good = gzip.decompress((attempt / "samples.jsonl.gz").read_bytes())
+    bad = [
+        '{"t_wall": NaN}',
+        '{"t_wall": 1e999}',
+        '{"t_wall": ' + HUGE + "}",
+        '{"t_wall": "now"}',
+        '{"t_wall": 1700000000, "process": [1]}',
+        '{"t_wall": 1700000000, "gpu": {"devices": {"0": 1}}}',
+        '{"t_wall": 1700000000, "x": ' + DEEP + "}",
+        '{"t_wall": 1700000000, "x": "' + "y" * (5 * 1024 * 1024) + '"}',  # over the line bound
+    ]
+    (attempt / "samples.jsonl.gz").write_bytes(gzip.compress(good + "\n".join(bad).encode() + b"\n" + good))
+    done = report(str(attempt), "-o", str(tmp_path / "r.html"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stderr.count("\n") == 1 and "(8 unreadable sample lines skipped)" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("link", ["symlink", "dangling symlink", "hard link"])
+def test_the_page_is_never_written_through_a_link(tmp_path: Path, link: str) -> None:
+    attempt = attempt_dir(tmp_path / "attempt", with_deadline("null"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious", encoding="utf-8")
+    if link == "hard link":
+        os.link(victim, attempt / "report.html")
+    else:
+        os.symlink(victim if link == "symlink" else tmp_path / "absent", attempt / "report.html")
+    for argv in ([str(attempt)], [str(attempt), "-o", str(attempt / "report.html")]):
+        done = report(*argv)
+        assert done.returncode == 64, done.stderr[-2000:]
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("soak-sidecar: error: cannot write ")
+    assert victim.read_text(encoding="utf-8") == "precious" and not (tmp_path / "absent").exists()
+    (attempt / "report.html").unlink()
+    assert report(str(attempt)).returncode == 0 and (attempt / "report.html").stat().st_size > 1000

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from sidecar.commands.verdict import render_table
 from sidecar.core.job_pods import (
     COMPLETION_INDEX_ANNOTATION,
     AttemptRow,
@@ -223,6 +225,29 @@ def test_no_column_carries_terminal_escapes() -> None:
     got = row(pod("job-aaaaa\x1b[1m", exited(FAILED), annotations=hostile))
     shown = "".join(str(value) for value in vars(got).values())
     assert not any(char in shown for char in "\x1b\x07\x9b"), shown
+
+
+def test_the_verdict_table_shows_no_invisible_characters() -> None:
+    smuggled = "".join(chr(0xE0000 + ord(c)) for c in "PASSED")  # tag characters: invisible text
+    hidden = f"\u202e\u2066\u200b\u00ad\u2060{smuggled}"
+    hostile = {
+        **published(FAILED),
+        f"{DEFAULT_PREFIX}verdict": f"failed{hidden}",
+        f"{DEFAULT_PREFIX}classification": f"stale{hidden}",
+        f"{DEFAULT_PREFIX}reason": f"no progress{hidden}",
+        f"{DEFAULT_PREFIX}artifact": f"s3://b/{hidden}a",
+    }
+    gone = EventFacts(pod_name="job-bbbbb", pod_uid="uid-gone", annotations=hostile)
+    rows = job_rows(
+        [pod(f"job-aaaaa{hidden}", exited(FAILED), annotations=hostile)],
+        [gone],
+        job="job",
+        prefix=DEFAULT_PREFIX,
+        sidecar_container=SIDECAR,
+    )
+    table = render_table(rows)
+    assert len(rows) == 2 and "no progress" in table
+    assert not [char for char in table if unicodedata.category(char) == "Cf"], ascii(table)
 
 
 def event(name: str | None, pub: Publication | None, uid: str | None = None) -> EventFacts:

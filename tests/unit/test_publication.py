@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -182,6 +183,34 @@ def test_megabytes_of_hostile_reason() -> None:
 def test_surrogate_escaped_and_bidi_text_is_neutralised() -> None:
     text = b"bad \xff byte".decode("utf-8", "surrogateescape") + " \u202eevil\u2066 \u200b"
     assert sanitize(text, 100) == "bad byte evil"
+
+
+# Invisible format characters (Unicode category Cf) a terminal shows as nothing or that reorder text.
+FORMAT_CHARACTERS = {
+    "tag characters (ASCII smuggling)": "".join(chr(0xE0000 + ord(c)) for c in " PASSED") + "\U000e007f",
+    "tag U+E0001": "\U000e0001",
+    "bidi marks": "\u200e\u200f\u061c",
+    "bidi override": "\u202e",
+    "bidi isolates": "\u2066\u2067\u2068\u2069",
+    "zero width": "\u200b\u200c\u200d\u2060\ufeff",
+    "soft hyphen": "\u00ad",
+    "invisible operators": "\u2061\u2062\u2063\u2064",
+    "Mongolian vowel separator": "\u180e",
+}
+
+
+@pytest.mark.parametrize("hidden", FORMAT_CHARACTERS.values(), ids=FORMAT_CHARACTERS.keys())
+def test_every_format_character_is_taken_out(hidden: str) -> None:
+    assert all(unicodedata.category(char) == "Cf" for char in hidden)
+    assert sanitize(f"failed{hidden}: leak{hidden}", 100) == "failed : leak"
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec=None), max_size=200))
+def test_nothing_invisible_or_unsafe_survives(text: str) -> None:
+    assert not any(
+        unicodedata.category(char) in {"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"} for char in sanitize(text, 1000)
+    )
 
 
 def test_whitespace_collapsed_to_one_line() -> None:

@@ -221,10 +221,6 @@ class FakeChannel:
     def wait_exit(self, timeout_s: float) -> ExitRecord | None:
         return self.world.exit_record
 
-    def exit_json(self) -> dict[str, Any] | None:
-        record = self.world.exit_record
-        return None if record is None else {"reason": record.reason, "exit_code": record.exit_code}
-
     def console_logs(self) -> list[Path]:
         return []
 

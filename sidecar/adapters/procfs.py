@@ -210,8 +210,9 @@ class ProcfsProcessTable:
         return alive
 
     def kill(self, processes: Sequence[ProcessInfo]) -> None:
-        """SIGKILL those of ``processes`` still running as the same process."""
-        for info in self.still_alive(processes):
+        """SIGKILL those of ``processes`` still running as the same process; never pid 1 or below
+        or the sidecar itself, whatever the list holds."""
+        for info in self.still_alive([p for p in processes if p.pid > 1 and p.pid != os.getpid()]):
             with contextlib.suppress(psutil.Error, OSError):
                 psutil.Process(info.pid).kill()
 

@@ -23,6 +23,7 @@ from typing import Any
 from sidecar.adapters.fsutil import write_fsync
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.core.errors import ConfigError, SoakError
+from sidecar.core.report import CONSOLE_TAIL_BYTES, console_tail
 from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifact, parse_sample
 from sidecar.settings import S3Settings
 
@@ -37,6 +38,10 @@ class Source:
     skipped_lines: int = 0
 
     def samples(self) -> Iterator[ReportSample]:
+        raise NotImplementedError
+
+    def console_tail(self) -> str | None:
+        """The last lines of the trainer's console kept beside the artifact; None when there is none."""
         raise NotImplementedError
 
 
@@ -84,6 +89,23 @@ class LocalSource(Source):
                 raise ConfigError(f"{path} is not a regular file")
             yield from _lines(stream, self)
 
+    def console_tail(self) -> str | None:
+        if self.artifact.console_file is None:
+            return None
+        try:
+            fd = os.open(
+                self.directory / self.artifact.console_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+            )
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as file:
+            size = os.fstat(fd)
+            if not stat.S_ISREG(size.st_mode):
+                return None
+            start = max(0, size.st_size - CONSOLE_TAIL_BYTES)
+            file.seek(start)
+            return console_tail(file.read(CONSOLE_TAIL_BYTES), cut=start > 0)
+
 
 def open_local(path: Path) -> LocalSource:
     file = path / ARTIFACT_FILE if path.is_dir() else path
@@ -111,6 +133,19 @@ class S3Source(Source):
                 yield from _lines(body, self)
             except Exception as exc:  # a broken stream: botocore's and urllib3's errors, as above
                 raise SoakError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
+
+    def console_tail(self) -> str | None:
+        if self.artifact.console_file is None:
+            return None
+        key = f"{self.prefix}{self.artifact.console_file}"
+        try:
+            answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes=-{CONSOLE_TAIL_BYTES}")
+            with answer["Body"] as body:
+                data = body.read(CONSOLE_TAIL_BYTES)
+        except Exception:
+            return None
+        # "bytes 100-8291/8292": the range started mid-file when its first byte is not 0.
+        return console_tail(data, cut=not str(answer.get("ContentRange", "bytes 0-")).startswith("bytes 0-"))
 
 
 def open_s3(uri: str, settings: S3Settings) -> S3Source:

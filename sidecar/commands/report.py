@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from sidecar.core.report import render_report
 
     source = open_source(args.path, load_settings().s3)
-    page = render_report(source.artifact, source.samples())
+    page = render_report(source.artifact, source.samples(), source.console_tail())
     default = source.directory / "report.html" if isinstance(source, LocalSource) else Path("report.html")
     output: Path = args.output or default
     write_page(output, page)

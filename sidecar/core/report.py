@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample
+from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, TrainerEnd, Trend
 
 WIDTH, HEIGHT = 900, 200
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 24, 30
@@ -93,6 +94,77 @@ def _fmt(value: float) -> str:
     return f"{value:,.1f}" if value != int(value) else f"{int(value):,}"
 
 
+def _size(value: float, unit: str) -> str:
+    """A figure in its unit, bytes and MiB with a binary prefix (28.1 GiB, not 3.02e+10 bytes)."""
+    scale = {"bytes": 1.0, "KiB": 1024.0, "MiB": 1024.0**2}.get(unit)
+    if scale is None:
+        return f"{_fmt(value)} {unit}"
+    size, prefixes = abs(value) * scale, ["bytes", "KiB", "MiB", "GiB", "TiB"]
+    while size >= 1024.0 and len(prefixes) > 1:
+        size /= 1024.0
+        prefixes.pop(0)
+    return f"{'-' if value < 0 else ''}{size:.3g} {prefixes[0]}"
+
+
+def _trend_row(trend: Trend, passed: bool) -> list[Any]:
+    grows = trend.low_per_hour > 0
+    note = ""
+    if grows:
+        # The whole interval above zero: steady growth, which the opt-in leak rules
+        # (SOAK_MONITOR__MAX_RSS_GROWTH_MIB, ..._MAX_FD_GROWTH, ..._FAIL_ON_PROJECTED_MEMORY_LIMIT) fail.
+        note = "grows steadily (the whole 95 % interval is above zero)"
+        note += ": a leak rule would have failed it" if passed else ""
+    return [
+        trend.series,
+        f"{_size(trend.per_hour, trend.unit)} per hour",
+        _size(trend.low_per_hour, trend.unit),
+        _size(trend.high_per_hour, trend.unit),
+        trend.points,
+        note,
+    ]
+
+
+def describe_end(end: TrainerEnd | None) -> str:
+    """How the trainer ended, in words."""
+    if end is None:
+        return "unknown (no exit record from the launcher)"
+    if end.signal_name is not None:
+        how = f"killed by {end.signal_name}"
+    elif end.returncode is not None:
+        how = f"exited with code {end.returncode}"
+    else:
+        how = "never started"
+    return how if end.reason == "exited" else f"{how} ({end.reason.replace('_', ' ')})"
+
+
+# How much of the console's end the report shows.
+CONSOLE_TAIL_BYTES = 8192
+CONSOLE_TAIL_LINES = 40
+_CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def console_tail(data: bytes, *, cut: bool) -> str:
+    """The last lines of the console's last bytes, terminal escapes and control characters removed;
+    ``cut``: the bytes start mid-file, so their first line is partial and dropped."""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if cut and lines:
+        lines = lines[1:]
+    return _CONTROL.sub("", "\n".join(lines[-CONSOLE_TAIL_LINES:]))
+
+
+def _span(artifact: ReportArtifact, first: float, last: float) -> float:
+    """The time axis runs to the last event: the last sample, a stop, the trainer's end, and the
+    deadline when the run reached it."""
+    events = [last, *(t for _, t in artifact.stop_times)]
+    end = artifact.trainer_end
+    if end is not None and end.ended_unix is not None:
+        events.append(end.ended_unix)
+    reached = max(events)
+    if artifact.deadline_unix is not None and artifact.deadline_unix <= reached + 1.0:
+        reached = max(reached, artifact.deadline_unix)
+    return max(reached, first + 1e-9)
+
+
 def _clock(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -145,6 +217,9 @@ def _svg(plot: Plot, t0: float, t1: float, marks: Sequence[tuple[float, str]]) -
 
 def _marks(artifact: ReportArtifact) -> list[tuple[float, str]]:
     marks = [(t, STOP_LABELS[name]) for name, t in artifact.stop_times]
+    end = artifact.trainer_end
+    if end is not None and end.ended_unix is not None:
+        marks.append((end.ended_unix, "ended"))
     cause = artifact.classification
     if marks and cause in ("timeout/stale_tick", "timeout/startup"):
         t = min(marks)[0]
@@ -169,47 +244,51 @@ STYLE = (
     "font-weight:bold}.axis,.legend,.mark-label{font-size:11px}.frame{fill:none;stroke:#bbb}"
     ".mark{stroke:#555;stroke-dasharray:4 3}.series{stroke-width:1.4}table{border-collapse:collapse;"
     "font-size:12px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}"
+    "pre{font-size:11px;background:#f6f6f6;padding:8px;overflow-x:auto;white-space:pre-wrap}"
 )
 
 
-def render_report(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> str:
-    """The report page of one attempt."""
-    plots, t0, t1 = _plots(artifact, samples)
+def render_report(
+    artifact: ReportArtifact, samples: Iterable[ReportSample], console_tail: str | None = None
+) -> str:
+    """The report page of one attempt; ``console_tail``: the last lines of the trainer's console."""
+    plots, t0, last = _plots(artifact, samples)
     status, marks = artifact.status, _marks(artifact)
     body = [
         f"<h1>soak {html.escape(artifact.run_id)}: "
         f'<span class="{html.escape(status)}">{html.escape(status.upper())}</span></h1>',
         _table(
-            ["classification", "exit code", "reason", "started", "duration"],
+            ["classification", "exit code", "reason", "trainer", "started", "duration"],
             [
                 [
                     artifact.classification or "-",
                     artifact.exit_code,
                     artifact.reason or "-",
+                    describe_end(artifact.trainer_end),
                     artifact.started_at,
                     _clock(artifact.duration_s),
                 ]
             ],
         ),
+        f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
         "<h2>Over time</h2>",
     ]
     if math.isnan(t0):
         body.append("<p>no samples</p>")
     else:
-        body.extend(_svg(plot, t0, max(t1, t0 + 1e-9), marks) for plot in plots)
+        body.extend(_svg(plot, t0, _span(artifact, t0, last), marks) for plot in plots)
     body += [
         "<h2>Leak trends (Theil-Sen, per hour, 95 % interval)</h2>",
         _table(
-            ["series", "unit", "per hour", "low", "high", "points"],
-            [
-                [t.series, t.unit, _fmt(t.per_hour), _fmt(t.low_per_hour), _fmt(t.high_per_hour), t.points]
-                for t in artifact.trends
-            ],
+            ["series", "per hour", "low", "high", "points", "note"],
+            [_trend_row(t, status == "passed") for t in artifact.trends],
         ),
         "<h2>Processes left after the trainer ended</h2>",
         _table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",
         _table(["figure", "value"], artifact.figures),
+        "<h2>Console (last lines)</h2>",
+        f"<pre>{html.escape(console_tail)}</pre>" if console_tail else "<p>none kept</p>",
     ]
     title = html.escape(f"soak report {artifact.run_id}")
     return (

@@ -40,6 +40,16 @@ class Residual:
 
 
 @dataclass(frozen=True)
+class TrainerEnd:
+    """How the trainer ended, as the launcher recorded it (exit.json)."""
+
+    reason: str  # the launcher's: exited, deadline, heartbeat_lost, control, signalled, ...
+    returncode: int | None
+    signal_name: str | None
+    ended_unix: float | None
+
+
+@dataclass(frozen=True)
 class ReportArtifact:
     """The fields of an artifact the report shows."""
 
@@ -57,6 +67,9 @@ class ReportArtifact:
     residuals: tuple[Residual, ...]
     figures: tuple[tuple[str, str | int | float | bool | None], ...]
     samples_file: str
+    command: tuple[str, ...] = ()  # redacted by the sidecar
+    trainer_end: TrainerEnd | None = None
+    console_file: str | None = None  # the console log's copy beside the artifact
 
 
 @dataclass(frozen=True)
@@ -151,7 +164,31 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         residuals=tuple(_residual(process, n) for n, process in enumerate(residuals)),
         figures=tuple(sorted(_figures(summary.get("run_summary_figures")).items())),
         samples_file=_samples_file(_object(doc.get("samples"), "samples").get("samples_file")),
+        command=tuple(_text(part, "command[]") for part in _list(doc.get("command"), "command")),
+        trainer_end=_trainer_end(launcher),
+        console_file=_console_file(doc.get("console_log")),
     )
+
+
+def _trainer_end(launcher: Mapping[str, object]) -> TrainerEnd | None:
+    where = "post_shutdown.launcher_exit"
+    if launcher.get("reason") is None:
+        return None
+    returncode = launcher.get("returncode")
+    return TrainerEnd(
+        reason=_text(launcher["reason"], f"{where}.reason"),
+        returncode=None if returncode is None else _integer(returncode, f"{where}.returncode"),
+        signal_name=_optional_text(launcher.get("signal_name"), f"{where}.signal_name"),
+        ended_unix=_optional_number(launcher.get("ended_unix"), f"{where}.ended_unix"),
+    )
+
+
+def _console_file(path: object) -> str | None:
+    """The name of the console log's copy in the attempt's directory (the artifact holds the path it
+    had on the node); None when there is none or the name could leave that directory."""
+    name = _optional_text(path, "console_log")
+    base = None if name is None else name.rsplit("/", 1)[-1]
+    return base if base and not base.startswith(".") else None
 
 
 def _trend(value: object, n: int) -> Trend:

@@ -96,6 +96,11 @@ def test_the_report_opens_in_chromium_with_every_series_drawn(tmp_path: Path) ->
     page = attempt / "report.html"
     text = page.read_text(encoding="utf-8")
     assert "<script" not in text and "<link" not in text  # self-contained: nothing runs, nothing fetched
+    # The whole run in words: how the trainer ended, its command, its console's tail, and the leak
+    # that passed (leak rules are opt-in) pointed out.
+    assert "exited with code 0" in text and "sidecar.examples.trainer --steps 20" in text
+    assert "<h2>Console (last lines)</h2><pre>" in text
+    assert "a leak rule would have failed it" in text
     dom = chromium("--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
     paths = re.findall(r'<path class="series" data-series="([^"]+)" d="([^"]*)"', dom.stdout.decode())

@@ -1,0 +1,105 @@
+"""What the report page shows of a run (pure rendering of a parsed artifact): the whole run on the
+time axis, how the trainer ended, the command, the console's tail, trends in human units."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sidecar.core.report import console_tail, describe_end, render_report
+from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact
+
+T0 = 1_700_000_000.0
+
+
+def artifact(**launcher: Any) -> dict[str, Any]:
+    return {
+        "status": "failed",
+        "failure_classification": "timeout/deadline",
+        "exit_code": 16,
+        "context": {"run_id": "r"},
+        "command": ["python3", "train.py", "--api-key", "<redacted>"],
+        "console_log": "/node/path/attempt-1/console.log",
+        "deadline": {"deadline_unix": T0 + 200},
+        "samples": {"samples_file": "samples.jsonl.gz"},
+        "post_shutdown": {
+            "launcher_exit": {
+                "reason": "deadline",
+                "returncode": None,
+                "signal_name": "SIGKILL",
+                "ended_unix": T0 + 206,
+                "stop_times_unix": {"soft_stop": T0 + 150, "term": T0 + 195, "kill": T0 + 205},
+                **launcher,
+            }
+        },
+        "resource_summary": {
+            "trends": [
+                {
+                    "series": "process tree RSS",
+                    "unit": "bytes",
+                    "per_hour": 3.02e10,
+                    "low_per_hour": 2.9e10,
+                    "high_per_hour": 3.1e10,
+                    "points": 40,
+                },
+                {
+                    "series": "process tree fds",
+                    "unit": "fds",
+                    "per_hour": 0.5,
+                    "low_per_hour": -1.0,
+                    "high_per_hour": 2.0,
+                    "points": 40,
+                },
+            ]
+        },
+    }
+
+
+def samples(until: float) -> list[ReportSample]:
+    return [
+        ReportSample(T0 + t, 1024.0 * (1 + t), (("pipe", 3.0),), 2.0, 0.0, (), 10.0 * t)
+        for t in range(0, int(until), 10)
+    ]
+
+
+def page(doc: dict[str, Any], until: float = 160.0, tail: str | None = None) -> str:
+    return render_report(parse_artifact(json.dumps(doc).encode(), "a"), samples(until), tail)
+
+
+def test_the_time_axis_runs_to_the_last_event_and_marks_every_stop() -> None:
+    # The last sample is at +150: TERM, the deadline, KILL and the trainer's end come after it.
+    text = page(artifact())
+    for label in ("soft stop", "TERM", "deadline", "KILL", "ended"):
+        assert f'class="mark-label">{label}</text>' in text, label
+    assert "0:03:26" in text  # the axis's end: the trainer ended 206 s after the first sample
+
+
+def test_the_page_says_how_the_trainer_ended_and_what_it_ran() -> None:
+    text = page(artifact(), tail="step 41\nstep 42: checkpoint saved")
+    assert "killed by SIGKILL (deadline)" in text
+    assert "python3 train.py --api-key &lt;redacted&gt;" in text
+    assert "step 42: checkpoint saved" in text
+
+
+def test_trends_read_in_human_units_and_a_steady_growth_is_pointed_out() -> None:
+    passed = {**artifact(), "status": "passed", "failure_classification": None, "exit_code": 0}
+    text = page(passed)
+    assert "28.1 GiB per hour" in text and "3.02e+10" not in text
+    assert "a leak rule would have failed it" in text
+    assert text.count("grows steadily") == 1  # the fds interval spans zero: no note
+
+
+def test_how_a_trainer_ended_in_words() -> None:
+    assert describe_end(TrainerEnd("exited", 0, None, None)) == "exited with code 0"
+    assert (
+        describe_end(TrainerEnd("heartbeat_lost", None, "SIGKILL", None))
+        == "killed by SIGKILL (heartbeat lost)"
+    )
+    assert describe_end(None).startswith("unknown")
+
+
+def test_the_console_tail_drops_a_cut_first_line_and_terminal_escapes() -> None:
+    data = b"ial line\n\x1b[31mred\x1b[0m\x07\n" + b"".join(b"line %d\n" % n for n in range(100))
+    tail = console_tail(data, cut=True)
+    assert not tail.startswith("ial") and "\x1b" not in tail and "\x07" not in tail
+    assert tail.splitlines()[-1] == "line 99" and len(tail.splitlines()) == 40

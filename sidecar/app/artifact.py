@@ -42,6 +42,7 @@ class Evidence:
     gpu_devices: tuple[GpuDevice, ...] = ()
     trainer_env: Mapping[str, str] = field(default_factory=dict)
     protocol_violations: tuple[str, ...] = ()
+    deadline_end: verdicts.DeadlineEnd | None = None
 
 
 def build_artifact(
@@ -84,7 +85,7 @@ def build_artifact(
             min_duration_s=mset.min_duration_s,
             sample_count=recorder.count,
         ),
-        deadline=_deadline_info(ports, evidence, verdict),
+        deadline=_deadline_info(ports, evidence),
         samples=recorder.series(None, None),
         resource_summary=recorder.resource_summary(),
         shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
@@ -102,7 +103,7 @@ def build_artifact(
     return artifact
 
 
-def _deadline_info(ports: Ports, evidence: Evidence, verdict: verdicts.Verdict) -> DeadlineInfo | None:
+def _deadline_info(ports: Ports, evidence: Evidence) -> DeadlineInfo | None:
     if evidence.preflight is None:
         return None
     record, exit_record = evidence.preflight.record, evidence.exit_record
@@ -116,7 +117,8 @@ def _deadline_info(ports: Ports, evidence: Evidence, verdict: verdicts.Verdict) 
         checkpoint_margin_s=record.checkpoint_margin_seconds,
         remaining_at_start_s=evidence.preflight.remaining_at_start_s,
         resumed=evidence.preflight.resumed,
-        expired=verdict.classification == "deadline_exhausted",
+        expired=evidence.deadline_end == "expired",
+        budget_spent=evidence.deadline_end == "budget_spent",
         soft_stop_sent=bool(exit_record and exit_record.soft_stop_sent),
         term_sent=bool(exit_record and exit_record.term_sent),
         kill_sent=bool(exit_record and exit_record.kill_sent),

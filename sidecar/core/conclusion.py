@@ -43,11 +43,13 @@ class Conclusion:
     residual_pids: tuple[int, ...]
     # What the artifact lists: every residual PID, how it ended, and how it was last seen.
     residuals_reported: tuple[ResidualProcess, ...]
+    deadline: verdicts.DeadlineEnd | None = None
 
 
 def conclude(facts: RunFacts) -> Conclusion:
     residual_pids = _residual_pids(facts)
     record = facts.exit_record
+    deadline = deadline_end(record, facts.summary, deadline_passed=facts.deadline_passed)
     verdict = verdicts.decide(
         monitor_failure=_monitor_failure(facts),
         returncode=None if record is None else record.trainer_returncode,
@@ -56,14 +58,14 @@ def conclude(facts: RunFacts) -> Conclusion:
         residuals=[str(pid) for pid in residual_pids],
         leaks=facts.leaks,
         summary=facts.summary,
-        deadline_expired=deadline_expired(record, facts.summary, deadline_passed=facts.deadline_passed),
+        deadline=deadline,
         gpu_fault=facts.gpu_fault,
         upload_error=None,
     )
     if verdict.status == "failed" and facts.trainer_xids:
         caused = "; ".join(facts.trainer_xids)
         verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
-    return Conclusion(verdict=verdict, residual_pids=residual_pids, residuals_reported=_reported(facts))
+    return Conclusion(verdict, residual_pids, _reported(facts), deadline)
 
 
 def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None:
@@ -132,22 +134,26 @@ def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
     return tuple(entries[pid] for pid in sorted(entries))
 
 
-def deadline_expired(record: ExitRecord | None, summary: SummaryOutcome, *, deadline_passed: bool) -> bool:
-    """Whether the run ended because of the deadline.
+def deadline_end(
+    record: ExitRecord | None, summary: SummaryOutcome, *, deadline_passed: bool
+) -> verdicts.DeadlineEnd | None:
+    """How the deadline ended the run, if it did.
 
-    A trainer that died of the deadline's TERM (sent term_grace_s before the deadline) ended because
-    of the deadline even if the deadline itself had not passed yet. One stopped at the checkpoint
-    margin without completing ran out of budget: the deadline's verdict, not the trainer's (or an
-    external) cancellation. A soft stop for any other reason (a stop signal, the sidecar's
-    cancellation) is not the deadline's.
+    ``expired``: the deadline passed, or the trainer died of the deadline's TERM or KILL (sent
+    term_grace_s before it). ``budget_spent``: the trainer was soft-stopped at the checkpoint margin,
+    before the deadline, and had not finished: the budget's verdict, not the trainer's (or an
+    external) cancellation, but the deadline itself did not expire. A soft stop for any other reason
+    (a stop signal, the sidecar's cancellation) is not the deadline's.
     """
     if record is not None and record.deadline_expired:
-        return True
+        return "expired"
     ended_by_deadline = (record is not None and record.reason == "deadline") or deadline_passed
     if ended_by_deadline and (record is None or record.returncode != 0):
-        return True
+        return "expired"
     margin = record is not None and record.soft_stop_reason in (None, DEADLINE_SOFT_STOP)
-    return record is not None and record.soft_stop_sent and margin and not summary.passed
+    if record is not None and record.soft_stop_sent and margin and not summary.passed:
+        return "budget_spent"
+    return None
 
 
 def residual_processes(processes: Sequence[ProcessInfo], launcher_pid: int | None) -> list[ProcessInfo]:

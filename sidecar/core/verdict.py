@@ -17,8 +17,9 @@ classification fills an empty slot; a failure with no kind is ``unknown_failure`
 
 Added to the seed, ahead of everything above because they explain the rest:
 
-- ``deadline_expired``: the total-job deadline ran out; ``deadline_exhausted`` outranks the
-  trainer's non-zero exit and summary, which the kill at the deadline caused.
+- ``deadline``: the total-job deadline expired, or the budget was spent (soft stop at the
+  checkpoint margin, trainer unfinished); ``deadline_exhausted`` outranks the trainer's non-zero
+  exit and summary, which the stop at the deadline caused.
 - ``gpu_fault``: a GPU was lost or needs a reset; ``gpu_fault`` (retryable on another node).
 - ``upload_error``: kept in ``evidence_error`` always, but it turns the verdict into
   ``evidence_lost`` only when the soak otherwise passed, so it never hides the soak's own verdict.
@@ -92,6 +93,11 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
 ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
 
 DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
+BUDGET_REASON = (
+    "the budget ran out: the trainer was soft-stopped at the checkpoint margin and had not finished"
+)
+# How the deadline ended a run (sidecar.core.conclusion.deadline_end).
+DeadlineEnd = Literal["expired", "budget_spent"]
 
 
 def classifications_for(code: ExitCode) -> list[str]:
@@ -155,7 +161,7 @@ def decide(
     residuals: Sequence[str],
     summary: SummaryOutcome,
     leaks: Sequence[str] = (),
-    deadline_expired: bool,
+    deadline: DeadlineEnd | None,
     gpu_fault: str | None,
     upload_error: str | None,
 ) -> Verdict:
@@ -166,7 +172,7 @@ def decide(
     ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
     something else already failed.
     """
-    parts, kind = _run_failures(deadline_expired, gpu_fault, monitor_failure)
+    parts, kind = _run_failures(deadline, gpu_fault, monitor_failure)
     if not parts:
         parts, kind = _trainer_failure(
             returncode=returncode,
@@ -178,7 +184,7 @@ def decide(
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
     if summary.classification is not None and (summary.classification_overrides or kind is None):
         kind = kind if REFINES.get(kind or "") == summary.classification else summary.classification
-    if deadline_expired:
+    if deadline is not None:
         kind = "deadline_exhausted"
     elif gpu_fault is not None:
         kind = "gpu_fault"
@@ -190,12 +196,12 @@ def decide(
 
 
 def _run_failures(
-    deadline_expired: bool, gpu_fault: str | None, monitor_failure: tuple[MonitorKind, str] | None
+    deadline: DeadlineEnd | None, gpu_fault: str | None, monitor_failure: tuple[MonitorKind, str] | None
 ) -> tuple[list[str], str | None]:
     """What ended or broke the run itself (deadline, GPU, monitor), all of it, and the monitor's kind."""
     parts: list[str] = []
-    if deadline_expired:
-        parts.append(DEADLINE_REASON)
+    if deadline is not None:
+        parts.append(DEADLINE_REASON if deadline == "expired" else BUDGET_REASON)
     if gpu_fault is not None:
         parts.append(f"GPU fault: {gpu_fault}")
     if monitor_failure is None:

@@ -420,6 +420,9 @@ def test_soft_stop_at_the_margin_is_the_deadline_verdict(tmp_path: Path) -> None
     assert artifact["deadline"]["soft_stop_sent"] is True
     assert artifact["deadline"]["term_sent"] is False
     assert (tmp_path / "progress" / "checkpoint.json").exists()
+    # The budget was spent, the deadline itself had not expired: the verdict says which.
+    assert artifact["deadline"]["expired"] is False and artifact["deadline"]["budget_spent"] is True
+    assert (result.verdict.reason or "").startswith("the budget ran out")
 
 
 def test_insufficient_budget_at_start(tmp_path: Path) -> None:

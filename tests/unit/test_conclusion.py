@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sidecar.core.conclusion import RunFacts, conclude, deadline_expired
+from sidecar.core.conclusion import RunFacts, conclude, deadline_end
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
@@ -122,23 +122,34 @@ def test_a_helper_killed_between_samples_is_still_listed() -> None:
     assert only.last_seen is None
 
 
-def test_deadline_expired_by_the_launcher_by_the_clock_or_at_the_margin() -> None:
+def test_deadline_expired_by_the_launcher_by_the_clock_or_spent_at_the_margin() -> None:
     summary, missing = completed_summary(), missing_summary()
-    assert deadline_expired(exited(deadline_expired=True), summary, deadline_passed=False)
+    assert deadline_end(exited(deadline_expired=True), summary, deadline_passed=False) == "expired"
     # The deadline's TERM killed the trainer before the deadline itself passed.
-    assert deadline_expired(exited(reason="deadline", returncode=-15), summary, deadline_passed=False)
+    assert (
+        deadline_end(exited(reason="deadline", returncode=-15), summary, deadline_passed=False) == "expired"
+    )
     # A trainer that completed as the deadline passed did complete.
-    assert not deadline_expired(exited(reason="exited", returncode=0), summary, deadline_passed=True)
-    assert deadline_expired(None, summary, deadline_passed=True)
-    # Stopped at the checkpoint margin without completing: the budget ran out.
-    assert deadline_expired(exited(soft_stop_sent=True, returncode=0), missing, deadline_passed=False)
-    assert not deadline_expired(exited(soft_stop_sent=True, returncode=0), summary, deadline_passed=False)
+    assert deadline_end(exited(reason="exited", returncode=0), summary, deadline_passed=True) is None
+    assert deadline_end(None, summary, deadline_passed=True) == "expired"
+    # Stopped at the checkpoint margin without completing: the budget was spent, the deadline had
+    # not expired.
+    spent = exited(soft_stop_sent=True, returncode=0)
+    assert deadline_end(spent, missing, deadline_passed=False) == "budget_spent"
+    assert deadline_end(spent, summary, deadline_passed=False) is None
     margin = exited(soft_stop_sent=True, soft_stop_reason=DEADLINE_SOFT_STOP, returncode=0)
-    assert deadline_expired(margin, missing, deadline_passed=False)
+    assert deadline_end(margin, missing, deadline_passed=False) == "budget_spent"
     # Soft-stopped because the soak was stopped from outside: a cancellation, not the deadline.
     for reason in ("signal: SIGTERM", "control: soak was interrupted before the trainer completed"):
         stopped = exited(soft_stop_sent=True, soft_stop_reason=reason, returncode=0)
-        assert not deadline_expired(stopped, missing, deadline_passed=False)
+        assert deadline_end(stopped, missing, deadline_passed=False) is None
+
+
+def test_a_clean_soft_stop_at_the_margin_does_not_say_the_deadline_expired() -> None:
+    margin = exited(soft_stop_sent=True, soft_stop_reason=DEADLINE_SOFT_STOP, returncode=0)
+    verdict = conclude(facts(exit_record=margin, summary=missing_summary())).verdict
+    assert verdict.classification == "deadline_exhausted" and verdict.reason is not None
+    assert verdict.reason.startswith("the budget ran out") and "expired" not in verdict.reason
 
 
 def test_the_deadline_is_the_verdict_even_over_a_monitor_failure() -> None:

@@ -197,7 +197,7 @@ def test_every_document_yields_an_outcome(
         min_duration_s=0.0,
         residuals=(),
         summary=outcome,
-        deadline_expired=False,
+        deadline=None,
         gpu_fault=None,
         upload_error=None,
     )

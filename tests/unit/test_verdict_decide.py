@@ -61,7 +61,7 @@ def run(**overrides: Any) -> Verdict:
         "min_duration_s": 0.0,
         "residuals": (),
         "summary": GOOD,
-        "deadline_expired": False,
+        "deadline": None,
         "gpu_fault": None,
         "upload_error": None,
     }
@@ -272,17 +272,17 @@ def test_job_failed_stands_over_the_trainers_own_cancellation() -> None:
 def test_deadline_outranks_the_kill_it_caused() -> None:
     cancelled = copy.deepcopy(ABNORMAL)
     cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
-    verdict = run(returncode=-9, deadline_expired=True, summary=outcome_of(cancelled))
+    verdict = run(returncode=-9, deadline="expired", summary=outcome_of(cancelled))
     assert verdict.classification == "deadline_exhausted"
     assert verdict.exit_code == ExitCode.DEADLINE_EXHAUSTED
     assert verdict.reason is not None
     assert verdict.reason.startswith(f"{DEADLINE_REASON}; shutdown classification=")
     assert "trainer exited with returncode" not in verdict.reason
 
-    verdict = run(returncode=-9, deadline_expired=True, summary=MISSING, residuals=["4"])
+    verdict = run(returncode=-9, deadline="expired", summary=MISSING, residuals=["4"])
     assert verdict.reason == f"{DEADLINE_REASON}; trainer did not write run_summary.json"
     # a deadline reached even though the trainer then wrote a good summary still fails
-    assert run(deadline_expired=True).classification == "deadline_exhausted"
+    assert run(deadline="expired").classification == "deadline_exhausted"
 
 
 def test_gpu_fault_is_retryable_and_outranks_the_trainer() -> None:
@@ -290,7 +290,7 @@ def test_gpu_fault_is_retryable_and_outranks_the_trainer() -> None:
     assert verdict.classification == "gpu_fault"
     assert verdict.exit_code == ExitCode.GPU_FAULT and verdict.exit_code.retryable
     assert verdict.reason == f"GPU fault: GPU 0 fell off the bus (Xid 79); {ABNORMAL_SHUTDOWN}"
-    both = run(returncode=-9, gpu_fault="lost", deadline_expired=True)
+    both = run(returncode=-9, gpu_fault="lost", deadline="expired")
     assert both.classification == "deadline_exhausted"
     assert both.reason == f"{DEADLINE_REASON}; GPU fault: lost"
 
@@ -423,7 +423,7 @@ def test_decide_is_total_and_consistent(
         min_duration_s=minimum,
         residuals=residuals,
         summary=summary,
-        deadline_expired=deadline,
+        deadline="expired" if deadline else None,
         gpu_fault=gpu,
         upload_error=upload,
     )

@@ -145,7 +145,14 @@ class DeadlineInfo(_Model):
     checkpoint_margin_s: float
     remaining_at_start_s: float
     resumed: bool
-    expired: bool = False
+    expired: bool = Field(
+        False, description="The deadline passed, or its TERM or KILL ended the trainer before it did."
+    )
+    budget_spent: bool = Field(
+        False,
+        description="The trainer was soft-stopped at the checkpoint margin, before the deadline, and had "
+        "not finished: the budget ran out though the deadline had not expired.",
+    )
     soft_stop_sent: bool = False
     term_sent: bool = False
     kill_sent: bool = False

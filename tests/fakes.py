@@ -231,15 +231,19 @@ class FakeChannel:
 class FakeLocalLauncher:
     def __init__(self, world: World) -> None:
         self.world = world
+        self.pid = LAUNCHER_PID
         self.stdout: IO[bytes] | None = None
         self.killed = False
 
     def poll(self) -> int | None:
+        """The launcher exits with its record's code, or dies of the SIGKILL it was sent."""
         record = self.world.exit_record
-        return None if record is None and not self.killed else 0
+        if record is not None:
+            return record.exit_code
+        return -9 if self.killed else None
 
     def wait(self, timeout: float | None = None) -> int:
-        return 0
+        return self.poll() or 0
 
     def kill(self) -> None:
         self.killed = True

@@ -129,7 +129,7 @@ def watch(
         fallback_after_s=session.fallback_after_s,
     )
     policy = MonitorPolicy(timings, started=going.started.monotonic)
-    last_seen: list[ProcessInfo] = []
+    last_seen = session.last_seen
     try:
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled):
@@ -145,12 +145,17 @@ def watch(
     # From here on the artifact comes first: a further Ctrl-C or SIGTERM is noted, not raised.
     signals.defer()
     session.reap(session.fallback_after_s)
+    record = ports.channel.wait_exit(2.0)
+    violations = [] if sampler.claim_mismatch is None else [sampler.claim_mismatch]
+    if (forged := session.unconfirmed(record)) is not None:
+        violations.append(forged)
+        record = None  # judged as a launcher that left no record: never a pass
     return Watched(
         failure=policy.failure,
         gpu_fault=policy.gpu_fault,
         last_seen=tuple(last_seen),
-        exit_record=ports.channel.wait_exit(2.0),
-        protocol_violations=() if sampler.claim_mismatch is None else (sampler.claim_mismatch,),
+        exit_record=record,
+        protocol_violations=tuple(violations),
     )
 
 

@@ -16,6 +16,8 @@ from sidecar.app.values import Launched, Preflight, RunRequest, Started
 from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
 from sidecar.core.trainer_process import trainer_of
+from sidecar.launcher.protocol import names
+from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.names import ENV_RUN_ID
 from sidecar.settings import Settings
@@ -33,6 +35,8 @@ class LaunchSession:
         self._request = request
         self._local: LocalLauncher | None = None
         self.launched: Launched | None = None
+        # The launcher's tree as last sampled: what an emergency stop kills when the launcher is gone.
+        self.last_seen: list[ProcessInfo] = []
 
     @property
     def fallback_after_s(self) -> float:
@@ -56,6 +60,12 @@ class LaunchSession:
             info = channel.wait_for_launcher(
                 self._settings.appear_timeout_s, alive=lambda: local.poll() is None
             )
+            if info.pid != local.pid:
+                # launcher.json sits in a dir others can write: the launcher is the one started here.
+                raise LauncherError(
+                    f"{names.LAUNCHER_FILE} names pid {info.pid}, not the launcher started here "
+                    f"(pid {local.pid}): a forged record"
+                )
             command = request.command
         else:
             info = channel.wait_for_launcher(self._settings.appear_timeout_s)
@@ -147,6 +157,15 @@ class LaunchSession:
             self.await_exit(self._settings.kill_grace_s + 2.0, last_seen)
         with contextlib.suppress(Exception):
             self.kill_remembered(last_seen)
+
+    def unconfirmed(self, record: ExitRecord | None) -> str | None:
+        """Why ``record`` cannot be the launcher's own (a local launcher exits with its record's
+        code; one killed first wrote none): exit.json sits in a dir the trainer can write."""
+        status = None if self._local is None else self._local.poll()
+        if record is None or status is None or status == record.exit_code:
+            return None
+        how = f"was killed by signal {-status}" if status < 0 else f"exited {status}"
+        return f"exit.json says exit code {record.exit_code}, but the launcher {how}: not its record"
 
     def reap(self, timeout_s: float) -> None:
         """Wait for a local launcher to exit (it kills the trainer first); kill it if it does not."""

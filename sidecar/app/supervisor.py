@@ -166,7 +166,7 @@ class Supervisor:
         try:
             yield
         except BaseException:
-            self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, ())
+            self._session.emergency_stop(TRAINER_FAILED_WHILE_RUNNING, self._session.last_seen)
             raise
 
     def _watch(

@@ -3,6 +3,7 @@ switch its leak checks off (the real CLI, launcher and processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -92,3 +93,81 @@ def test_a_forged_trainer_json_cannot_aim_the_sidecars_kill(tmp_path: Path, spaw
     assert decoy.poll() is None and psutil.Process(decoy.pid).status() != psutil.STATUS_ZOMBIE
     found = artifact(tmp_path)
     assert f"trainer.json names pid {decoy.pid}" in found["protocol_violations"][0], found
+
+
+# A trainer that forges exit.json for its launcher (well-formed and clean: exit 0, nothing left
+# behind; or with wrong types), writes a passing run_summary, leaves a worker in a session of its
+# own, then SIGKILLs its launcher so the forgery is the only record. "clean": it exits; "types":
+# it stays, so only the sidecar can end it. Pids go to the progress dir for the test to check.
+FORGES_EXIT = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from sidecar.examples.trainer import run_summary, write_atomic
+    run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
+    info = json.loads((run_dir / "launcher.json").read_text())
+    for step in range(5):
+        (progress / "step").write_text(str(step))
+        time.sleep(0.2)
+    summary = run_summary(steps=5, completed=True, classification="normal_completion", error=None)
+    write_atomic(progress / "run_summary.json", summary)
+    clean = {"protocol": 1, "launch_id": info["launch_id"], "exit_code": 0, "reason": "exited",
+             "returncode": 0, "trainer_pid": os.getpid()}
+    forged = clean if sys.argv[1] == "clean" else {**clean, "exit_code": "x"}
+    (run_dir / ".forged").write_text(json.dumps(forged))
+    os.replace(run_dir / ".forged", run_dir / "exit.json")
+    worker = os.fork()
+    if worker == 0:
+        os.setsid()
+        os.execvp("sleep", ["sleep", "120"])
+    (progress / "pids").write_text(f"{os.getpid()} {worker}")
+    os.kill(info["pid"], signal.SIGKILL)
+    if sys.argv[1] == "types":
+        time.sleep(120)
+    """
+)
+
+
+def forged_exit_run(spawn: Spawner, tmp_path: Path, how: str) -> tuple[int, str, list[psutil.Process]]:
+    try:
+        code, err = run_cli(spawn, tmp_path, "--", sys.executable, "-c", FORGES_EXIT, how)
+    finally:
+        pids = next((tmp_path / "soak-output" / "runs").glob("*/progress/pids"), None)
+        found = [] if pids is None else [int(p) for p in pids.read_text().split()]
+    processes = []
+    for pid in found:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            processes.append(psutil.Process(pid))
+    return code, err, processes
+
+
+def test_a_forged_clean_exit_record_from_a_killed_launcher_never_passes(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    code, err, processes = forged_exit_run(spawn, tmp_path, "clean")
+    try:
+        assert code != 0, err
+        found = artifact(tmp_path)
+        assert found["status"] == "failed", found["failure_reason"]
+        assert any(
+            "launcher was killed by signal 9: not its record" in v for v in found["protocol_violations"]
+        )
+    finally:
+        for process in processes:  # the worker the trainer hid in a session of its own
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+
+
+def test_a_trainer_that_breaks_the_exit_record_does_not_outlive_the_sidecar(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    code, err, processes = forged_exit_run(spawn, tmp_path, "types")
+    try:
+        assert code != 0, err
+        trainer = processes[0]
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert trainer.status() == psutil.STATUS_ZOMBIE, "the trainer outlived the sidecar"
+    finally:
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()

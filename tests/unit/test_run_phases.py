@@ -7,6 +7,7 @@ asked of its ports and the verdict it delivered.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
 from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.records import LauncherInfo
 from sidecar.settings import Settings, load_settings
 from tests.fakes import (
     EPOCH,
@@ -363,3 +365,21 @@ def test_a_hostile_exit_record_is_a_verdict_not_a_crash(tmp_path: Path) -> None:
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert result.verdict.classification == "monitor_failure"
     assert "unreaped holds 'x', which is not of type int" in (result.verdict.reason or "")
+
+
+class ForgedLauncherChannel(FakeChannel):
+    """launcher.json names another process (a daemon left by an earlier trainer wrote it first)."""
+
+    def wait_for_launcher(self, timeout_s: float, *, alive: Callable[[], bool] | None = None) -> LauncherInfo:
+        return replace(super().wait_for_launcher(timeout_s, alive=alive), pid=4242, start_ticks=4242)
+
+
+def test_a_launcher_json_naming_another_process_is_not_the_local_launcher(tmp_path: Path) -> None:
+    world = fakes(Script(), SUMMARY)
+    processes = world.processes
+    ports = Ports(**{**vars(world.ports()), "channel": ForgedLauncherChannel(world.world)})
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    result = Supervisor(settings(tmp_path), ports, request).run()
+    assert result.verdict.classification == "launcher_missing"
+    assert "names pid 4242, not the launcher started here" in (result.verdict.reason or "")
+    assert world.world.go is None and not processes.groups_killed  # nothing started, nothing signalled

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from sidecar.adapters.fsutil import write_atomic
+from sidecar.adapters.fsutil import CREATE_FLAGS, write_atomic
 from sidecar.core.errors import ConfigError
 
 
@@ -21,10 +21,16 @@ class SamplesFile:
 
     def __init__(self, path: Path) -> None:
         self.error: str | None = None
+        self._file: IO[bytes] | None = None
+        self._stream: IO[str] | None = None
         try:
-            self._stream: IO[str] | None = gzip.open(path, "wt", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            # A fresh file: an earlier trainer may have planted a link at the name.
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            self._file = os.fdopen(os.open(path, CREATE_FLAGS, 0o644), "wb")
+            self._stream = gzip.open(self._file, "wt", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
-            self._stream = None
+            self.close()
             self.error = f"cannot write {path}: {exc}"
 
     def write_line(self, line: str) -> None:
@@ -37,13 +43,15 @@ class SamplesFile:
             self.close()
 
     def close(self) -> None:
-        stream, self._stream = self._stream, None
-        if stream is None:
-            return
-        try:
-            stream.close()
-        except OSError as exc:
-            self.error = self.error or f"closing the samples file failed: {exc}"
+        """The gzip stream, then the file under it (gzip does not close a file it was given)."""
+        for handle in (self._stream, self._file):
+            if handle is None:
+                continue
+            try:
+                handle.close()
+            except OSError as exc:
+                self.error = self.error or f"closing the samples file failed: {exc}"
+        self._stream = self._file = None
 
 
 # The launcher keeps its console logs within console_log_bytes (64 MiB by default) in all.
@@ -57,7 +65,10 @@ def _copy_regular_file(source: Path, target: Path, limit: int) -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{source} is not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as reader, target.open("wb") as writer:
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()  # a link planted at the copy's name is replaced, never written through
+        writer_fd = os.open(target, CREATE_FLAGS, 0o644)
+        with os.fdopen(os.dup(fd), "rb") as reader, os.fdopen(writer_fd, "wb") as writer:
             left = limit
             while left > 0 and (chunk := reader.read(min(left, 1 << 20))):
                 writer.write(chunk)
@@ -97,7 +108,7 @@ class ArtifactDir:
         for source in files:
             copy = self.path / source.name
             with contextlib.suppress(OSError):
-                if not copy.exists():
+                if not copy.exists() or copy.is_symlink():
                     self.path.mkdir(parents=True, exist_ok=True)
                     _copy_regular_file(source, copy, COPY_LIMIT_BYTES)
                 kept.append(copy)

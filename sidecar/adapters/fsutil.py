@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from pathlib import Path
 
 
@@ -25,14 +26,21 @@ def write_fsync(fd: int, data: bytes) -> None:
     os.fsync(fd)
 
 
+# A file the sidecar creates: never through a link someone planted at its name, never an old file.
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, fsync of the directory: a reader sees the old or the new file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Temp file, fsync, rename, fsync of the directory: a reader sees the old or the new file. The
+    temp name is unguessable and created afresh, and the rename replaces a link at ``path`` rather
+    than writing through it."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        with tmp.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        fd = os.open(tmp, CREATE_FLAGS, 0o644)
+        try:
+            write_fsync(fd, data)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):

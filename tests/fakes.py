@@ -156,6 +156,7 @@ class FakeChannel:
         self.launch_id: str | None = None
         self.heartbeats = 0
         self.resets = 0
+        self.first_error: str | None = None  # no simulated heartbeat fails
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -199,7 +200,7 @@ class FakeChannel:
         return len(self.world.requests)
 
     @contextlib.contextmanager
-    def heartbeat(self, interval_s: float) -> Iterator[object]:
+    def heartbeat(self, interval_s: float) -> Iterator[FakeChannel]:
         self.heartbeats += 1
         yield self
 

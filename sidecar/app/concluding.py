@@ -60,6 +60,7 @@ def conclude_run(
             leaks=tuple(leaks),
             deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
             trainer_xids=tuple(recorder.health.trainer_xids()),
+            heartbeat_error=session.heartbeat_error,
         )
     )
     recorder.summary.residual_process_count = len(conclusion.residual_pids)

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Sequence
 
 from sidecar.app.console import Console
-from sidecar.app.ports import LocalLauncher, Ports, StopRequest
+from sidecar.app.ports import HeartbeatStatus, LocalLauncher, Ports, StopRequest
 from sidecar.app.values import Launched, Preflight, RunRequest, Started
 from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
@@ -37,6 +37,7 @@ class LaunchSession:
         self.launched: Launched | None = None
         # The launcher's tree as last sampled: what an emergency stop kills when the launcher is gone.
         self.last_seen: list[ProcessInfo] = []
+        self._heartbeat: HeartbeatStatus | None = None
 
     @property
     def fallback_after_s(self) -> float:
@@ -95,7 +96,7 @@ class LaunchSession:
     def going(self, settings: Settings, started: Started, preflight: Preflight) -> Iterator[None]:
         """Heartbeats from before the go-ahead to the end of monitoring (the launcher fails closed
         without them); the go-ahead itself unless a predecessor gave it."""
-        with self._ports.channel.heartbeat(self._settings.heartbeat_interval_s):
+        with self._ports.channel.heartbeat(self._settings.heartbeat_interval_s) as self._heartbeat:
             if not started.already_going:
                 go = go_ahead(settings, self._require_launched(), started, preflight)
                 self._ports.channel.give_go(go, preflight.record.as_json())
@@ -157,6 +158,11 @@ class LaunchSession:
             self.await_exit(self._settings.kill_grace_s + 2.0, last_seen)
         with contextlib.suppress(Exception):
             self.kill_remembered(last_seen)
+
+    @property
+    def heartbeat_error(self) -> str | None:
+        """Why a heartbeat could not be written into the run dir, if one could not."""
+        return None if self._heartbeat is None else self._heartbeat.first_error
 
     def unconfirmed(self, record: ExitRecord | None) -> str | None:
         """Why ``record`` cannot be the launcher's own (a local launcher exits with its record's

@@ -35,6 +35,8 @@ class RunFacts:
     deadline_passed: bool
     # XIDs the application caused (core.gpu_health): named in a failed verdict's reason.
     trainer_xids: tuple[str, ...] = ()
+    # The first heartbeat the sidecar could not write into the run dir (which the trainer can write).
+    heartbeat_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,14 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
         return facts.monitor_failure
     if record is None:
         return ("monitor_failure", "launcher exited without writing exit.json")
+    if record.heartbeat_lost and facts.heartbeat_error is not None:
+        # The sidecar was alive but its heartbeat could not land: the run dir broke (the trainer can
+        # write it), not the sidecar. Not retryable as a lost supervisor would be.
+        return (
+            "monitor_failure",
+            f"the sidecar's heartbeat could not be written into the run dir ({facts.heartbeat_error}): "
+            "the launcher lost it and killed the trainer",
+        )
     if record.heartbeat_lost or record.owner_lost:
         # The sidecar stalled or died, not the trainer: the launcher failed closed. Retryable.
         lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"

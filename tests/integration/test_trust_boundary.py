@@ -171,3 +171,31 @@ def test_a_trainer_that_breaks_the_exit_record_does_not_outlive_the_sidecar(
         for process in processes:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
+
+
+# Puts a directory where the sidecar's heartbeat goes, then keeps making progress: the launcher
+# loses the heartbeat and kills it.
+BREAKS_THE_HEARTBEAT = textwrap.dedent(
+    """
+    import os, time
+    from pathlib import Path
+    beat = Path(os.environ["SOAK_RUN_DIR"]) / "sidecar.heartbeat"
+    beat.unlink()
+    beat.mkdir()
+    (beat / "x").touch()
+    progress = Path(os.environ["SOAK_PROGRESS_DIR"])
+    while True:
+        (progress / "step").write_text(str(time.time()))
+        time.sleep(0.2)
+    """
+)
+
+
+def test_a_trainer_that_breaks_the_heartbeat_is_not_a_lost_sidecar(tmp_path: Path, spawn: Spawner) -> None:
+    code, _ = run_cli(
+        spawn, tmp_path, "--", sys.executable, "-c", BREAKS_THE_HEARTBEAT,
+        SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S="3",
+    )  # fmt: skip
+    found = artifact(tmp_path)
+    assert found["failure_classification"] == "monitor_failure", found["failure_reason"]
+    assert code == 70 and "heartbeat could not be written into the run dir" in found["failure_reason"]

@@ -279,6 +279,8 @@ class Heartbeat:
 
     The first beat happens synchronously on entry (and raises if the run dir is unwritable);
     later failures are kept in ``last_error``: the launcher then fails closed on its own.
+    ``first_error`` keeps the first of them: the trainer can break the run dir (a directory where
+    the heartbeat goes), and the verdict must then not blame a lost sidecar.
     """
 
     def __init__(self, run_dir: RunDir, interval_s: float) -> None:
@@ -288,6 +290,7 @@ class Heartbeat:
         self.interval_s = interval_s
         self.beats = 0
         self.last_error: str | None = None
+        self.first_error: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -320,3 +323,4 @@ class Heartbeat:
                 self.last_error = None
             except LauncherError as exc:
                 self.last_error = str(exc)
+                self.first_error = self.first_error or self.last_error

@@ -14,6 +14,10 @@ from sidecar.core.samples import ProgressSample
 _READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
+# How many entries of the progress dir a sample looks at (a checkpoint dir holds hundreds).
+MAX_PROGRESS_ENTRIES = 100_000
+
+
 class DirectoryProgressProbe:
     """Counts regular files under ``progress_dir`` (recursively), their bytes and newest mtime.
 
@@ -39,13 +43,19 @@ class DirectoryProgressProbe:
         return inodes
 
     def sample(self) -> ProgressSample:
+        """The files of the progress dir, at most MAX_PROGRESS_ENTRIES entries of it: the trainer
+        decides how many it holds, and a sample must stay bounded in time and memory."""
         files: list[tuple[int, int, int, float]] = []
         excluded = self._excluded_inodes()
         pending = [self._root]
-        while pending:
+        seen = 0
+        while pending and seen < MAX_PROGRESS_ENTRIES:
             try:
                 with os.scandir(pending.pop()) as entries:
                     for entry in entries:
+                        seen += 1
+                        if seen > MAX_PROGRESS_ENTRIES:
+                            break
                         try:
                             if entry.is_dir(follow_symlinks=False):
                                 pending.append(entry.path)

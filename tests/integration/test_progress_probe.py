@@ -148,3 +148,16 @@ def test_read_file_refuses_what_is_not_a_regular_file_without_hanging(tmp_path: 
         probe.read_file("run_summary.json", 100)
     with pytest.raises(OSError, match="not a regular file \\(a directory\\)"):
         probe.read_file("summary-dir", 100)
+
+
+def test_a_sample_looks_at_a_bounded_number_of_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trainer decides how many files the progress dir holds; a sample's cost must not.
+    monkeypatch.setattr("sidecar.adapters.progress.MAX_PROGRESS_ENTRIES", 10)
+    for n in range(3):
+        (tmp_path / f"d{n}").mkdir()
+        for m in range(10):
+            (tmp_path / f"d{n}" / f"f{m}").write_bytes(b"x")
+    sample = DirectoryProgressProbe(tmp_path, exclude=[]).sample()
+    assert 0 < sample.file_count <= 10 and sample.bytes_total == sample.file_count

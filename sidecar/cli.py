@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -31,6 +32,19 @@ def build_parser() -> UsageParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        code = _dispatch(argv)
+        sys.stdout.flush()  # inside the try: a reader gone before the last write fails here
+    except BrokenPipeError:
+        # The reader of stdout left (`soak-sidecar schema artifact | head -1`): end silently with
+        # the status a shell gives coreutils killed by SIGPIPE (128 + 13). stdout goes to /dev/null
+        # first, or the interpreter's own flush at exit prints a traceback after all.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)

@@ -56,7 +56,12 @@ class FileDeadlineStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise _store_error(f"cannot create deadline store {self.directory}: {exc}", exc) from exc
+            message = f"cannot create deadline store {self.directory}: {exc}"
+            # mkdir -p creates missing parents, so ENOENT means the filesystem refuses directories
+            # there (/proc, /sys): no retry can help.
+            if exc.errno == errno.ENOENT:
+                raise ConfigError(message) from exc
+            raise _store_error(message, exc) from exc
 
     @contextmanager
     def lock(self, slot: str) -> Iterator[None]:
@@ -226,7 +231,9 @@ def _slot_of(name: str, run_id: str) -> bool:
 
 
 # A store the configuration points at something unusable will not heal on a retry.
-_PERMANENT_ERRNOS = frozenset({errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS})
+_PERMANENT_ERRNOS = frozenset(
+    {errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENAMETOOLONG, errno.ELOOP}
+)
 
 
 def _store_error(message: str, exc: OSError) -> SoakError:

@@ -10,6 +10,7 @@ from sidecar.commands.parsing import (
     Subparsers,
     UsageParser,
     add_run_flags,
+    flag_names,
     flag_settings,
     trainer_command,
 )
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     command = trainer_command(args)
     if not command:
         raise ConfigError("approve needs the trainer command after --")
-    settings = load_settings(flag_settings(args))
+    settings = load_settings(flag_settings(args), flag_names=flag_names(args))
     if settings.deadline.run_id is None:
         raise ConfigError("approve needs --run-id (the run UUID the approval binds)")
     run_id = parse_run_id(settings.deadline.run_id)

@@ -150,20 +150,30 @@ def add_run_flags(
     )
 
 
-def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings the flags given override, as ``{"group.field": value}``."""
-    flags: dict[str, Any] = {}
-    for dest, (_flag, setting, _kind, _text) in RUN_FLAGS.items():
+def _given(args: argparse.Namespace) -> dict[str, tuple[str, Any]]:
+    """``{"group.field": (flag, value)}`` for each flag given."""
+    given: dict[str, tuple[str, Any]] = {}
+    for dest, (flag, setting, _kind, _text) in RUN_FLAGS.items():
         value = getattr(args, dest, None)
         if value is not None:
-            flags[setting] = value
+            given[setting] = (flag, value)
     if args.code_files is not None:
-        flags["deadline.code_files"] = args.code_files
+        given["deadline.code_files"] = ("--code-file", args.code_files)
     if getattr(args, "resume", None):
-        flags["deadline.resume"] = True
+        given["deadline.resume"] = ("--resume", True)
     if getattr(args, "require_approval", None):
-        flags["deadline.require_approval"] = True
-    return flags
+        given["deadline.require_approval"] = ("--require-approval", True)
+    return given
+
+
+def flag_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the flags given override, as ``{"group.field": value}``."""
+    return {setting: value for setting, (_flag, value) in _given(args).items()}
+
+
+def flag_names(args: argparse.Namespace) -> dict[str, str]:
+    """The flag that set each of ``flag_settings``, as ``{"group.field": flag}``: what errors name."""
+    return {setting: flag for setting, (flag, _value) in _given(args).items()}
 
 
 def trainer_command(args: argparse.Namespace) -> list[str]:

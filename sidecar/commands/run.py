@@ -12,6 +12,7 @@ from sidecar.commands.parsing import (
     Subparsers,
     UsageParser,
     add_run_flags,
+    flag_names,
     flag_settings,
     trainer_command,
 )
@@ -122,7 +123,7 @@ def _supervise(args: argparse.Namespace) -> int:
     from sidecar.app.supervisor import Supervisor
 
     command = trainer_command(args)
-    settings = load_settings(flag_settings(args))
+    settings = load_settings(flag_settings(args), flag_names=flag_names(args))
     if not args.pod and not command:
         command = demo_command()
         settings = with_defaults(settings, DEMO_SETTINGS)

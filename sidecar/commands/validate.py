@@ -27,8 +27,8 @@ def register(sub: Subparsers[UsageParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.adapters.validators import resolve_manifest_validator
-    from sidecar.core.run_summary import evaluate_run_summary
+    from sidecar.adapters.validators import DEFAULT_VALIDATOR_GROUP, resolve_manifest_validator
+    from sidecar.core.run_summary import ValidatorUnavailable, evaluate_run_summary
 
     settings = load_settings()
     spec = args.manifest_validator or settings.summary.manifest_validator
@@ -36,12 +36,23 @@ def run(args: argparse.Namespace) -> int:
         raw = args.path.read_bytes() if str(args.path) != "-" else sys.stdin.buffer.read()
     except OSError as exc:
         raise ConfigError(f"cannot read {args.path}: {exc}") from exc
+    validator = resolve_manifest_validator(spec)
+    if isinstance(validator, ValidatorUnavailable):
+        # A run reports this as the summary's failure (the seed's rule); here the user asked for this
+        # validator, and no summary could pass: the command line is wrong, not the file.
+        if args.manifest_validator:
+            given = "--manifest-validator"
+        else:
+            given = (
+                "SOAK_SUMMARY__MANIFEST_VALIDATOR" if spec else f"entry point group {DEFAULT_VALIDATOR_GROUP}"
+            )
+        raise ConfigError(f"{given}: {validator.message}")
     outcome = evaluate_run_summary(
         raw,
         mtime=None,
         run_started_wall=None,
         max_bytes=settings.summary.max_bytes,
-        manifest_validator=resolve_manifest_validator(spec),
+        manifest_validator=validator,
     )
     if args.json:
         shown = {

@@ -249,7 +249,14 @@ def load_scenario(path: Path) -> Scenario:
     """Parse and validate a scenario JSON file; ConfigError with the reason otherwise."""
     try:
         return Scenario.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, ValidationError) as exc:
+    except ValidationError as exc:
+        # One line per error: pydantic's own text spans lines and links to its docs.
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'scenario'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"NVML mock scenario {path}: {problems}") from exc
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"NVML mock scenario {path}: {exc}") from exc
 
 

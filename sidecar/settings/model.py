@@ -8,10 +8,11 @@ wins) and passed down; nothing else reads the environment for configuration.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sidecar.core.errors import ConfigError
@@ -48,9 +49,16 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
 
-def load_settings(flags: Mapping[str, object] | None = None) -> Settings:
+def load_settings(
+    flags: Mapping[str, object] | None = None,
+    *,
+    flag_names: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] = os.environ,
+) -> Settings:
     """The settings from the environment and ``flags`` (``{"group.field": value}``, given on the
-    command line: they win), validated together; one clear error line."""
+    command line: they win), validated together; one clear error line. ``flag_names`` says which
+    flag set each of ``flags`` (``{"deadline.budget_s": "--budget"}``), so an error names what the
+    user typed: the flag, else the environment variable as spelled, else the setting's path."""
     nested: dict[str, dict[str, object]] = {}
     for dotted, value in (flags or {}).items():
         group, name = dotted.split(".", 1)
@@ -58,15 +66,61 @@ def load_settings(flags: Mapping[str, object] | None = None) -> Settings:
     try:
         return Settings(**nested)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
+        names = _source_names(flags or {}, flag_names or {}, environ)
+        problems = "; ".join(_problem(err["loc"], err["msg"], names) for err in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from exc
     except SettingsError as exc:
         # A list or object setting that is not JSON (SOAK_REDACTION__EXTRA_PATTERNS='['): pydantic-settings
         # fails before validation. Its cause says where in the text, never what the value holds.
         cause = f": {exc.__cause__}" if exc.__cause__ else ""
         raise ConfigError(f"invalid settings: {exc}{cause} (list and object settings are JSON)") from exc
+
+
+def _group_fields() -> dict[str, tuple[str, ...]]:
+    fields: dict[str, tuple[str, ...]] = {}
+    for group, info in Settings.model_fields.items():
+        model = info.annotation
+        assert isinstance(model, type) and issubclass(model, BaseModel)  # every group is a model
+        fields[group] = tuple(model.model_fields)
+    return fields
+
+
+def _source_names(
+    flags: Mapping[str, object], flag_names: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str]:
+    """``group.field`` -> the flag or environment variable that set it (flags win, as in loading)."""
+    by_upper = {key.upper(): key for key in environ}  # pydantic-settings matches env names in any case
+    names: dict[str, str] = {}
+    for group, fields in _group_fields().items():
+        for field in fields:
+            dotted = f"{group}.{field}"
+            env = by_upper.get(f"SOAK_{group}__{field}".upper())
+            if dotted in flags:
+                names[dotted] = flag_names.get(dotted, dotted)
+            elif env is not None:
+                names[dotted] = env
+    return names
+
+
+def _problem(loc: tuple[int | str, ...], msg: str, names: Mapping[str, str]) -> str:
+    """One validation error, every setting in it named as the user set it: a field's error led by
+    its name; a group's cross-field rule (loc is the group) with each field it mentions renamed."""
+    if not loc:
+        return f"settings: {msg}"
+    group = str(loc[0])
+    if len(loc) == 1:
+        fields = set(_group_fields().get(group, ()))
+
+        def named(match: re.Match[str]) -> str:
+            dotted = f"{group}.{match[0]}"
+            return names.get(dotted, dotted) if match[0] in fields else match[0]
+
+        # Only names with an underscore: a field called "backend" or "require" is also an English word.
+        return f"{group}: " + re.sub(
+            r"\b[a-z][a-z0-9]*_[a-z0-9_]*\b", named, msg.removeprefix("Value error, ")
+        )
+    dotted = f"{group}.{loc[1]}"
+    return names.get(dotted, dotted) + "".join(f"[{part}]" for part in loc[2:]) + f": {msg}"
 
 
 def explicit_settings(settings: Settings) -> frozenset[str]:

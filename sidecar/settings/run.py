@@ -177,11 +177,19 @@ class DeadlineSettings(Group):
     )
 
     @model_validator(mode="after")
-    def _margin_below_budget(self) -> DeadlineSettings:
+    def _times_in_order(self) -> DeadlineSettings:
+        # Field names in these messages are rewritten to what the user set (load_settings).
         if self.checkpoint_margin_s >= self.budget_s:
             raise ValueError(
-                f"checkpoint_margin_s ({self.checkpoint_margin_s:g} s; --checkpoint-margin) must be smaller "
-                f"than budget_s ({self.budget_s:g} s; --budget)"
+                f"checkpoint_margin_s ({self.checkpoint_margin_s:g} s) must be smaller "
+                f"than budget_s ({self.budget_s:g} s)"
+            )
+        # The launcher soft-stops at deadline - margin and TERMs at deadline - term grace: a grace
+        # not below the margin TERMs the trainer before (or with) the soft stop, so it never checkpoints.
+        if self.term_grace_s >= self.checkpoint_margin_s:
+            raise ValueError(
+                f"term_grace_s ({self.term_grace_s:g} s) must be smaller than checkpoint_margin_s "
+                f"({self.checkpoint_margin_s:g} s): SIGTERM would come before the soft stop"
             )
         if self.budget_s > self.max_budget_s:
             raise ValueError(
@@ -239,6 +247,18 @@ class LauncherSettings(Group):
         "exactly. The rest of SOAK_*, AWS_*, KUBECONFIG and BOTO_CONFIG, in any case (the sidecar's "
         "settings and credentials), are withheld. JSON list. Default [].",
     )
+
+    @model_validator(mode="after")
+    def _beats_within_timeout(self) -> LauncherSettings:
+        # The launcher kills the trainer when the newest beat is older than the timeout: a period
+        # not below it loses the supervisor between two healthy beats.
+        if self.heartbeat_interval_s >= self.heartbeat_timeout_s:
+            raise ValueError(
+                f"heartbeat_interval_s ({self.heartbeat_interval_s:g} s) must be smaller than "
+                f"heartbeat_timeout_s ({self.heartbeat_timeout_s:g} s): the launcher would kill the "
+                "trainer as supervisor_lost between two beats"
+            )
+        return self
 
     @field_validator("soft_stop_signal")
     @classmethod

@@ -209,3 +209,40 @@ def test_a_bad_redaction_pattern_is_one_clear_line(tmp_path: Path, value: str, c
     assert done.stderr.count("\n") == 1, done.stderr[-2000:]
     assert done.stderr.startswith("soak-sidecar: error: invalid settings: ") and "redaction" in done.stderr
     assert not (tmp_path / "soak-output").exists()
+
+
+def test_a_deadline_dir_that_can_never_exist_is_a_usage_error(tmp_path: Path) -> None:
+    # mkdir -p under /proc fails with ENOENT: configuration, not a store to retry (151).
+    done = cli("run", "--local", "--deadline-dir", "/proc/soak-no-such-dir", *FAST, cwd=tmp_path)
+    assert done.returncode == 64, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(
+        "soak-sidecar: error: cannot create deadline store /proc/soak-no-such-dir"
+    ), done.stderr
+
+
+def test_a_bad_gpu_scenario_is_one_line(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text('{"gpus": [{"bad": 1}]}', encoding="utf-8")
+    done = cli(
+        "run", "--local", *FAST[:4], "--gpu-backend", "mock", "--gpu-scenario", str(scenario), cwd=tmp_path
+    )
+    assert done.returncode == 64, done.stderr
+    assert "errors.pydantic.dev" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"soak-sidecar: error: NVML mock scenario {scenario}: gpus: Extra inputs are not permitted"
+    ), done.stderr
+
+
+@pytest.mark.parametrize("argv", [["schema", "artifact"], ["exit-codes", "--json"], ["schema", "settings"]])
+def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path) -> None:
+    # `| head -1` without the race: the reader is gone before the first write.
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [PY, "-m", "sidecar.cli", *argv], cwd=tmp_path, stdout=writer, stderr=subprocess.PIPE, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(writer)
+    assert (done.returncode, done.stderr) == (141, "")

@@ -34,7 +34,7 @@ def attempt(
     env = {**os.environ, **(env or {}), "LD_PRELOAD": str(clockshim), "CLOCKSHIM_OFFSET_S": repr(offset_s)}
     argv = [
         sys.executable, "-m", "sidecar.cli", "run", "--local", "--run-id", RUN_ID, "--budget", "600",
-        "--checkpoint-margin", "5", "--sample-interval", "0.2", "--post-shutdown-grace", "0.2",
+        "--checkpoint-margin", "10", "--sample-interval", "0.2", "--post-shutdown-grace", "0.2",
         "--gpu-backend", "none", "--status", "off",
         "--", sys.executable, "-m", "sidecar.examples.trainer", "--steps", "3", "--step-s", "0.05",
     ]  # fmt: skip

@@ -13,12 +13,12 @@ from sidecar.settings import GpuSettings, load_settings
 
 
 def test_require_needs_a_backend() -> None:
-    with pytest.raises(ConfigError, match="gpu: Value error, require needs a GPU backend"):
+    with pytest.raises(ConfigError, match="gpu: require needs a GPU backend"):
         load_settings({"gpu.backend": "none", "gpu.require": True})
 
 
 def test_mock_needs_a_scenario(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ConfigError, match="backend mock needs mock_scenario"):
+    with pytest.raises(ConfigError, match=r"backend mock needs gpu\.mock_scenario"):
         load_settings({"gpu.backend": "mock"})
     monkeypatch.setenv("SOAK_GPU__BACKEND", "mock")
     monkeypatch.setenv("SOAK_GPU__MOCK_SCENARIO", "/x/scenario.json")

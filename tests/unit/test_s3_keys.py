@@ -144,5 +144,5 @@ def test_settings_refuse_a_bad_template_or_prefix() -> None:
         load_settings({"s3.key_template": "{prefix}/{nope}/"})
     with pytest.raises(ConfigError, match="starts with '/'"):
         load_settings({"s3.prefix": "/soak"})
-    with pytest.raises(ConfigError, match="half of lock_lease_s"):
+    with pytest.raises(ConfigError, match=r"half of s3\.lock_lease_s"):
         load_settings({"s3.lock_lease_s": 10, "s3.lock_renew_interval_s": 6})

@@ -43,7 +43,7 @@ def test_a_bad_environment_value_is_refused_even_where_a_mode_has_a_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("SOAK_MONITOR__SAMPLE_INTERVAL_S", "-1")
-    with pytest.raises(ConfigError, match=r"^invalid settings: monitor\.sample_interval_s"):
+    with pytest.raises(ConfigError, match=r"^invalid settings: SOAK_MONITOR__SAMPLE_INTERVAL_S: "):
         with_defaults(load_settings(), {"monitor.sample_interval_s": 0.5})
 
 

@@ -187,6 +187,9 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "unknown resources key": with_values({"runId": RUN_ID}, **{"trainer.resources": {"limit": {}}}),
     "bad image digest": with_values({"runId": RUN_ID}, **{"image.digest": "latest"}),
     "negative stale timeout": with_values({"runId": RUN_ID}, **{"monitor.staleProgressSeconds": -5}),
+    # What the sidecar would refuse at start (tests/unit/test_chart_schema_bounds.py checks them all).
+    "sample interval below 10 ms": with_values({"runId": RUN_ID}, **{"monitor.sampleIntervalSeconds": 0.001}),
+    "budget above a year": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": 1e12}),
 }
 
 

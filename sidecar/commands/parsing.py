@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar.core.exitcodes import ExitCode
+from sidecar.settings import Settings
 
 BUNDLED_SCENARIOS = Path(__file__).resolve().parents[1] / "nvml_mock"
 
@@ -103,6 +104,18 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         float,
         "seconds without progress change",
     ),
+    "max_rss_growth": (
+        "--max-rss-growth",
+        "monitor.max_rss_growth_mib",
+        float,
+        "fail when the tree's RSS grows more, MiB",
+    ),
+    "max_fd_growth": (
+        "--max-fd-growth",
+        "monitor.max_fd_growth",
+        int,
+        "fail when the tree's fd count grows more",
+    ),
     "min_duration": (
         "--min-duration",
         "monitor.min_duration_s",
@@ -141,10 +154,16 @@ def add_run_flags(
     code_file_help: str,
     helps: Mapping[str, str] | None = None,
 ) -> None:
-    """The ``run`` flags ``names`` (keys of RUN_FLAGS; ``helps`` rewords some) and ``--code-file``."""
+    """The ``run`` flags ``names`` (keys of RUN_FLAGS; ``helps`` rewords some) and ``--code-file``.
+    A flag's help is its setting's description, which states the unit and the default."""
     for dest in names:
-        flag, _setting, kind, text = RUN_FLAGS[dest]
-        parser.add_argument(flag, dest=dest, type=kind, default=None, help=(helps or {}).get(dest, text))
+        flag, setting, kind, text = RUN_FLAGS[dest]
+        group, field = setting.split(".")
+        described = Settings.model_fields[group].annotation.model_fields[field].description  # type: ignore[union-attr]
+        default_help = (described or text).replace("%", "%%")
+        parser.add_argument(
+            flag, dest=dest, type=kind, default=None, help=(helps or {}).get(dest, default_help)
+        )
     parser.add_argument(
         "--code-file", dest="code_files", action="append", type=Path, default=None, help=code_file_help
     )

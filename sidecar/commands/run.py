@@ -22,19 +22,6 @@ from sidecar.core.ports import MetricsSink
 from sidecar.core.redaction import redact_command
 from sidecar.settings import load_settings, pod_release_paths, with_defaults
 
-EPILOG = """\
-examples:
-  soak-sidecar run --local                       # the bundled example trainer, a passing soak
-  soak-sidecar run --local -- python3 train.py --epochs 3
-  soak-sidecar run --local --budget 3600 --stale-progress 300 -- ./train.sh
-  SOAK_S3__BUCKET=soaks soak-sidecar run --local -- ./train.sh   # also upload the artifact
-  soak-sidecar run --pod                         # in the chart's sidecar container
-
-Every setting can also come from the environment: SOAK_<GROUP>__<FIELD>, e.g.
-SOAK_MONITOR__SAMPLE_INTERVAL_S=2 (see README, "Configuration"). The exit code is the verdict's
-(`soak-sidecar exit-codes`).
-"""
-
 # The embedded default: the bundled example trainer, with a fast cadence so it finishes in seconds
 # (below the environment and the flags).
 DEMO_SETTINGS = {
@@ -43,6 +30,30 @@ DEMO_SETTINGS = {
     "monitor.startup_timeout_s": 30.0,
     "monitor.stale_progress_s": 15.0,
 }
+DEMO_FLAGS = {
+    "monitor.sample_interval_s": "--sample-interval",
+    "monitor.post_shutdown_grace_s": "--post-shutdown-grace",
+    "monitor.startup_timeout_s": "--startup-timeout",
+    "monitor.stale_progress_s": "--stale-progress",
+}
+DEMO_TIMINGS = ", ".join(f"{DEMO_FLAGS[name]} {value:g}" for name, value in DEMO_SETTINGS.items())
+
+EPILOG = f"""\
+examples:
+  soak-sidecar run --local                       # the bundled example trainer, a passing soak
+  soak-sidecar run --local -- python3 train.py --epochs 3
+  soak-sidecar run --local --budget 3600 --stale-progress 300 -- ./train.sh
+  SOAK_S3__BUCKET=soaks soak-sidecar run --local -- ./train.sh   # also upload the artifact
+  soak-sidecar run --pod                         # in the chart's sidecar container
+
+Without a command, the bundled example trainer runs on a fast cadence so the demo ends in seconds:
+{DEMO_TIMINGS} (seconds),
+unless flags or the environment set them.
+
+Every setting can also come from the environment: SOAK_<GROUP>__<FIELD>, e.g.
+SOAK_MONITOR__SAMPLE_INTERVAL_S=2 (see README, "Configuration"). The exit code is the verdict's
+(`soak-sidecar exit-codes`).
+"""
 
 
 def demo_command() -> list[str]:

@@ -250,7 +250,7 @@ class GpuSettings(Group):
     mock_scenario: Path | None = Field(
         None,
         description="Scenario JSON for the mock library (docs/nvml-mock.md); required by backend "
-        "mock. Default none.",
+        "mock, and implies it when no backend is set. Default none.",
     )
     max_memory_growth_mib: float | None = Field(
         None,
@@ -279,6 +279,10 @@ class GpuSettings(Group):
             raise ValueError("require needs a GPU backend other than none")
         if self.backend == "mock" and self.mock_scenario is None:
             raise ValueError("backend mock needs mock_scenario (--gpu-scenario or SOAK_GPU__MOCK_SCENARIO)")
+        if self.mock_scenario is not None and self.backend != "mock":
+            if "backend" in self.model_fields_set:
+                raise ValueError(f"mock_scenario is for backend mock, not {self.backend}")
+            self.backend = "mock"  # a scenario alone means the mock: never silently ignored
         return self
 
 

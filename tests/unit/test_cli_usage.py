@@ -111,3 +111,19 @@ def test_validate_with_an_unloadable_validator_is_a_usage_error(
     named = argv[0] if argv else next(iter(env))  # the error names what the user set
     assert captured.err.count("\n") == 1, captured.err
     assert captured.err.startswith(f"soak-sidecar: error: {named}: "), captured.err
+
+
+def test_run_help_teaches_every_default_and_unit_and_the_demos_cadence(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["run", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for expected in (
+        "--sample-interval SAMPLE_INTERVAL Seconds between samples. Default 5.",
+        "--budget BUDGET Total job budget in seconds, across retries. Default 7200.",
+        "--max-rss-growth MAX_RSS_GROWTH Fail (resource_leak) when the tree's RSS grows more than this, MiB.",
+        "--sample-interval 0.5, --post-shutdown-grace 0.5, --startup-timeout 30, --stale-progress 15",
+    ):
+        assert expected in text, expected

@@ -49,3 +49,9 @@ def test_a_missing_mock_library_dir_is_a_config_error(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="NVML mock library not found"):
         open_gpu(settings, None)
+
+
+def test_a_scenario_alone_means_the_mock_and_is_never_ignored() -> None:
+    assert load_settings({"gpu.mock_scenario": Path("two.json")}).gpu.backend == "mock"
+    with pytest.raises(ConfigError, match="mock_scenario is for backend mock, not nvml"):
+        load_settings({"gpu.mock_scenario": Path("two.json"), "gpu.backend": "nvml"})

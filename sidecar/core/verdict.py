@@ -6,7 +6,8 @@
 2. ``trainer exited with returncode N``, only if nothing failed yet (``trainer_failure``: a trainer
    that died is the first real cause and a missing or invalid run_summary its evidence; stricter
    than the seed, which classed it by the summary);
-3. ``soak completed before min_duration_seconds=...``, only if nothing failed yet;
+3. the trainer finished before ``min_duration_seconds=...`` (``trainer_failure``; the seed left it
+   unclassified), only if nothing failed yet;
 4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
 5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
 
@@ -190,7 +191,11 @@ def decide(
         kind = "gpu_fault"
 
     if parts:
-        return _failed(kind or "unknown_failure", "; ".join(parts), upload_error)
+        # Kindless so far: a summary's kind fills the slot first (the seed's order); a trainer that
+        # finished too soon, and nothing else, is the trainer's failure.
+        too_short = returncode == 0 and duration_s < min_duration_s
+        fallback = "trainer_failure" if too_short else "unknown_failure"
+        return _failed(kind or fallback, "; ".join(parts), upload_error)
     passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
     return passed if upload_error is None else with_upload_error(passed, upload_error)
 
@@ -228,7 +233,11 @@ def _trainer_failure(
         # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
         return [f"trainer exited with returncode {returncode}"], "trainer_failure"
     if duration_s < min_duration_s:
-        return [f"soak completed before min_duration_seconds={min_duration_s:.1f}"], None
+        # The trainer finished too soon to have soaked (named in the seed's terms; kind: see decide).
+        return [
+            f"the trainer finished after {duration_s:.1f} s, before the soak's minimum duration "
+            f"(min_duration_seconds={min_duration_s:.1f})"
+        ], None
     if residuals:
         return [f"residual child processes after shutdown: {', '.join(residuals)}"], "resource_leak"
     if leaks:

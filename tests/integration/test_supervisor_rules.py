@@ -219,7 +219,8 @@ def test_min_duration(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, monitor={"min_duration_s": 3600.0})
     result, artifact = supervise(settings, trainer(tmp_path / "progress", steps=2))
     assert result.verdict.status == "failed"
-    assert result.verdict.reason == "soak completed before min_duration_seconds=3600.0"
+    assert result.verdict.classification == "trainer_failure"
+    assert "before the soak's minimum duration (min_duration_seconds=3600.0)" in (result.verdict.reason or "")
     assert artifact["failure_reason"] == result.verdict.reason
     assert artifact["returncode"] == 0
     assert result.exit_code != 0

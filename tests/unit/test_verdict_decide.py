@@ -96,8 +96,8 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "too short",
         {"duration_s": 5.0, "min_duration_s": 10.0},
-        "unknown_failure",
-        "soak completed before min_duration_seconds=10.0",
+        "trainer_failure",
+        "the trainer finished after 5.0 s, before the soak's minimum duration (min_duration_seconds=10.0)",
     ),
     (
         "residuals",
@@ -114,8 +114,8 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
     (
         "min duration hides residuals",
         {"duration_s": 1.0, "min_duration_s": 2.0, "residuals": ["9"]},
-        "unknown_failure",
-        "soak completed before min_duration_seconds=2.0",
+        "trainer_failure",
+        "the trainer finished after 1.0 s, before the soak's minimum duration (min_duration_seconds=2.0)",
     ),
     (
         "missing summary",
@@ -228,7 +228,8 @@ def test_summary_kind_fills_an_empty_slot_after_a_kindless_failure() -> None:
     assert verdict.classification == "schema_violation"
     assert verdict.exit_code == ExitCode.CONTRACT_VIOLATION
     assert verdict.reason == (
-        "soak completed before min_duration_seconds=2.0; "
+        "the trainer finished after 1.0 s, before the soak's minimum duration "
+        "(min_duration_seconds=2.0); "
         "replay_ingress early_returns and dropped_batches disagree: 0 != 1"
     )
 

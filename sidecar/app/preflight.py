@@ -5,8 +5,9 @@ from __future__ import annotations
 from sidecar.app.ports import Ports, WorkDirs
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
-from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume
-from sidecar.settings import Settings
+from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume, parse_record
+from sidecar.core.errors import SoakError
+from sidecar.settings import DeadlineSettings, Settings
 
 
 def prepare_dirs(settings: Settings, mode: Mode, workdirs: WorkDirs) -> None:
@@ -23,10 +24,25 @@ def prepare_dirs(settings: Settings, mode: Mode, workdirs: WorkDirs) -> None:
         workdirs.require(writable=own, readable=[progress])
 
 
+def with_recorded_budget(dset: DeadlineSettings, existing: bytes | None) -> DeadlineSettings:
+    """A resumed run's budget and margin are its record's unless the user set them: ``--run-id``
+    alone resumes. A value that was set and differs still changes the identity, and is refused."""
+    unset = {"budget_s", "checkpoint_margin_s"} - dset.model_fields_set
+    if existing is None or not unset:
+        return dset
+    try:
+        record = parse_record(existing, max_budget_s=dset.max_budget_s)
+    except SoakError:
+        return dset  # create_or_resume refuses the record and says why
+    recorded = {"budget_s": record.budget_seconds, "checkpoint_margin_s": record.checkpoint_margin_seconds}
+    return dset.model_copy(update={name: recorded[name] for name in unset})
+
+
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
     """The seed's rules before a start: approval of this identity, a deadline never extended, and
     no start inside the checkpoint margin (a restarted sidecar finds its trainer running)."""
-    dset = settings.deadline
+    existing = ports.store.load(started.request.run_id)
+    dset = with_recorded_budget(settings.deadline, existing)
     files = ports.identity_files
     identity = files.identity(
         dset,
@@ -49,7 +65,7 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
     extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
         len(identity.command) :
     ]
-    resumed = ports.store.load(started.request.run_id) is not None
+    resumed = existing is not None
     clock = ports.clock
     # Read once: it stamps a new record and bounds this attempt.
     reference = None if ports.reference_clock is None else ports.reference_clock.now()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.core.exitcodes import ExitCode
 
 pytestmark = pytest.mark.integration
 
@@ -246,3 +247,18 @@ def test_a_closed_stdout_ends_quietly(argv: list[str], tmp_path: Path) -> None:
     finally:
         os.close(writer)
     assert (done.returncode, done.stderr) == (141, "")
+
+
+def test_run_id_alone_resumes_with_the_records_budget_and_a_different_one_is_refused(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    first = cli("run", "--local", *FAST, "--run-id", run_id, "--budget", "300", "--checkpoint-margin", "20",
+                "--", *trainer_cmd(), cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    again = cli("run", "--local", *FAST, "--run-id", run_id, "--", *trainer_cmd(), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr  # budget and margin from the record
+    (attempt,) = (tmp_path / "soak-output" / "runs" / run_id).glob("attempt-2/artifact.json")
+    assert json.loads(attempt.read_text())["deadline"]["budget_s"] == 300.0
+    other = cli(
+        "run", "--local", *FAST, "--run-id", run_id, "--budget", "400", "--", *trainer_cmd(), cwd=tmp_path
+    )
+    assert other.returncode == ExitCode.REFUSED and "budget_s: record 300.0, now 400.0" in other.stderr

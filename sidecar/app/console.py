@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 from typing import IO, Literal
 
@@ -69,7 +70,8 @@ class Console:
     def report(self, sample: Sample, *, budget_left_s: float, progress_age_s: float | None) -> None:
         figures = {"budget_left_s": budget_left_s, "progress_age_s": progress_age_s}
         if self.terminal is not None:
-            self.terminal.status(status_line(sample, **figures))
+            width = shutil.get_terminal_size().columns
+            self.terminal.status(status_line(sample, **figures, width=width))
         elif self._stream is not None:
             self._stream.write(status_json(sample, **figures) + "\n")
             self._stream.flush()

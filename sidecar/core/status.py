@@ -35,14 +35,29 @@ def status_fields(
     }
 
 
-def status_line(sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None) -> str:
+def status_line(
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, width: int = 200
+) -> str:
+    """One line of at most ``width - 1`` characters (a full line would wrap and repeat on every
+    redraw); the least important fields go first when it does not fit."""
     proc = sample.process
     gpu = sample.gpu.used_memory_mib_total
-    return (
-        f"elapsed {_duration(sample.elapsed_s)}  budget left {_duration(budget_left_s)}  "
-        f"procs {proc.process_count}  rss {proc.rss_kib_total / 1024:.0f} MiB  fds {proc.fd_count_total}  "
-        f"gpu {'-' if gpu is None else f'{gpu:.0f} MiB'}  last progress {_duration(progress_age_s)} ago"
+    progress = (
+        "no progress yet" if progress_age_s is None else f"last progress {_duration(progress_age_s)} ago"
     )
+    fields = [
+        f"elapsed {_duration(sample.elapsed_s)}",
+        f"budget left {_duration(budget_left_s)}",
+        progress,
+        f"rss {proc.rss_kib_total / 1024:.0f} MiB",
+        f"procs {proc.process_count}",
+        f"fds {proc.fd_count_total}",
+        f"gpu {'-' if gpu is None else f'{gpu:.0f} MiB'}",
+    ]
+    room = max(width - 1, 1)
+    while len(fields) > 1 and len("  ".join(fields)) > room:
+        fields.pop()
+    return "  ".join(fields)[:room]
 
 
 def status_json(sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None) -> str:

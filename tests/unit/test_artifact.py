@@ -277,9 +277,16 @@ def test_status_line_formatting() -> None:
     sample = make_sample(3725.4, rss_kib=2048 * 1024, fds=42, gpu_mib=1234.6)
     line = status_line(sample, budget_left_s=59.9, progress_age_s=None)
     assert line == (
-        "elapsed 1:02:05  budget left 0:59  procs 1  rss 2048 MiB  fds 42  gpu 1235 MiB  last progress - ago"
+        "elapsed 1:02:05  budget left 0:59  no progress yet  rss 2048 MiB  procs 1  fds 42  gpu 1235 MiB"
     )
     assert "\n" not in line
+
+
+def test_status_line_fits_the_terminal_dropping_the_least_important_fields() -> None:
+    sample = make_sample(3725.4, rss_kib=2048 * 1024, fds=42, gpu_mib=1234.6)
+    line = status_line(sample, budget_left_s=59.9, progress_age_s=12.0, width=60)
+    assert line == "elapsed 1:02:05  budget left 0:59  last progress 0:12 ago"
+    assert len(status_line(sample, budget_left_s=59.9, progress_age_s=12.0, width=10)) == 9
 
 
 def test_status_line_without_gpu_or_budget() -> None:

@@ -1,5 +1,5 @@
 """The commands the docs show, as written: every ``helm``, ``kubectl`` and ``soak-sidecar`` line of
-the shell blocks in README.md and docs/helm.md (continuation lines joined).
+the shell blocks in README.md, docs/helm.md and docs/trainers.md (continuation lines joined).
 
 Placeholders that stand for the user's own things (their trainer image and command, their bucket,
 their GPUs) are swapped by the one table below; nothing else is changed. A trailing ``# ... exit N``
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DOCS = (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "helm.md")
+DOCS = (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "helm.md", REPO_ROOT / "docs" / "trainers.md")
 TOOLS = ("helm", "kubectl", "soak-sidecar")
 CHART_IMAGE = "soak-sidecar:0.1.0"  # the chart's default image (appVersion); the e2e image is tagged so
 EXAMPLE_TRAINER_JSON = '["python3","-m","sidecar.examples.trainer"]'

@@ -86,4 +86,5 @@ def read_summary(settings: Settings, ports: Ports, started: Started) -> SummaryO
         run_started_wall=started.wall,
         max_bytes=sset.max_bytes,
         manifest_validator=ports.manifest_validator,
+        profile=sset.profile,
     )

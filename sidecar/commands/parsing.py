@@ -116,6 +116,12 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         int,
         "fail when the tree's fd count grows more",
     ),
+    "summary_profile": (
+        "--summary-profile",
+        "summary.profile",
+        str,
+        "run_summary rules: core or replay",
+    ),
     "min_duration": (
         "--min-duration",
         "monitor.min_duration_s",

@@ -22,6 +22,12 @@ def register(sub: Subparsers[UsageParser]) -> None:
     )
     parser.add_argument("path", type=Path, help="run_summary.json ('-' for stdin)")
     parser.add_argument("--manifest-validator", help="runtime-manifest validator 'module:function'")
+    parser.add_argument(
+        "--profile",
+        choices=("core", "replay"),
+        help="rules a completed summary must meet: core (any trainer) or replay (core plus the "
+        "replay-ingress and inference rules). Default: SOAK_SUMMARY__PROFILE, else replay.",
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run)
 
@@ -53,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         run_started_wall=None,
         max_bytes=settings.summary.max_bytes,
         manifest_validator=validator,
+        profile=args.profile or settings.summary.profile,
     )
     if args.json:
         shown = {

@@ -110,6 +110,13 @@ class SummarySettings(Group):
         "completed=bool, raising TypeError/ValueError). Default none; the entry point group "
         "'soak_sidecar.manifest_validators' is consulted when unset.",
     )
+    profile: Literal["replay", "core"] = Field(
+        "replay",
+        description="Rules a completed run_summary must meet: 'core' (status, schema versions, the "
+        "shutdown contract, the manifest validator: any trainer) or 'replay' (core plus the seed's "
+        "replay-ingress invariants and drained inference flight: a replay-buffer trainer). The "
+        "operator's choice, never the trainer's. Default replay.",
+    )
 
 
 class DeadlineSettings(Group):

@@ -832,3 +832,23 @@ def test_a_deeply_nested_summary_is_invalid_not_a_crash() -> None:
         inside, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None
     )
     assert deep.classification == "invalid_run_summary"
+
+
+def test_the_core_profile_drops_only_the_replay_and_inference_rules() -> None:
+    supervised = with_(with_(valid_run_summary(), "runtime_manifest.replay_ingress", DELETE),
+                       "runtime_manifest.inference_flight", DELETE)  # fmt: skip
+    core = evaluate_parsed(supervised, manifest_validator=None, profile="core")
+    assert core.passed and core.completed, core.failures
+    replay = evaluate_parsed(supervised, manifest_validator=None, profile="replay")
+    assert replay.failures == ("completed runtime_manifest is missing replay_ingress",)
+    assert replay.classification == "schema_violation"
+    # Everything else still holds under core: versions, status, the shutdown contract.
+    for broken in (
+        with_(supervised, "metric_schema_version", 2),
+        with_(supervised, f"{SD}.classification", "learner_failure"),
+        with_(supervised, f"{SD}.owner", None),
+        with_(supervised, "status", "failed"),
+    ):
+        assert not evaluate_parsed(broken, manifest_validator=None, profile="core").passed
+    # A replay trainer's summary meets both.
+    assert evaluate_parsed(valid_run_summary(), manifest_validator=None, profile="core").passed

@@ -39,7 +39,7 @@ from sidecar.core.run_summary.contract import (
     SUMMARY_CLASSIFICATIONS,
     clip,
 )
-from sidecar.core.run_summary.evaluate import SummaryOutcome, evaluate_parsed, evaluate_run_summary
+from sidecar.core.run_summary.evaluate import Profile, SummaryOutcome, evaluate_parsed, evaluate_run_summary
 from sidecar.core.run_summary.models import AbnormalRunSummary, CompletedRunSummary
 from sidecar.core.run_summary.schema import RunSummary, run_summary_json_schema
 from sidecar.core.run_summary.validator import ManifestValidator, ValidatorUnavailable
@@ -51,6 +51,7 @@ __all__ = [
     "AbnormalRunSummary",
     "CompletedRunSummary",
     "ManifestValidator",
+    "Profile",
     "RunSummary",
     "SummaryOutcome",
     "ValidatorUnavailable",

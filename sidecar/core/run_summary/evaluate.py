@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from sidecar.core.errors import InvalidRunSummaryError
 from sidecar.core.run_summary.checks import (
@@ -27,6 +27,11 @@ from sidecar.core.run_summary.validator import (
     ValidatorUnavailable,
     manifest_contract_failure,
 )
+
+# Which rules a completed run_summary meets, chosen by the operator (never by the trainer):
+# "core" any trainer can meet (status, schema versions, the shutdown contract, the manifest
+# validator); "replay" adds the seed's replay-ingress invariants and drained inference flight, whole.
+Profile = Literal["core", "replay"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,7 @@ def evaluate_run_summary(
     run_started_wall: float | None,
     max_bytes: int,
     manifest_validator: ManifestValidator | ValidatorUnavailable | None,
+    profile: Profile = "replay",
 ) -> SummaryOutcome:
     """Judge the file's bytes; ``raw`` None: it does not exist. Never raises for any input.
 
@@ -108,11 +114,14 @@ def evaluate_run_summary(
         return SummaryOutcome(
             present=True, data=None, classification="invalid_run_summary", failures=(str(exc),)
         )
-    return evaluate_parsed(value, manifest_validator=manifest_validator)
+    return evaluate_parsed(value, manifest_validator=manifest_validator, profile=profile)
 
 
 def evaluate_parsed(
-    value: object, *, manifest_validator: ManifestValidator | ValidatorUnavailable | None
+    value: object,
+    *,
+    manifest_validator: ManifestValidator | ValidatorUnavailable | None,
+    profile: Profile = "replay",
 ) -> SummaryOutcome:
     """Judge an already parsed document (the seed's classification, from the summary alone)."""
     if not isinstance(value, dict):
@@ -129,7 +138,9 @@ def evaluate_parsed(
     schema = schema_failure(summary, completed=completed)
     found.add(schema, "schema_violation")
     if completed:
-        _judge_completed(found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator)
+        _judge_completed(
+            found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator, profile=profile
+        )
     else:
         _judge_abnormal(found, summary, shutdown, validator=manifest_validator)
     return SummaryOutcome(
@@ -166,10 +177,12 @@ def _judge_completed(
     *,
     schema_ok: bool,
     validator: ManifestValidator | ValidatorUnavailable | None,
+    profile: Profile,
 ) -> None:
-    if schema_ok:
+    replay = profile == "replay"
+    if schema_ok and replay:
         found.add(inference_flight_failure(summary), "unknown_failure")
-    ingress = replay_ingress_failure(summary) or manifest_contract_failure(
+    ingress = (replay_ingress_failure(summary) if replay else None) or manifest_contract_failure(
         summary, completed=True, validator=validator
     )
     found.add(ingress, "schema_violation")

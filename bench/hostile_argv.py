@@ -16,19 +16,18 @@ hostile tree. Prints measured figures only; everything it starts is killed and r
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
+
+from _history import module_at
 
 from sidecar.adapters.procfs import ProcfsProcessTable
 
@@ -43,20 +42,8 @@ Sampler = Callable[[int], object]
 
 
 def baseline_table() -> Sampler:
-    source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{BASELINE_COMMIT}:sidecar/adapters/procfs.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
-        handle.write(source)
-    spec = importlib.util.spec_from_file_location("baseline_procfs", handle.name)
-    assert spec is not None and spec.loader is not None
-    module: ModuleType = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    os.unlink(handle.name)
-    return lambda root: module.ProcfsProcessTable().sample(root)
+    module = module_at(BASELINE_COMMIT, "sidecar/adapters/procfs.py")
+    return lambda root: module.ProcfsProcessTable().sample(root)  # an empty cache, as fresh() in main
 
 
 @contextmanager

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import time
-import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from _history import module_at
 
 from sidecar.core.redaction import redact_command
 
@@ -31,16 +30,7 @@ Redactor = Callable[[Sequence[str]], tuple[str, ...]]
 
 
 def baseline_redactor() -> Redactor:
-    source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{BASELINE_COMMIT}:sidecar/core/redaction.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    module = types.ModuleType("baseline_redaction")
-    sys.modules[module.__name__] = module  # dataclasses look their module up there
-    exec(compile(source, "baseline_redaction.py", "exec"), module.__dict__)
-    redactor: Redactor = module.redact_command
+    redactor: Redactor = module_at(BASELINE_COMMIT, "sidecar/core/redaction.py").redact_command
     return redactor
 
 

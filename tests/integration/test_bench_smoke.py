@@ -24,6 +24,7 @@ MARKS = {"real_trainers": [pytest.mark.trainers], "upload": [pytest.mark.s3]}
 BENCHMARKS = [
     pytest.param(path, id=path.stem, marks=MARKS.get(path.stem, []))
     for path in sorted((REPO / "bench").glob("*.py"))
+    if not path.name.startswith("_")  # a helper the benchmarks share, not one of them
 ]
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
-from sidecar.adapters.fsutil import CREATE_FLAGS, write_atomic
+from sidecar.adapters.fsutil import open_for_writing, write_atomic
 from sidecar.core.errors import ConfigError
 
 
@@ -24,10 +24,7 @@ class SamplesFile:
         self._file: IO[bytes] | None = None
         self._stream: IO[str] | None = None
         try:
-            # A fresh file: an earlier trainer may have planted a link at the name.
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            self._file = os.fdopen(os.open(path, CREATE_FLAGS, 0o644), "wb")
+            self._file = os.fdopen(open_for_writing(path), "wb")
             self._stream = gzip.open(self._file, "wt", encoding="utf-8")  # noqa: SIM115 (closed in close())
         except OSError as exc:
             self.close()
@@ -65,9 +62,7 @@ def _copy_regular_file(source: Path, target: Path, limit: int) -> None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(f"{source} is not a regular file")
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()  # a link planted at the copy's name is replaced, never written through
-        writer_fd = os.open(target, CREATE_FLAGS, 0o644)
+        writer_fd = open_for_writing(target)  # a link planted at the copy's name is never written through
         with os.fdopen(os.dup(fd), "rb") as reader, os.fdopen(writer_fd, "wb") as writer:
             left = limit
             while left > 0 and (chunk := reader.read(min(left, 1 << 20))):

@@ -30,6 +30,14 @@ def write_fsync(fd: int, data: bytes) -> None:
 CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+def open_for_writing(path: Path) -> int:
+    """A descriptor to write ``path`` from its start: a symlink planted at the name is removed (the
+    link, never what it points to), and the open follows none."""
+    if path.is_symlink():
+        path.unlink()
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Temp file, fsync, rename, fsync of the directory: a reader sees the old or the new file. The
     temp name is unguessable and created afresh, and the rename replaces a link at ``path`` rather

@@ -335,3 +335,15 @@ def test_approve_binds_the_s3_store_when_the_run_uses_it(tmp_path: Path) -> None
     approved = cli("approve", "--run-id", str(uuid.uuid4()), "--", "true", cwd=tmp_path, env=env)
     assert approved.returncode == 0, approved.stderr
     assert json.loads(approved.stdout)["deadline_store"] == "s3://soaks/soaks/dl/"
+
+
+def test_a_report_of_a_refused_run_shows_its_verdict(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    refused = cli("run", "--local", *FAST, "--run-id", run_id, "--require-approval", cwd=tmp_path)
+    assert refused.returncode == ExitCode.REFUSED, refused.stderr
+    (attempt,) = (tmp_path / "soak-output" / "runs" / run_id).glob("unnumbered-*")
+    done = cli("report", str(attempt), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (attempt / "report.html").read_text(encoding="utf-8")
+    assert "this run needs an approval (--require-approval) and none was given" in page
+    assert "no samples: the trainer never ran in this attempt" in page

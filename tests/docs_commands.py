@@ -1,5 +1,6 @@
 """The commands the docs show, as written: every ``helm``, ``kubectl`` and ``soak-sidecar`` line of
-the shell blocks in README.md, docs/helm.md and docs/trainers.md (continuation lines joined).
+the shell blocks in README.md, docs/helm.md and docs/trainers.md (continuation lines joined), and
+docs/workflows.md's session (WORKFLOWS: its commands run in order in one directory).
 
 Placeholders that stand for the user's own things (their trainer image and command, their bucket,
 their GPUs) are swapped by the one table below; nothing else is changed. A trailing ``# ... exit N``
@@ -14,6 +15,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = (REPO_ROOT / "README.md", REPO_ROOT / "docs" / "helm.md", REPO_ROOT / "docs" / "trainers.md")
+WORKFLOWS = REPO_ROOT / "docs" / "workflows.md"
 TOOLS = ("helm", "kubectl", "soak-sidecar")
 CHART_IMAGE = "soak-sidecar:0.1.0"  # the chart's default image (appVersion); the e2e image is tagged so
 EXAMPLE_TRAINER_JSON = '["python3","-m","sidecar.examples.trainer"]'
@@ -71,26 +73,30 @@ def _split_comment(line: str) -> tuple[str, str]:
 
 
 def doc_commands() -> list[DocCommand]:
+    return [command for doc in DOCS for command in commands_of(doc, TOOLS)]
+
+
+def commands_of(doc: Path, tools: tuple[str, ...]) -> list[DocCommand]:
+    """The commands of ``doc``'s shell blocks whose first word is one of ``tools``, in order."""
     found = []
-    for doc in DOCS:
-        in_shell, pending, start = False, "", 0
-        comments: list[str] = []
-        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.startswith("```"):
-                in_shell = not in_shell and line.strip("`").strip() in ("bash", "sh", "shell")
-                continue
-            if not in_shell:
-                continue
-            code, comment = _split_comment(line)
-            if not pending:
-                start, comments = number, []
-            comments.append(comment)
-            if code.endswith("\\"):
-                pending += code[:-1].rstrip() + " "
-                continue
-            text = (pending + code).strip()
-            pending = ""
-            if text.split(maxsplit=1)[:1] and text.split()[0] in TOOLS:
-                match = _EXIT.search(" ".join(comments))
-                found.append(DocCommand(f"{doc.name}:{start}", text, int(match.group(1)) if match else 0))
+    in_shell, pending, start = False, "", 0
+    comments: list[str] = []
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.startswith("```"):
+            in_shell = not in_shell and line.strip("`").strip() in ("bash", "sh", "shell")
+            continue
+        if not in_shell:
+            continue
+        code, comment = _split_comment(line)
+        if not pending:
+            start, comments = number, []
+        comments.append(comment)
+        if code.endswith("\\"):
+            pending += code[:-1].rstrip() + " "
+            continue
+        text = (pending + code).strip()
+        pending = ""
+        if text.split(maxsplit=1)[:1] and text.split()[0] in tools:
+            match = _EXIT.search(" ".join(comments))
+            found.append(DocCommand(f"{doc.name}:{start}", text, int(match.group(1)) if match else 0))
     return found

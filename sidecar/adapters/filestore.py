@@ -34,6 +34,12 @@ from sidecar.core.errors import (
 from sidecar.core.identity import parse_run_id, parse_slot
 
 
+def file_store_location(directory: Path) -> str:
+    """What names a file deadline store in a run's identity and approval: its absolute path with
+    symlinks resolved, the same whatever directory the path was given from."""
+    return str(directory.resolve())
+
+
 class FileDeadlineStore:
     """``DeadlineStore`` over one directory (a PVC or a local dir)."""
 
@@ -43,7 +49,7 @@ class FileDeadlineStore:
 
     @property
     def location(self) -> str:
-        return str(self.directory)
+        return file_store_location(self.directory)
 
     def record_path(self, run_id: str) -> Path:
         # parse_run_id admits only UUIDs, so the name can never leave the directory.

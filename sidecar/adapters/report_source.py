@@ -79,6 +79,8 @@ class LocalSource(Source):
     directory: Path = Path()
 
     def samples(self) -> Iterator[ReportSample]:
+        if self.artifact.samples_file is None:
+            return
         path = self.directory / self.artifact.samples_file
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -123,6 +125,8 @@ class S3Source(Source):
     prefix: str = ""
 
     def samples(self) -> Iterator[ReportSample]:
+        if self.artifact.samples_file is None:
+            return
         key = f"{self.prefix}{self.artifact.samples_file}"
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from sidecar.adapters.artifact_dir import ArtifactDir
-from sidecar.adapters.filestore import FileDeadlineStore
+from sidecar.adapters.filestore import FileDeadlineStore, file_store_location
 from sidecar.adapters.identity_files import IdentityFileReader
 from sidecar.adapters.nvml import MockNvml, open_gpu_backend
 from sidecar.adapters.procfs import ProcfsProcessTable
@@ -117,6 +117,18 @@ def _mock_nvml(settings: GpuSettings, scratch: Path, index: int | None) -> MockN
         raise ConfigError("gpu.backend=mock needs gpu.mock_scenario")
     library = mock_library(settings.mock_library_dir)
     return MockNvml(library, compile_scenario(settings.mock_scenario, scratch, index=index))
+
+
+def deadline_store_location(settings: Settings) -> str:
+    """The location the deadline store of ``settings`` reports (``DeadlineStore.location``), without
+    opening it: what ``approve`` binds, equal to what ``run`` checks from any working directory."""
+    if settings.deadline.store == "s3":
+        from sidecar.adapters.s3_store.records import s3_store_location
+
+        if not settings.s3.bucket:
+            raise ConfigError("the S3 deadline store needs s3.bucket")
+        return s3_store_location(settings.s3.bucket, settings.s3.deadline_prefix)
+    return file_store_location(settings.deadline.store_dir)
 
 
 def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:

@@ -18,7 +18,8 @@ from sidecar.core.errors import ConfigError
 from sidecar.settings import load_settings
 
 # The identity's inputs; the other run flags do not change an approval.
-IDENTITY_FLAGS = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir")
+# --output places the local deadline store (<output>/deadlines) as it does for run.
+IDENTITY_FLAGS = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir", "output")
 
 
 def register(sub: Subparsers[UsageParser]) -> None:
@@ -31,7 +32,10 @@ def register(sub: Subparsers[UsageParser]) -> None:
         parser,
         IDENTITY_FLAGS,
         code_file_help="file hashed into the identity (repeatable; as given to run)",
-        helps={"run_id": "run UUID the approval binds (required)"},
+        helps={
+            "run_id": "run UUID the approval binds (required)",
+            "output": "the run's --output, if it has one: the deadline store is <output>/deadlines",
+        },
     )
     parser.set_defaults(**{dest: None for dest in set(RUN_FLAGS) - set(IDENTITY_FLAGS)})
     parser.add_argument("--store-location", help="deadline store location as `run` reports it")
@@ -42,6 +46,7 @@ def register(sub: Subparsers[UsageParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from sidecar.adapters.identity_files import identity_from_settings
     from sidecar.app.setup import local_layout
+    from sidecar.app.wiring import deadline_store_location
     from sidecar.core.approval import render_approval
     from sidecar.core.identity import parse_run_id
 
@@ -53,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("approve needs --run-id (the run UUID the approval binds)")
     run_id = parse_run_id(settings.deadline.run_id)
     settings = local_layout(settings, run_id)
-    store = args.store_location or str(settings.deadline.store_dir.resolve())
+    store = args.store_location or deadline_store_location(settings)
     identity = identity_from_settings(
         settings.deadline,
         run_id=run_id,

@@ -124,7 +124,11 @@ def check_approval(
     """
     if approval is None:
         if required:
-            raise RefusedError("an approval is required and none was given (missing review release)")
+            raise RefusedError(
+                "this run needs an approval (--require-approval) and none was given: make one with "
+                "`soak-sidecar approve` and the same run id, flags and command, review it, and pass "
+                "it with --approval FILE"
+            )
     else:
         _check_approval_object(_parse(approval), identity)
     _check_resume_request(identity, resume_checkpoint, resume_checkpoint_exists)
@@ -134,37 +138,61 @@ def _check_approval_object(value: dict[str, Any], identity: RunIdentity) -> None
     if value.get("format") != APPROVAL_FORMAT:
         raise RefusedError(f"approval format is {value.get('format')!r}, expected {APPROVAL_FORMAT!r}")
     if value.get("approved") is not True:
-        raise RefusedError('approval is not approved ("approved" must be true)')
+        raise RefusedError('the approval file does not approve the run: its "approved" must be true')
     run_id = value.get("run_id")
     try:
         canonical_run_id = str(uuid.UUID(run_id)) if isinstance(run_id, str) else None
     except ValueError:
         canonical_run_id = None
     if canonical_run_id is None or canonical_run_id != run_id:
-        raise RefusedError("approval must name the immutable run UUID (canonical lowercase)")
+        raise RefusedError(
+            "the approval file's run_id must be the run's UUID in lowercase (as `soak-sidecar approve` "
+            "writes it)"
+        )
     resume_path = value.get("resume_checkpoint_path")
     if resume_path is not None and (
         not isinstance(resume_path, str) or not is_canonical_absolute(resume_path)
     ):
-        raise RefusedError("approved resume checkpoint must be a canonical absolute path")
+        raise RefusedError(
+            "the approval file's resume_checkpoint_path must be an absolute path without symlinks or "
+            "'..' (as `soak-sidecar approve` writes it)"
+        )
     wanted = expected_approval(identity)
     if not _same(value, wanted):
+        store = ""
+        if not _same(value.get("deadline_store"), wanted["deadline_store"]):
+            store = (
+                f" (it names the deadline store {value.get('deadline_store')!r}, this run uses "
+                f"{wanted['deadline_store']!r}: give approve the same --deadline-dir or --output as run)"
+            )
         raise RefusedError(
-            "missing/mismatched review release: the approval does not match this run in "
+            "the approval file does not match this run in "
             + ", ".join(_mismatches(value, wanted))
+            + store
+            + ". Make a new one with `soak-sidecar approve` and this run's run id, flags and command, "
+            "review it, and pass it with --approval FILE"
         )
 
 
 def _check_resume_request(identity: RunIdentity, requested: str | None, exists: bool | None) -> None:
     if requested is None:
         return
-    if identity.resume_checkpoint_path is None or requested != identity.resume_checkpoint_path:
+    if identity.resume_checkpoint_path is None:
         raise RefusedError(
-            f"unapproved resume checkpoint {requested!r}: the run's approved checkpoint is "
-            f"{identity.resume_checkpoint_path!r}"
+            f"cannot resume from {requested}: this run declares no checkpoint. Give every attempt "
+            f"(and `soak-sidecar approve`) --checkpoint {requested}, so the checkpoint is part of "
+            "the run's identity, then resume with --resume-checkpoint"
+        )
+    if requested != identity.resume_checkpoint_path:
+        raise RefusedError(
+            f"cannot resume from {requested}: the run's checkpoint (--checkpoint) is "
+            f"{identity.resume_checkpoint_path}, and only that file may be resumed from"
         )
     if exists is not True:
-        raise RefusedError(f"missing resume checkpoint {requested!r}")
+        raise RefusedError(
+            f"cannot resume from {requested}: no such file. The trainer writes it at a soft stop; "
+            "resume after an attempt that wrote it, or run without --resume-checkpoint"
+        )
 
 
 def attempt_command(
@@ -178,5 +206,8 @@ def attempt_command(
     if resume_checkpoint is None or not resume_flag:
         return identity.command
     if resume_checkpoint != identity.resume_checkpoint_path:
-        raise RefusedError(f"unapproved resume checkpoint {resume_checkpoint!r}")
+        raise RefusedError(
+            f"cannot resume from {resume_checkpoint}: the run's checkpoint (--checkpoint) is "
+            f"{identity.resume_checkpoint_path}"
+        )
     return (*identity.command, resume_flag, resume_checkpoint)

@@ -273,7 +273,9 @@ def render_report(
         f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
         "<h2>Over time</h2>",
     ]
-    if math.isnan(t0):
+    if artifact.samples_file is None:
+        body.append("<p>no samples: the trainer never ran in this attempt (the reason is above)</p>")
+    elif math.isnan(t0):
         body.append("<p>no samples</p>")
     else:
         body.extend(_svg(plot, t0, _span(artifact, t0, last), marks) for plot in plots)

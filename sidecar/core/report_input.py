@@ -66,7 +66,7 @@ class ReportArtifact:
     trends: tuple[Trend, ...]
     residuals: tuple[Residual, ...]
     figures: tuple[tuple[str, str | int | float | bool | None], ...]
-    samples_file: str
+    samples_file: str | None  # None: the trainer never ran, no samples
     command: tuple[str, ...] = ()  # redacted by the sidecar
     trainer_end: TrainerEnd | None = None
     console_file: str | None = None  # the console log's copy beside the artifact
@@ -225,9 +225,12 @@ def _figures(value: object) -> dict[str, str | int | float | bool | None]:
     return figures
 
 
-def _samples_file(name: object) -> str:
+def _samples_file(name: object) -> str | None:
+    """None for an attempt without samples (refused or unable to start: the trainer never ran)."""
+    if name is None:
+        return None
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ConfigError("the artifact names no samples file (was the run monitored at all?)")
+        raise ConfigError(f"samples.samples_file must be a file name beside the artifact, got {_got(name)}")
     return name
 
 

@@ -264,3 +264,88 @@ def test_run_id_alone_resumes_with_the_records_budget_and_a_different_one_is_ref
         "run", "--local", *FAST, "--run-id", run_id, "--budget", "400", "--", *trainer_cmd(), cwd=tmp_path
     )
     assert other.returncode == ExitCode.REFUSED and "budget_s: record 300.0, now 400.0" in other.stderr
+
+
+def test_a_missing_approval_says_what_to_do(tmp_path: Path) -> None:
+    done = cli("run", "--local", *FAST, "--require-approval", "--", *trainer_cmd(), cwd=tmp_path)
+    assert done.returncode == ExitCode.REFUSED, done.stderr
+    assert "missing review release" not in done.stderr
+    assert (
+        "FAILED [refused] this run needs an approval (--require-approval) and none was given: make one "
+        "with `soak-sidecar approve` and the same run id, flags and command, review it, and pass it "
+        "with --approval FILE"
+    ) in done.stderr, done.stderr
+
+
+def test_a_resume_without_a_declared_checkpoint_says_what_to_do(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint.json"
+    checkpoint.write_text('{"step": 2}', encoding="utf-8")
+    done = cli(
+        "run", "--local", *FAST, "--resume-checkpoint", "checkpoint.json", "--", *trainer_cmd(), cwd=tmp_path
+    )
+    assert done.returncode == ExitCode.REFUSED, done.stderr
+    assert "approved checkpoint is None" not in done.stderr
+    assert (
+        f"cannot resume from {checkpoint}: this run declares no checkpoint. Give every attempt (and "
+        f"`soak-sidecar approve`) --checkpoint {checkpoint}, so the checkpoint is part of the run's "
+        "identity, then resume with --resume-checkpoint"
+    ) in done.stderr, done.stderr
+
+
+def test_an_approval_made_in_another_directory_releases_the_run(tmp_path: Path) -> None:
+    """approve in A and run in B name one store, each by a path relative to its own directory."""
+    here, there = tmp_path / "a", tmp_path / "b"
+    here.mkdir()
+    there.mkdir()
+    run_id = str(uuid.uuid4())
+    command = trainer_cmd()
+    approved = cli("approve", "--run-id", run_id, "--output", "../b/out", "--", *command, cwd=here)
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["deadline_store"] == str((there / "out" / "deadlines").resolve())
+    (here / "approval.json").write_text(approved.stdout, encoding="utf-8")
+    ok = cli(
+        "run", "--local", *FAST, "--run-id", run_id, "--output", "out", "--approval", "../a/approval.json",
+        "--", *command, cwd=there,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    # and the other way round: the store named by --deadline-dir from yet another directory
+    again = cli(
+        "run", "--local", *FAST, "--run-id", run_id, "--deadline-dir", "b/out/deadlines", "--output", "b/out",
+        "--approval", "a/approval.json", "--", *command, cwd=tmp_path,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+
+
+def test_an_approval_for_another_store_names_both(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    approved = cli("approve", "--run-id", run_id, "--", *trainer_cmd(), cwd=tmp_path)
+    (tmp_path / "approval.json").write_text(approved.stdout, encoding="utf-8")
+    refused = cli(
+        "run", "--local", *FAST, "--run-id", run_id, "--output", "elsewhere", "--approval", "approval.json",
+        "--", *trainer_cmd(), cwd=tmp_path,
+    )  # fmt: skip
+    assert refused.returncode == ExitCode.REFUSED, refused.stderr
+    assert (
+        f"it names the deadline store '{tmp_path.resolve() / 'soak-output' / 'deadlines'}', this run uses "
+        f"'{tmp_path.resolve() / 'elsewhere' / 'deadlines'}': give approve the same --deadline-dir or "
+        "--output as run"
+    ) in refused.stderr, refused.stderr
+
+
+def test_approve_binds_the_s3_store_when_the_run_uses_it(tmp_path: Path) -> None:
+    env = {"SOAK_DEADLINE__STORE": "s3", "SOAK_S3__BUCKET": "soaks", "SOAK_S3__DEADLINE_PREFIX": "soaks/dl"}
+    approved = cli("approve", "--run-id", str(uuid.uuid4()), "--", "true", cwd=tmp_path, env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert json.loads(approved.stdout)["deadline_store"] == "s3://soaks/soaks/dl/"
+
+
+def test_a_report_of_a_refused_run_shows_its_verdict(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    refused = cli("run", "--local", *FAST, "--run-id", run_id, "--require-approval", cwd=tmp_path)
+    assert refused.returncode == ExitCode.REFUSED, refused.stderr
+    (attempt,) = (tmp_path / "soak-output" / "runs" / run_id).glob("unnumbered-*")
+    done = cli("report", str(attempt), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page = (attempt / "report.html").read_text(encoding="utf-8")
+    assert "this run needs an approval (--require-approval) and none was given" in page
+    assert "no samples: the trainer never ran in this attempt" in page

@@ -72,7 +72,7 @@ def test_not_required_and_absent_passes() -> None:
 
 
 def test_required_and_absent_refuses() -> None:
-    with pytest.raises(RefusedError, match="approval is required and none was given"):
+    with pytest.raises(RefusedError, match=r"needs an approval \(--require-approval\) and none was given"):
         check_approval(None, identity(), required=True)
 
 
@@ -91,7 +91,7 @@ def test_required_and_absent_refuses() -> None:
     ],
 )
 def test_each_top_level_field_changed_refuses(field: str, value: Any) -> None:
-    with pytest.raises(RefusedError, match=f"does not match this run in {field}$"):
+    with pytest.raises(RefusedError, match=f"does not match this run in {field}[ .]"):
         check_approval(approval(lambda v: v.update({field: value})), identity(), required=True)
 
 
@@ -119,27 +119,27 @@ def test_approval_for_another_identity_refuses() -> None:
         identity(code_sha256={"train.py": "f" * 64}),
         identity(image_digest=None),
     ):
-        with pytest.raises(RefusedError, match="missing/mismatched review release"):
+        with pytest.raises(RefusedError, match=r"does not match this run in .*soak-sidecar approve"):
             check_approval(good, changed, required=False)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda v: v.update(approved=False), "not approved"),
-        (lambda v: v.update(approved=1), "not approved"),
-        (lambda v: v.update(approved="true"), "not approved"),
-        (lambda v: v.pop("approved"), "not approved"),
+        (lambda v: v.update(approved=False), "does not approve the run"),
+        (lambda v: v.update(approved=1), "does not approve the run"),
+        (lambda v: v.update(approved="true"), "does not approve the run"),
+        (lambda v: v.pop("approved"), "does not approve the run"),
         (lambda v: v.update(format="v0"), "approval format"),
-        (lambda v: v.update(run_id="run-1"), "immutable run UUID"),
-        (lambda v: v.update(run_id=RUN_ID.upper()), "immutable run UUID"),
-        (lambda v: v.update(run_id=None), "immutable run UUID"),
-        (lambda v: v.update(resume_checkpoint_path="ckpt/latest.pt"), "canonical absolute"),
+        (lambda v: v.update(run_id="run-1"), "run_id must be the run's UUID in lowercase"),
+        (lambda v: v.update(run_id=RUN_ID.upper()), "run_id must be the run's UUID in lowercase"),
+        (lambda v: v.update(run_id=None), "run_id must be the run's UUID in lowercase"),
+        (lambda v: v.update(resume_checkpoint_path="ckpt/latest.pt"), "must be an absolute path"),
         (
             lambda v: v.update(resume_checkpoint_path="/ckpt/run/../run/latest.pt"),
-            "canonical absolute",
+            "must be an absolute path",
         ),
-        (lambda v: v.update(resume_checkpoint_path=5), "canonical absolute"),
+        (lambda v: v.update(resume_checkpoint_path=5), "must be an absolute path"),
         (lambda v: v.update(deadline_path="/x"), r"deadline_path \(unexpected\)"),
         (lambda v: v.pop("command"), r"command \(missing\)"),
         (lambda v: v["identity"].update(extra="x"), r"identity.extra \(unexpected\)"),
@@ -177,7 +177,7 @@ def test_approved_resume_checkpoint_that_exists_passes() -> None:
 
 
 def test_unapproved_resume_checkpoint_refuses() -> None:
-    with pytest.raises(RefusedError, match=r"unapproved resume checkpoint '/ckpt/run/older\.pt'"):
+    with pytest.raises(RefusedError, match=r"cannot resume from /ckpt/run/older\.pt: the run's checkpoint"):
         check_approval(
             render_approval(identity()),
             identity(),
@@ -189,13 +189,13 @@ def test_unapproved_resume_checkpoint_refuses() -> None:
 
 def test_resume_without_a_declared_checkpoint_refuses() -> None:
     bare = identity(resume_checkpoint_path=None)
-    with pytest.raises(RefusedError, match="unapproved resume checkpoint"):
+    with pytest.raises(RefusedError, match=r"this run declares no checkpoint\. Give every attempt"):
         check_approval(None, bare, required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True)
 
 
 @pytest.mark.parametrize("exists", [False, None])
 def test_missing_resume_checkpoint_refuses(exists: bool | None) -> None:
-    with pytest.raises(RefusedError, match="missing resume checkpoint"):
+    with pytest.raises(RefusedError, match=r"no such file\. The trainer writes it at a soft stop"):
         check_approval(
             render_approval(identity()),
             identity(),
@@ -207,7 +207,7 @@ def test_missing_resume_checkpoint_refuses(exists: bool | None) -> None:
 
 def test_resume_rules_apply_without_an_approval_file() -> None:
     check_approval(None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=True)
-    with pytest.raises(RefusedError, match="missing resume checkpoint"):
+    with pytest.raises(RefusedError, match=r"no such file\. The trainer writes it at a soft stop"):
         check_approval(
             None, identity(), required=False, resume_checkpoint=CKPT, resume_checkpoint_exists=False
         )
@@ -220,5 +220,5 @@ def test_attempt_command_appends_the_resume_flag() -> None:
     assert attempt_command(identity(), CKPT, resume_flag="--from") == (*base, "--from", CKPT)
     assert attempt_command(identity(), CKPT, resume_flag=None) == base
     assert attempt_command(identity(), CKPT, resume_flag="") == base
-    with pytest.raises(RefusedError, match="unapproved resume checkpoint"):
+    with pytest.raises(RefusedError, match=r"cannot resume from /ckpt/other\.pt: the run's checkpoint"):
         attempt_command(identity(), "/ckpt/other.pt", resume_flag="--resume")

@@ -75,3 +75,15 @@ def test_the_schema_is_at_least_as_strict_as_the_setting(group: str, name: str, 
     assert schema_high < high or (schema_high == high and ("exclusiveMaximum" in node or not high_open)), (
         f"{value}: the schema's high bound {schema_high} is looser than SOAK_{group}__{name}'s {high}"
     )
+
+
+def test_the_chart_says_the_sidecar_runs_as_its_own_uid() -> None:
+    """podSecurity is the trainer's identity; the sidecar's own UID is sidecar.runAsUser, and the
+    chart's text must not claim one UID for every container."""
+    chart = Path(__file__).resolve().parents[2] / "helm" / "soak-sidecar"
+    helpers = (chart / "templates" / "_helpers.tpl").read_text(encoding="utf-8")
+    assert '"uid" .Values.sidecar.runAsUser' in helpers
+    for name in ("values.yaml", "values.schema.json", "templates/_helpers.tpl"):
+        text = (chart / name).read_text(encoding="utf-8")
+        assert "every container" not in text, name
+    assert "The sidecar runs as another UID (sidecar.runAsUser)" in (chart / "values.yaml").read_text()

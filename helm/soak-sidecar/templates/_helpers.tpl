@@ -74,7 +74,7 @@ action, Count. tests/integration/test_helm_chart.py keeps this list equal to Exi
 [150, 151, 152]
 {{- end }}
 
-{{/* The container securityContext shared by every container: one non-root UID, nothing more. */}}
+{{/* The trainer's and the init container's securityContext: podSecurity's UID (the sidecar has its own). */}}
 {{- define "soak-sidecar.containerSecurityContext" -}}
 {{- include "soak-sidecar.securityContext" (dict "uid" .Values.podSecurity.runAsUser "gid" .Values.podSecurity.runAsGroup) }}
 {{- end }}

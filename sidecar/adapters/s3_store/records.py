@@ -37,6 +37,11 @@ from sidecar.core.ports import Clock
 from sidecar.settings import S3Settings
 
 
+def s3_store_location(bucket: str, deadline_prefix: str) -> str:
+    """What names the S3 deadline store in a run's identity and approval (no connection needed)."""
+    return f"s3://{bucket}/{deadline_prefix.strip('/')}/"
+
+
 class S3DeadlineStore:
     """``DeadlineStore`` on an S3-compatible bucket (``settings.bucket`` must be set)."""
 
@@ -60,7 +65,7 @@ class S3DeadlineStore:
 
     @property
     def location(self) -> str:
-        return f"s3://{self._bucket}/{self._prefix}/"
+        return s3_store_location(self._bucket, self._settings.deadline_prefix)
 
     def record_key(self, run_id: str) -> str:
         # parse_run_id admits only UUIDs, so the key can never leave the prefix.

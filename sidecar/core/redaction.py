@@ -34,6 +34,7 @@ SECRET_WORDS = frozenset(
         "credential",
         "credentials",
         "key",
+        "pass",
         "passphrase",
         "passwd",
         "password",
@@ -79,6 +80,9 @@ _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
 SECRET_HEADERS = frozenset({"cookie", "set-cookie"})
 # Short flags whose value is a password (mysql -pX / -p X, sshpass -p X).
 SECRET_SHORT_FLAGS = frozenset({"p"})
+# A secret short flag with its value glued on (mysql's ``-pSECRET``; ``find -print`` is then redacted
+# too: a command line shown with too little is better than a password shown); ``-p=x`` is NAME=value.
+_GLUED_SHORT = re.compile(rf"^-(?P<flag>[{''.join(sorted(SECRET_SHORT_FLAGS))}])[^=\s]", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -152,10 +156,18 @@ def redact_argument(argument: str, rules: RedactionRules = DEFAULT_RULES) -> str
 
 
 def _redact_argument(argument: str, rules: RedactionRules) -> str:
+    glued = _GLUED_SHORT.match(argument)
+    if glued is not None:  # mysql's -pSECRET
+        return f"-{glued.group('flag')}{REDACTED}"
     named = _NAME.match(argument)
     if named is not None:
         name, dashes = named.group("name"), named.group("dashes") or ""
-        if rules.secret_name(name) or (dashes == "-" and name[:1] == "D" and rules.secret_name(name[1:])):
+        short = dashes == "-" and name in SECRET_SHORT_FLAGS  # -p=x
+        if (
+            rules.secret_name(name)
+            or short
+            or (dashes == "-" and name[:1] == "D" and rules.secret_name(name[1:]))
+        ):
             return f"{dashes}{name}={REDACTED}"
         if not _SPACE.search(argument):
             return f"{dashes}{name}={_redact_argument(named.group('value'), rules)}"
@@ -189,8 +201,9 @@ def _bounded(argument: str) -> str:
 
 
 def _introduces_secret(argument: str, rules: RedactionRules) -> bool:
-    """A flag or header name whose value is the next argument (``--password``, ``-p``, ``X-Api-Key:``)."""
-    flag = _FLAG.match(argument)
+    """A flag or header name whose value is the next argument (``--password``, ``-p``, ``X-Api-Key:``,
+    and ``--password=`` with the value left for the next argument)."""
+    flag = _FLAG.match(argument.removesuffix("="))
     if flag is not None:
         name = flag.group("name")
         return rules.secret_name(name) or (argument == f"-{name}" and name in SECRET_SHORT_FLAGS)

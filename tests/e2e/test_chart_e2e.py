@@ -328,17 +328,14 @@ EARLY_EXITS: dict[str, tuple[dict[str, Any], ExitCode]] = {
         {"sidecar": {"extraEnv": [{"name": "SOAK_MONITOR__SAMPLE_INTERVAL_S", "value": "-1"}]}},
         ExitCode.USAGE,
     ),
-    # An unwritable run dir: the sidecar cannot even write abort.json, so it signals the launcher.
-    "unwritable": (
-        {"sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__RUN_DIR", "value": "/soak/unwritable"}]}},
-        ExitCode.USAGE,
-    ),
+    # A sidecar pointed at another run dir finds no launcher there and signals none: a launcher is
+    # never found by its command line (docs/security.md); that one ends at its --go-timeout
+    # (tests/integration/test_pod_early_exit.py::test_no_run_dir_no_launcher_found_by_its_command_line).
 }
 
 
 EARLY_REASONS = {
     "badsettings": "soak-sidecar: error: invalid settings",
-    "unwritable": "soak-sidecar: error: cannot use directory /soak/unwritable",
     "storedown": "cannot take the supervisor lock",  # a verdict of its own (transient_infra)
 }
 

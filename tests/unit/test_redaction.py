@@ -139,6 +139,13 @@ def test_every_setting_is_withheld_in_every_spelling_the_settings_read(
         (["curl", "-H", "Cookie: session=X"], ["curl", "-H", f"Cookie: {R}"]),
         (["docker", "run", "--env=HF_TOKEN=X"], ["docker", "run", f"--env=HF_TOKEN={R}"]),
         (["java", "-Dpassword=X", "-Ddb.password=Y"], ["java", f"-Dpassword={R}", f"-Ddb.password={R}"]),
+        # Found by the adversary review of this fixes.
+        (["mysql", "-pX", "-p=Y"], ["mysql", f"-p{R}", f"-p={R}"]),
+        (
+            ["x", "--db-pass", "X", "DB_PASS=Y", "--bypass", "on"],
+            ["x", "--db-pass", R, f"DB_PASS={R}", "--bypass", "on"],
+        ),
+        (["x", "--passwd=", "X"], ["x", f"--passwd={R}", R]),
         (
             ["sh", "-c", "curl -H 'X-Api-Key: X' https://h"],
             ["sh", "-c", f"curl -H 'X-Api-Key: {R}' https://h"],

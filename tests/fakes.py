@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,11 +19,13 @@ from sidecar.adapters.identity_files import IdentityFileReader
 from sidecar.adapters.workdirs import LocalWorkDirs
 from sidecar.app.ports import LockLoss, Ports, StopRequest
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
+from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
+from sidecar.core.pod_facts import ContainerState
 from sidecar.core.ports import UploadedObject
 from sidecar.core.publication import Publication
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
-from sidecar.launcher.protocol.exit import ExitRecord
+from sidecar.launcher.protocol.exit import ExitRecord, MemoryReport, OomKill
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
 
@@ -64,6 +66,8 @@ class Script:
     interrupt_at_s: float | None = None  # a Ctrl-C reaches the sidecar
     # What a hostile trainer writes into trainer.json instead of itself: (pid, pgid).
     forged_trainer: tuple[int, int] | None = None
+    # The kernel's OOM killer kills the trainer after runs_s (the launcher's cgroup counter rose).
+    oom_killed: bool = False
 
 
 class World:
@@ -109,7 +113,9 @@ class World:
         if interrupt_at is not None and ran >= interrupt_at and not self.interrupted:
             self.interrupted = True
             raise KeyboardInterrupt
-        if ran >= self.script.runs_s:
+        if ran >= self.script.runs_s and self.script.oom_killed:
+            self.trainer_exits("exited", returncode=None, signal=9, memory=OOM_KILLED)
+        elif ran >= self.script.runs_s:
             self.trainer_exits("exited", returncode=self.script.returncode)
 
     def started(self, go: GoRequest) -> None:
@@ -135,6 +141,7 @@ class World:
         returncode: int | None,
         signal: int | None = None,
         soft_stop_reason: str | None = None,
+        memory: MemoryReport | None = None,
     ) -> None:
         self.alive.pop(TRAINER_PID, None)
         self.exit_record = ExitRecord(
@@ -146,7 +153,37 @@ class World:
             trainer_pid=TRAINER_PID,
             soft_stop_sent=soft_stop_reason is not None,
             soft_stop_reason=soft_stop_reason,
+            memory=memory,
         )
+
+
+OOM_KILLED = MemoryReport(
+    cgroup="v2",
+    limit_bytes=192 * 2**20,
+    oom_kills_at_start=0,
+    oom_kills_at_end=1,
+    oom_killed=(OomKill(pid=TRAINER_PID, command=("python3", "train.py")),),
+)
+
+
+class FakePodStatus:
+    """The PodStatus port: the pod's and the Job's status as scripted, one answer per read (the
+    last one repeats)."""
+
+    cause_wait_s = 3.0
+
+    def __init__(self, *answers: StopEvidence, ended: ContainerState | None = None) -> None:
+        self.answers = list(answers)
+        self.ended = ended
+        self.reads = 0
+
+    def stop_evidence(self, signal: str | None) -> StopEvidence:
+        self.reads += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return replace(answer, signal=signal)
+
+    def trainer_ended(self) -> ContainerState | None:
+        return self.ended
 
 
 class FakeChannel:

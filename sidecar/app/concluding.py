@@ -61,11 +61,29 @@ def conclude_run(
             deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
             trainer_xids=tuple(recorder.health.trainer_xids()),
             heartbeat_error=session.heartbeat_error,
+            peak_rss_kib=recorder.summary.max_process_rss_kib,
+            container_oom_killed=_container_oom_killed(ports, watched),
         )
     )
     recorder.summary.residual_process_count = len(conclusion.residual_pids)
     recorder.summary.run_summary_figures = run_summary_figures(summary.data)
     return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
+
+
+def _container_oom_killed(ports: Ports, watched: Watched) -> bool:
+    """The kubelet's word, asked when the launcher's own is missing: no exit.json (the OOM killer
+    may have taken the launcher with the container), or no memory cgroup it could read. The
+    kubelet reports the container's end a moment after it."""
+    status, record = ports.pod_status, watched.exit_record
+    if status is None or (record is not None and record.memory is not None):
+        return False
+    end = ports.clock.monotonic() + status.cause_wait_s
+    while (ended := status.trainer_ended()) is None and ports.clock.monotonic() < end:
+        ports.sleep(CONTAINER_STATUS_POLL_S)
+    return ended is not None and ended.reason == "OOMKilled"
+
+
+CONTAINER_STATUS_POLL_S = 0.5
 
 
 def read_summary(settings: Settings, ports: Ports, started: Started) -> SummaryOutcome:

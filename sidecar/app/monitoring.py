@@ -7,7 +7,6 @@ progress), reports, and acts on the launcher. Time and sleep come from the ports
 from __future__ import annotations
 
 import contextlib
-import sys
 
 from sidecar.app.console import Console
 from sidecar.app.ports import Ports
@@ -15,43 +14,34 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
-from sidecar.core.errors import LauncherError, SoakError
+from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
+from sidecar.core.errors import LauncherError
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
 from sidecar.core.trainer_process import claim_mismatch, trainer_of
 from sidecar.core.verdict import MonitorKind
 
-INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
+CAUSE_POLL_S = 0.5
 
 
-# The Job controller may stop a pod before its status shows why: wait this long for it.
-JOB_STATUS_WAIT_S = 10.0
-JOB_STATUS_POLL_S = 0.5
-
-
-def cancellation(ports: Ports) -> tuple[MonitorKind, str]:
-    """Why the sidecar was cancelled: its Job failed (another index of a multi-pod soak failed for
-    good, and the Job controller stops the rest), or anything else from outside."""
-    failure = _job_failure(ports)
-    if failure is None:
-        return "external_cancellation", INTERRUPTED_REASON
-    return "job_failed", f"the Job failed, so this pod was stopped: {failure}"
-
-
-def _job_failure(ports: Ports) -> str | None:
-    if ports.job_failure is None:
-        return None
-    end = ports.clock.monotonic() + JOB_STATUS_WAIT_S
+def cancellation(ports: Ports, signal: str | None) -> tuple[MonitorKind, str]:
+    """Why the sidecar was stopped (sidecar.core.disruption): in a pod, what the pod and its Job
+    say, asked until a decisive cause shows or ``cause_wait_s`` passed; else the signal."""
+    status = ports.pod_status
+    if status is None:
+        return cause_of_stop(StopEvidence(signal))
+    end = ports.clock.monotonic() + status.cause_wait_s
     while True:
-        try:
-            failure = ports.job_failure()
-        except SoakError as exc:
-            print(f"soak-sidecar: cannot read the Job's status: {exc}", file=sys.stderr)
-            return None
-        if failure is not None or ports.clock.monotonic() >= end:
-            return failure
-        ports.sleep(JOB_STATUS_POLL_S)
+        evidence = status.stop_evidence(signal)
+        if decisive_cause(evidence) is not None or ports.clock.monotonic() >= end:
+            return cause_of_stop(evidence)
+        ports.sleep(CAUSE_POLL_S)
+
+
+def stop_signal(stop: BaseException) -> str:
+    """The signal behind a KeyboardInterrupt (SIGINT) or a Cancelled."""
+    return str(stop) if isinstance(stop, Cancelled) else "SIGINT"
 
 
 ZOMBIE = "zombie"
@@ -132,9 +122,9 @@ def watch(
     last_seen = session.last_seen
     try:
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
-    except (KeyboardInterrupt, Cancelled):
+    except (KeyboardInterrupt, Cancelled) as stop:
         signals.defer()
-        _stop_on_cancellation(going, session, policy, signals)
+        _stop_on_cancellation(going, session, policy, signals, stop_signal(stop))
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()
@@ -160,7 +150,7 @@ def watch(
 
 
 def _stop_on_cancellation(
-    going: Going, session: LaunchSession, policy: MonitorPolicy, signals: DeferredSignals
+    going: Going, session: LaunchSession, policy: MonitorPolicy, signals: DeferredSignals, signal: str
 ) -> None:
     """The soft stop first, so the trainer can checkpoint and keep its evidence; SIGTERM after
     launcher.stop_grace_s (or at once when asked again to stop), then the usual escalation."""
@@ -169,7 +159,7 @@ def _stop_on_cancellation(
     requested = ports.clock.monotonic()
     # First: the cause can wait, the trainer not.
     session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
-    policy.interrupted(*cancellation(ports))
+    policy.interrupted(*cancellation(ports, signal))
     if grace > 0:
         session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
         session.request_stop("terminate", INTERRUPTED_REASON)

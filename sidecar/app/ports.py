@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+from sidecar.core.disruption import StopEvidence
 from sidecar.core.identity import RunIdentity
+from sidecar.core.pod_facts import ContainerState
 from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
@@ -150,6 +152,22 @@ class WorkDirs(Protocol):
         ...
 
 
+class PodStatus(Protocol):
+    """The sidecar's own pod and its Job, read when the soak is stopped or the launcher is gone."""
+
+    # How long the cause of a stop may take to show in the API (the Job controller's status).
+    cause_wait_s: float
+
+    def stop_evidence(self, signal: str | None) -> StopEvidence:
+        """What the pod and the Job say now; what cannot be read is left unknown (never raises)."""
+        ...
+
+    def trainer_ended(self) -> ContainerState | None:
+        """The trainer container's terminated state as the kubelet reports it, None while it
+        reports none (or the pod cannot be read; never raises)."""
+        ...
+
+
 class LockLoss:
     """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
 
@@ -190,8 +208,8 @@ class Ports:
     lock_loss: LockLoss = field(default_factory=LockLoss)
     # A clock outside the node (the apiserver's, in a pod) that bounds the deadline too.
     reference_clock: ReferenceClock | None = None
-    # Why the pod's Job failed, if it did: asked when a multi-pod soak's sidecar is cancelled (the
-    # Job controller stops the other indexes when one fails), to name the cause. None elsewhere.
-    job_failure: Callable[[], str | None] | None = None
+    # The sidecar's pod and Job as the API says (pod mode): why a stop came, how the trainer's
+    # container ended. None outside Kubernetes.
+    pod_status: PodStatus | None = None
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

@@ -20,7 +20,7 @@ from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, deliver, key_prefix
-from sidecar.app.monitoring import Sampler, cancellation, watch
+from sidecar.app.monitoring import Sampler, cancellation, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
 from sidecar.app.session import LaunchSession
@@ -91,11 +91,11 @@ class Supervisor:
                     reason = f"soak-sidecar failed: {type(exc).__name__}: {exc}"
                     self._release_launcher(reason, int(ExitCode.INTERNAL))
                     return self._unstarted(verdicts.stopped("monitor_failure", reason))
-        except (KeyboardInterrupt, Cancelled):
+        except (KeyboardInterrupt, Cancelled) as stop:
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.
             self._signals.defer()
-            return self._cancelled_before_monitoring()
+            return self._cancelled_before_monitoring(stop_signal(stop))
         finally:
             self._signals.restore()
             self._console.close()
@@ -206,8 +206,8 @@ class Supervisor:
         reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
         return self._unstarted(verdicts.stopped("monitor_failure", reason), launched, checked)
 
-    def _cancelled_before_monitoring(self) -> RunResult:
-        kind, reason = cancellation(self._ports)
+    def _cancelled_before_monitoring(self, signal: str) -> RunResult:
+        kind, reason = cancellation(self._ports, signal)
         decision = verdicts.stopped(kind, reason)
         self._session.abort(reason, int(decision.exit_code))
         if self._ports.channel.launch_id is not None:

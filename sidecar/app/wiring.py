@@ -20,8 +20,16 @@ from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.adapters.workdirs import LocalWorkDirs
 from sidecar.app.ports import LockLoss, Ports
-from sidecar.core.errors import ConfigError, ForbiddenError, RefusedError, SoakError, TransientError
-from sidecar.core.job_pods import job_failure
+from sidecar.core.disruption import StopEvidence
+from sidecar.core.errors import (
+    ConfigError,
+    ForbiddenError,
+    NotFoundError,
+    RefusedError,
+    SoakError,
+    TransientError,
+)
+from sidecar.core.pod_facts import ContainerState, PodFacts
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
 from sidecar.core.publication import Publication
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
@@ -32,6 +40,10 @@ from sidecar.settings import GpuSettings, Settings
 if TYPE_CHECKING:
     from sidecar.adapters.kube.client import KubeClient
     from sidecar.adapters.kube.publisher import PodPublisher
+
+# How long the cause of a stop may take to show in the pod's and the Job's status.
+CAUSE_WAIT_S = 3.0
+JOB_STATUS_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -161,13 +173,45 @@ class _PodPublication:
         return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic)
 
 
-def _job_failure(client: KubeClient, namespace: str, job_name: str | None) -> Callable[[], str | None]:
-    from sidecar.adapters.kube.reads import read_job
+class _PodStatusReader:
+    """The PodStatus port: the sidecar's own pod and Job through the API, errors told, not raised."""
 
-    def why_failed() -> str | None:
-        return None if job_name is None else job_failure(read_job(client, namespace, job_name))
+    def __init__(
+        self, client: KubeClient, namespace: str, pod: str, job: str | None, *, indexes: int, trainer: str
+    ) -> None:
+        self._client, self._namespace, self._pod, self._job = client, namespace, pod, job
+        self._trainer = trainer
+        # A multi-pod Job fails on another index first: its controller's status may lag its stop.
+        self.cause_wait_s = JOB_STATUS_WAIT_S if indexes > 1 else CAUSE_WAIT_S
 
-    return why_failed
+    def stop_evidence(self, signal: str | None) -> StopEvidence:
+        from sidecar.adapters.kube.reads import read_job
+
+        pod = self._read_pod()
+        job, gone = None, False
+        if self._job is not None:
+            try:
+                job = read_job(self._client, self._namespace, self._job)
+            except NotFoundError:
+                gone = True
+            except SoakError as exc:
+                print(f"soak-sidecar: cannot read the Job's status: {exc}", file=sys.stderr)
+        return StopEvidence(signal, pod=pod, job=job, job_gone=gone)
+
+    def trainer_ended(self) -> ContainerState | None:
+        pod = self._read_pod()
+        trainer = None if pod is None else pod.container(self._trainer)
+        state = None if trainer is None else trainer.state
+        return state if state is not None and state.kind == "terminated" else None
+
+    def _read_pod(self) -> PodFacts | None:
+        from sidecar.adapters.kube.reads import read_pod
+
+        try:
+            return read_pod(self._client, self._namespace, self._pod)
+        except SoakError as exc:
+            print(f"soak-sidecar: cannot read pod {self._namespace}/{self._pod}: {exc}", file=sys.stderr)
+            return None
 
 
 def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
@@ -213,6 +257,8 @@ def _pod_wiring(settings: Settings, ports: Ports) -> Wiring:
         publisher=_PodPublication(publisher, progress_notes=kube.progress_annotations_s > 0),
         image_digest=image_digest,
         reference_clock=ApiserverClock(client),
-        job_failure=None if kube.completions == 1 else _job_failure(client, namespace, job_name),
+        pod_status=_PodStatusReader(
+            client, namespace, pod_name, job_name, indexes=kube.completions, trainer=container
+        ),
     )
     return Wiring(pod_ports, context=context, attempt_label=pod_name)

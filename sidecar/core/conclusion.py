@@ -37,6 +37,10 @@ class RunFacts:
     trainer_xids: tuple[str, ...] = ()
     # The first heartbeat the sidecar could not write into the run dir (which the trainer can write).
     heartbeat_error: str | None = None
+    # The largest RSS of the trainer's tree any sample saw (KiB), for an OOM kill's reason.
+    peak_rss_kib: int | None = None
+    # The kubelet's word (pod mode): the trainer's container was OOMKilled.
+    container_oom_killed: bool = False
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,9 @@ def conclude(facts: RunFacts) -> Conclusion:
         deadline=deadline,
         gpu_fault=facts.gpu_fault,
         upload_error=None,
+        out_of_memory=out_of_memory(
+            record, facts.peak_rss_kib, container_oom_killed=facts.container_oom_killed
+        ),
     )
     if verdict.status == "failed" and facts.trainer_xids:
         caused = "; ".join(facts.trainer_xids)
@@ -75,7 +82,13 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
     if facts.monitor_failure is not None:
         return facts.monitor_failure
     if record is None:
-        return ("monitor_failure", "launcher exited without writing exit.json")
+        # A launcher the OOM killer took with the trainer's container leaves no record: the
+        # kubelet's OOMKilled is then the cause (see out_of_memory).
+        failure: tuple[verdicts.MonitorKind, str] = (
+            "monitor_failure",
+            "launcher exited without writing exit.json",
+        )
+        return None if facts.container_oom_killed else failure
     if record.heartbeat_lost and facts.heartbeat_error is not None:
         # The sidecar was alive but its heartbeat could not land: the run dir broke (the trainer can
         # write it), not the sidecar. Not retryable as a lost supervisor would be.
@@ -99,6 +112,49 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
             f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})",
         )
     return None
+
+
+def out_of_memory(
+    record: ExitRecord | None, peak_rss_kib: int | None, *, container_oom_killed: bool
+) -> str | None:
+    """Why the OOM killer is the cause, when the trainer's cgroup counted an OOM kill while it ran
+    (the launcher's record) or the kubelet reports its container OOMKilled; None otherwise."""
+    memory = None if record is None else record.memory
+    counted = memory is not None and memory.oom_kills > 0
+    if not (counted or container_oom_killed):
+        return None
+    parts = ["out of memory: the kernel's OOM killer killed"]
+    victims = () if memory is None else memory.oom_killed
+    trainer_pid = None if record is None else record.trainer_pid
+    if victims:
+        parts.append(", ".join(_victim(kill.pid, kill.command, trainer_pid) for kill in victims[:MAX_NAMED]))
+    elif counted and memory is not None:
+        count = memory.oom_kills
+        parts.append(f"{count} process{'es' if count > 1 else ''} in the trainer's cgroup")
+    else:
+        parts.append("the trainer's container (the kubelet reports it OOMKilled)")
+    limit = None if memory is None else memory.limit_bytes
+    parts.append("(no memory limit was set)" if limit is None else f"at its memory limit of {_mib(limit)}")
+    text = " ".join(parts)
+    if peak_rss_kib is not None:
+        text += f"; peak RSS sampled {peak_rss_kib / 1024:.1f} MiB"
+    return text
+
+
+MAX_NAMED = 4
+NAMED_COMMAND_CHARS = 80
+
+
+def _victim(pid: int, command: Sequence[str], trainer_pid: int | None) -> str:
+    who = "the trainer" if pid == trainer_pid else "a process"
+    shown = " ".join(command)
+    if len(shown) > NAMED_COMMAND_CHARS:
+        shown = shown[: NAMED_COMMAND_CHARS - 3] + "..."
+    return f"{who} (pid {pid}: {shown})"
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
 
 
 def _residual_pids(facts: RunFacts) -> tuple[int, ...]:

@@ -79,6 +79,10 @@ class ForbiddenError(PublishError):
     exit_code = ExitCode.REFUSED
 
 
+class NotFoundError(PublishError):
+    """The API object does not exist (HTTP 404): deleted, or never there. Not retried."""
+
+
 class GpuUnavailableError(ConfigError):
     """GPU data was required (gpu.require) but NVML is absent or failing on this node."""
 

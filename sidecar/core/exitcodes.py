@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     CANCELLED = 17
     INSUFFICIENT_BUDGET = 18
     TRAINER_NOT_STARTED = 19
+    OUT_OF_MEMORY = 20
     USAGE = 64
     INTERNAL = 70
     GPU_FAULT = 150
@@ -44,11 +45,14 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.DEADLINE_EXHAUSTED: "the persistent total-job deadline expired during the run",
     ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second supervisor",
     ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
-    ExitCode.CANCELLED: "the soak was cancelled from outside (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, "
-    "SIGUSR1/2 to the sidecar)",
+    ExitCode.CANCELLED: "the soak was stopped from outside: an eviction (drain), a preemption, a node "
+    "disruption, the Job suspended, failed elsewhere or deleted, the pod deleted, or a stop signal "
+    "to the sidecar (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2)",
     ExitCode.INSUFFICIENT_BUDGET: "less than the checkpoint margin was left: refused to start",
     ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared, or the trainer command could not be "
     "started (not found, not executable)",
+    ExitCode.OUT_OF_MEMORY: "the kernel's OOM killer killed the trainer or one of its processes at "
+    "the trainer's memory limit, and the trainer failed",
     ExitCode.USAGE: "usage or configuration error",
     ExitCode.INTERNAL: "internal error of soak-sidecar (monitor failure)",
     ExitCode.GPU_FAULT: "a GPU was lost or needs a reset (retryable on another node)",

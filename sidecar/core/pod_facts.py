@@ -15,6 +15,20 @@ StateKind = Literal["waiting", "running", "terminated"]
 
 
 @dataclass(frozen=True)
+class Condition:
+    """A status condition of a pod or a Job."""
+
+    type: str
+    # "True", "False" or "Unknown", as the API says it.
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+JobCondition = Condition
+
+
+@dataclass(frozen=True)
 class ContainerState:
     """One of a container's states; ``exit_code`` only for ``terminated``."""
 
@@ -47,9 +61,14 @@ class PodFacts:
     message: str | None = None
     init_containers: tuple[ContainerFacts, ...] = ()
     containers: tuple[ContainerFacts, ...] = ()
+    # The pod's status conditions (DisruptionTarget says why a pod is being stopped).
+    conditions: tuple[Condition, ...] = ()
 
     def container(self, name: str) -> ContainerFacts | None:
         return next((c for c in self.containers if c.name == name), None)
+
+    def condition(self, kind: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == kind), None)
 
 
 @dataclass(frozen=True)
@@ -62,15 +81,10 @@ class EventFacts:
 
 
 @dataclass(frozen=True)
-class JobCondition:
-    type: str
-    # "True", "False" or "Unknown", as the API says it.
-    status: str
-    reason: str | None = None
-    message: str | None = None
-
-
-@dataclass(frozen=True)
 class JobFacts:
     name: str
     conditions: tuple[JobCondition, ...] = ()
+    # spec.suspend: the Job is (being) suspended, its pods stopped.
+    suspended: bool = False
+    # The Job has a deletion timestamp.
+    deleting: bool = False

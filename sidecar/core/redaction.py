@@ -183,10 +183,18 @@ def _redact_argument(argument: str, rules: RedactionRules) -> str:
 def redact_exit_record(record: ExitRecord, rules: RedactionRules = DEFAULT_RULES) -> ExitRecord:
     """exit.json with the arguments of every process the launcher killed redacted (the launcher
     records them raw: it knows no rules). The sidecar keeps no other copy of the record."""
+    memory = record.memory
+    if memory is not None:
+        victims = tuple(
+            dataclasses.replace(kill, command=redact_command(kill.command, rules))
+            for kill in memory.oom_killed
+        )
+        memory = dataclasses.replace(memory, oom_killed=victims)
     return dataclasses.replace(
         record,
         killed_with_trainer=_redact_killed(record.killed_with_trainer, rules),
         survivors_killed=_redact_killed(record.survivors_killed, rules),
+        memory=memory,
     )
 
 

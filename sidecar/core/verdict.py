@@ -38,11 +38,28 @@ from typing import Literal, get_args
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 from sidecar.core.run_summary import SummaryOutcome
 
+# Why a soak was stopped from outside (sidecar.core.disruption): each its own classification.
+CancelKind = Literal[
+    "external_cancellation",
+    "job_failed",
+    "job_suspended",
+    "job_deleted",
+    "evicted",
+    "preempted",
+    "node_disruption",
+    "pod_deleted",
+]
 MonitorKind = Literal[
     "timeout/startup",
     "timeout/stale_tick",
     "external_cancellation",
     "job_failed",
+    "job_suspended",
+    "job_deleted",
+    "evicted",
+    "preempted",
+    "node_disruption",
+    "pod_deleted",
     "monitor_failure",
     "launcher_missing",
     "trainer_not_started",
@@ -50,8 +67,10 @@ MonitorKind = Literal[
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
 # A monitor kind that names more precisely what the trainer's own classification says (same exit
-# code) stands: a trainer soft-stopped because its Job failed elsewhere calls that a cancellation.
-REFINES: Mapping[str, str] = MappingProxyType({"job_failed": "external_cancellation"})
+# code) stands: a trainer soft-stopped because its pod was evicted calls that a cancellation.
+REFINES: Mapping[str, str] = MappingProxyType(
+    {kind: "external_cancellation" for kind in get_args(CancelKind) if kind != "external_cancellation"}
+)
 
 # Classification -> exit code. The single source for the README table and the chart's
 # podFailurePolicy. 1-127 permanent, 128+ retryable (see exitcodes.py).
@@ -65,9 +84,18 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         # a trainer that died (non-zero exit, signal) without a classification of its own
         "trainer_failure": ExitCode.TRAINER_FAILED,
         "timeout/stale_tick": ExitCode.STALLED,
+        # killed by the kernel's OOM killer at the memory limit (it stands over the trainer's summary)
+        "out_of_memory": ExitCode.OUT_OF_MEMORY,
+        # stopped from outside, by cause (sidecar.core.disruption); a stop signal with no other
+        # cause known, or Ctrl-C, is external_cancellation
         "external_cancellation": ExitCode.CANCELLED,
-        # a multi-pod soak's index stopped because the Job failed on another index
         "job_failed": ExitCode.CANCELLED,
+        "job_suspended": ExitCode.CANCELLED,
+        "job_deleted": ExitCode.CANCELLED,
+        "evicted": ExitCode.CANCELLED,
+        "preempted": ExitCode.CANCELLED,
+        "node_disruption": ExitCode.CANCELLED,
+        "pod_deleted": ExitCode.CANCELLED,
         # the run_summary contract
         "missing_run_summary": ExitCode.CONTRACT_VIOLATION,
         "invalid_run_summary": ExitCode.CONTRACT_VIOLATION,
@@ -165,13 +193,15 @@ def decide(
     deadline: DeadlineEnd | None,
     gpu_fault: str | None,
     upload_error: str | None,
+    out_of_memory: str | None = None,
 ) -> Verdict:
     """The soak's verdict. ``residuals``: short descriptions (pids) of survivors of shutdown;
     ``leaks``: complete messages of other resource-leak checks, reported like residuals (only
     when nothing failed before, classification ``resource_leak``).
 
     ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
-    something else already failed.
+    something else already failed. ``out_of_memory``: why the OOM killer is the cause, when it
+    killed a process of the trainer's; it classes a failed trainer (whatever its summary says).
     """
     parts, kind = _run_failures(deadline, gpu_fault, monitor_failure)
     if not parts:
@@ -181,9 +211,12 @@ def decide(
             min_duration_s=min_duration_s,
             residuals=residuals,
             leaks=leaks,
+            out_of_memory=out_of_memory,
         )
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
-    if summary.classification is not None and (summary.classification_overrides or kind is None):
+    summary_decides = summary.classification_overrides or kind is None
+    # The kernel's word on an OOM kill stands over the trainer's own account of its failure.
+    if summary.classification is not None and summary_decides and kind != "out_of_memory":
         kind = kind if REFINES.get(kind or "") == summary.classification else summary.classification
     if deadline is not None:
         kind = "deadline_exhausted"
@@ -225,13 +258,11 @@ def _trainer_failure(
     min_duration_s: float,
     residuals: Sequence[str],
     leaks: Sequence[str],
+    out_of_memory: str | None,
 ) -> tuple[list[str], str | None]:
     """The first of the seed's trainer-side rules that fails (each only if nothing failed yet)."""
-    if returncode is None:
-        return ["trainer exit status is unknown"], None
     if returncode != 0:
-        # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
-        return [f"trainer exited with returncode {returncode}"], "trainer_failure"
+        return _trainer_died(returncode, out_of_memory)
     if duration_s < min_duration_s:
         # The trainer finished too soon to have soaked (named in the seed's terms; kind: see decide).
         return [
@@ -243,6 +274,15 @@ def _trainer_failure(
     if leaks:
         return list(leaks), "resource_leak"
     return [], None
+
+
+def _trainer_died(returncode: int | None, out_of_memory: str | None) -> tuple[list[str], str | None]:
+    if out_of_memory is not None:
+        return [out_of_memory], "out_of_memory"
+    if returncode is None:
+        return ["trainer exit status is unknown"], None
+    # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
+    return [f"trainer exited with returncode {returncode}"], "trainer_failure"
 
 
 def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:

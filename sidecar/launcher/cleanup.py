@@ -13,7 +13,7 @@ from .proc import alive_descendants, command_of
 from .protocol.names import DEFAULT_KILL_GRACE_S
 from .stopping import Stopper
 from .supervise import REAP_LIMIT_S
-from .trainer import Trainer, reap
+from .trainer import Trainer
 
 
 def clean_up(
@@ -21,6 +21,7 @@ def clean_up(
     trainer: Trainer | None,
     deadline: MonotonicDeadline | None,
     wait: Callable[[float | None], list[int]],
+    reap: Callable[[], bool],
 ) -> None:
     """TERM survivors, KILL them after kill_grace_s (at once past the deadline or when the run was
     killed), reap everything; what could not be reaped is recorded as unreaped."""
@@ -31,7 +32,7 @@ def clean_up(
     if alive_descendants(me):
         stopper.kill_everything(state.survivors_killed)
     end = time.monotonic() + REAP_LIMIT_S
-    while not reap(trainer) and time.monotonic() < end:
+    while not reap() and time.monotonic() < end:
         wait(0.05)
         if alive_descendants(me):
             stopper.kill_everything(state.survivors_killed)

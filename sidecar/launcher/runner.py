@@ -9,7 +9,7 @@ import socket
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .channel import SidecarChannel
 from .cleanup import clean_up
@@ -17,6 +17,7 @@ from .deadline import MonotonicDeadline
 from .events import EventLoop
 from .exiting import exit_code, exit_record, write_exit
 from .fdreport import FdReports
+from .memory import OomWatch
 from .output import STDOUT_QUEUE_BYTES, ConsoleLog, FdWriter, OutputTee, log
 from .proc import command_problem, kernel_boot_id, start_ticks
 from .protocol.fields import ProtocolError, signal_name
@@ -76,6 +77,7 @@ class Launcher:
         self.channel = SidecarChannel(options.run_dir, self.launch_id)
         self.trainer: Trainer | None = None
         self.deadline: MonotonicDeadline | None = None
+        self.oom = OomWatch.here()
 
     def run(self) -> int:
         code = EXIT_LAUNCHER_ERROR
@@ -85,31 +87,42 @@ class Launcher:
             self.announce()
             self.start_trainer(self.wait_for_go())
             self.supervise()
-            clean_up(self.stopper, self.trainer, self.deadline, self.wait)
+            clean_up(self.stopper, self.trainer, self.deadline, self.wait, self.reap)
             code = exit_code(state, self.trainer)
         except ExitRequestError as done:
             code = done.code
-            clean_up(self.stopper, self.trainer, self.deadline, self.wait)
+            clean_up(self.stopper, self.trainer, self.deadline, self.wait, self.reap)
         except Exception as exc:
             # Fail closed: whatever went wrong, nothing we started may outlive us.
             log(f"launcher error: {exc!r}")
             state.because("launcher_error")
             with contextlib.suppress(Exception):
                 self.stopper.kill_everything(state.killed_with_trainer)
-                clean_up(self.stopper, self.trainer, self.deadline, self.wait)
+                clean_up(self.stopper, self.trainer, self.deadline, self.wait, self.reap)
             code = EXIT_LAUNCHER_ERROR
         with contextlib.suppress(Exception):
             self.tee.close()
         record = exit_record(self.launch_id, code, state, self.trainer, self.tee.writer.dropped_bytes)
+        record = replace(record, memory=self.oom.report())
         write_exit(self.options.run_dir, record, self.options.termination_log)
         return code
 
     def wait(self, timeout: float | None) -> list[int]:
         """One event-loop turn, then reap and note dropped output; the signals seen."""
         signals = self.loop.turn(timeout)
-        reap(self.trainer)
+        self.reap()
         self.tee.note()
         return signals
+
+    def reap(self) -> bool:
+        """Reap every dead child (True when none is left); a SIGKILL we did not send may be the OOM
+        killer's."""
+        return reap(self.trainer, self._killed)
+
+    def _killed(self, pid: int, command: tuple[str, ...]) -> None:
+        state = self.stopper.state
+        if pid not in state.killed_with_trainer and pid not in state.survivors_killed:
+            self.oom.killed(pid, command)
 
     def announce(self) -> None:
         options = self.options
@@ -193,6 +206,7 @@ class Launcher:
             ENV_SOFT_STOP_FILE: options.path(SOFT_STOP_FILE),
         }
         console = ConsoleLog(options.path(CONSOLE_LOG), go.console_log_bytes)
+        self.oom.start()
         try:
             trainer = Trainer.start([*options.command, *go.extra_args], env, console, self.tee)
         except OSError as exc:

@@ -4,17 +4,21 @@ and the tee, reaped with everything else the subreaper adopts."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 from .events import EventLoop
 from .output import ConsoleLog, OutputTee, log
+from .protocol.files import read_bytes
 
 
 class Trainer:
     def __init__(self, process: subprocess.Popen[bytes], console: ConsoleLog, tee: OutputTee) -> None:
         self.process = process
         self.pid = process.pid
+        self.argv = tuple(str(arg) for arg in process.args) if isinstance(process.args, list) else ()
         self.started_unix = time.time()
         self.status: int | None = None  # the raw wait status, once reaped
         self._console: ConsoleLog | None = console
@@ -76,15 +80,40 @@ class Trainer:
         self.process.returncode = os.waitstatus_to_exitcode(status)
 
 
-def reap(trainer: Trainer | None) -> bool:
-    """waitpid(-1) until nothing is left to reap: the trainer, its children, adopted orphans.
-    True when the launcher has no children left at all."""
+# Called with the pid and command of each reaped process that died of SIGKILL.
+OnKilled = Callable[[int, "tuple[str, ...]"], None]
+
+
+def reap(trainer: Trainer | None, on_killed: OnKilled | None = None) -> bool:
+    """waitpid until nothing is left to reap: the trainer, its children, adopted orphans.
+    True when the launcher has no children left at all.
+
+    Each death is looked at before it is reaped (WNOWAIT): a SIGKILLed zombie still has its comm,
+    which ``on_killed`` gets (the trainer's own argv for the trainer).
+    """
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             return True
+        if info is None:
+            return False
+        killed = info.si_code == os.CLD_KILLED and info.si_status == signal.SIGKILL
+        command = _command(trainer, info.si_pid) if killed and on_killed is not None else ()
+        try:
+            pid, status = os.waitpid(info.si_pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
         if pid == 0:
             return False
         if trainer is not None and pid == trainer.pid:
             trainer.reaped(status)
+        if killed and on_killed is not None:
+            on_killed(pid, command)
+
+
+def _command(trainer: Trainer | None, pid: int) -> tuple[str, ...]:
+    if trainer is not None and pid == trainer.pid:
+        return tuple(str(arg) for arg in trainer.argv)
+    comm = read_bytes(f"/proc/{pid}/comm", 256)
+    return (f"[{comm.decode(errors='replace').strip()}]",) if comm else ("?",)

@@ -10,7 +10,7 @@ from typing import Any
 from sidecar.core.conclusion import RunFacts, conclude, deadline_end
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
-from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
+from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess, MemoryReport, OomKill
 from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
@@ -187,3 +187,43 @@ def test_a_lost_heartbeat_is_the_sidecars_stall_not_the_trainers_failure() -> No
     # the sidecar's own finding comes first: the stall it saw before it stopped
     stalled = conclude(facts(exit_record=record, monitor_failure=("timeout/stale_tick", "stale")))
     assert stalled.verdict.classification == "timeout/stale_tick"
+
+
+def memory(*victims: OomKill, start: int = 2, end: int = 3, limit: int | None = 192 * 2**20) -> MemoryReport:
+    return MemoryReport("v1", limit, oom_kills_at_start=start, oom_kills_at_end=end, oom_killed=victims)
+
+
+def test_a_trainer_killed_by_the_oom_killer_is_named_with_its_limit_and_peak() -> None:
+    record = exited(
+        returncode=None, signal=9, exit_code=137, memory=memory(OomKill(11, ("python3", "grow.py")))
+    )
+    result = conclude(facts(exit_record=record, summary=missing_summary(), peak_rss_kib=190 * 1024))
+    assert (result.verdict.classification, result.verdict.exit_code) == ("out_of_memory", 20)
+    assert result.verdict.reason == (
+        "out of memory: the kernel's OOM killer killed the trainer (pid 11: python3 grow.py) at its "
+        "memory limit of 192.0 MiB; peak RSS sampled 190.0 MiB; trainer did not write run_summary.json"
+    )
+
+
+def test_a_worker_the_launcher_did_not_reap_is_counted_not_named() -> None:
+    """torchrun reaps its own OOM-killed rank and exits 1: the counter rose, no victim is named."""
+    record = exited(returncode=1, exit_code=1, memory=memory(limit=None))
+    reason = conclude(facts(exit_record=record)).verdict.reason
+    assert reason == (
+        "out of memory: the kernel's OOM killer killed 1 process in the trainer's cgroup "
+        "(no memory limit was set)"
+    )
+
+
+def test_no_oom_kill_during_the_run_is_no_oom() -> None:
+    record = exited(returncode=None, signal=9, exit_code=137, memory=memory(end=2))
+    assert conclude(facts(exit_record=record)).verdict.classification == "trainer_failure"
+
+
+def test_the_kubelets_oomkilled_explains_a_launcher_that_left_no_record() -> None:
+    result = conclude(facts(exit_record=None, summary=missing_summary(), container_oom_killed=True))
+    assert result.verdict.classification == "out_of_memory"
+    assert (result.verdict.reason or "").startswith(
+        "out of memory: the kernel's OOM killer killed the trainer's container "
+        "(the kubelet reports it OOMKilled)"
+    )

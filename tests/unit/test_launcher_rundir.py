@@ -228,7 +228,33 @@ def test_read_exit_parses_and_filters_by_launcher(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"reason": "vanished"}, {"exit_code": "137"}, {"deadline_expired": "yes"}, {"unreaped": 3}],
+    [
+        {"reason": "vanished"},
+        {"exit_code": "137"},
+        {"deadline_expired": "yes"},
+        {"unreaped": 3},
+        {"memory": "oom"},
+        {"memory": {"cgroup": "v3", "oom_kills_at_start": 0, "oom_kills_at_end": 1}},
+        {"memory": {"cgroup": "v2", "oom_kills_at_start": -1, "oom_kills_at_end": 1}},
+        {"memory": {"cgroup": "v2", "oom_kills_at_start": 0, "oom_kills_at_end": True}},
+        {"memory": {"cgroup": "v2", "oom_kills_at_start": 0, "oom_kills_at_end": 1, "limit_bytes": 0}},
+        {
+            "memory": {
+                "cgroup": "v2",
+                "oom_kills_at_start": 0,
+                "oom_kills_at_end": 1,
+                "oom_killed": [{"pid": 1}],
+            }
+        },
+        {
+            "memory": {
+                "cgroup": "v2",
+                "oom_kills_at_start": 0,
+                "oom_kills_at_end": 1,
+                "oom_killed": [{"pid": 1, "command": ["x"]}] * 1025,
+            }
+        },
+    ],
 )
 def test_malformed_exit_records_raise(tmp_path: Path, bad: dict[str, Any]) -> None:
     rd = RunDir(tmp_path)
@@ -237,6 +263,20 @@ def test_malformed_exit_records_raise(tmp_path: Path, bad: dict[str, Any]) -> No
     atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(**bad))
     with pytest.raises(LauncherError):
         rd.read_exit()
+
+
+def test_the_memory_report_round_trips_and_redacts_its_victims(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    victim = {"pid": 77, "command": ["python3", "train.py", "--password", "hunter2"], "at_unix": 5.0}
+    memory = {"cgroup": "v1", "limit_bytes": 2**27, "oom_kills_at_start": 4, "oom_kills_at_end": 6}
+    atomic_write_json(str(rd.file(proto.EXIT_FILE)), exit_raw(memory={**memory, "oom_killed": [victim]}))
+    record = rd.read_exit()
+    assert record is not None and record.memory is not None
+    assert record.memory.oom_kills == 2 and record.memory.limit_bytes == 2**27
+    assert record.memory.oom_killed[0].command[-1] != "hunter2"
+    assert ExitRecord.parse(record.to_json()) == record
 
 
 def test_reset_removes_a_previous_runs_files(tmp_path: Path) -> None:

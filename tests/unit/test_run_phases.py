@@ -20,8 +20,10 @@ from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import Launched, Preflight, RunRequest, RunResult, Started
 from sidecar.core.boot import BootClock
 from sidecar.core.deadline import DeadlineClock, new_record
+from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
+from sidecar.core.pod_facts import Condition, JobFacts, PodFacts
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.records import LauncherInfo
 from sidecar.settings import Settings, load_settings
@@ -30,6 +32,7 @@ from tests.fakes import (
     LAUNCH_ID,
     TRAINER_PID,
     FakeChannel,
+    FakePodStatus,
     FakeProcesses,
     FakeReferenceClock,
     Fakes,
@@ -41,6 +44,7 @@ from tests.fakes import (
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 SUMMARY = (DATA / "minimal_completed.json").read_bytes()
 RUN_ID = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+REQUEST = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
 
 
 def settings(tmp_path: Path, **monitor: Any) -> Settings:
@@ -185,8 +189,14 @@ def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) 
     """A multi-pod soak: another index failed for good, the Job controller stops this pod."""
     world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
     failure = "PodFailurePolicy: Container soak-sidecar for pod soak/train-1 failed with exit code 10"
-    answers = [None, None, failure]  # the Job's status shows the cause a moment after the SIGTERM
-    ports = replace(world.ports(), job_failure=lambda: answers.pop(0) if len(answers) > 1 else answers[0])
+    failing = JobFacts(
+        "soak", conditions=(Condition("FailureTarget", "True", "PodFailurePolicy", failure[18:]),)
+    )
+    # The Job's status shows the cause a moment after the SIGTERM.
+    status = FakePodStatus(
+        StopEvidence(None, job=JobFacts("soak")), StopEvidence(None), StopEvidence(None, job=failing)
+    )
+    ports = replace(world.ports(), pod_status=status)
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"), index=0, indexes=2)
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert (result.verdict.classification, result.exit_code) == ("job_failed", 17)  # cancelled
@@ -195,6 +205,59 @@ def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) 
     artifact = world.files.artifact()
     assert (artifact["context"]["index"], artifact["context"]["indexes"]) == (0, 2)
     assert world.store.locked == [f"{RUN_ID}.index-0"] and world.store.attempts == {f"{RUN_ID}.index-0": 1}
+
+
+def test_an_evicted_pod_says_so_and_stops_softly_first(tmp_path: Path) -> None:
+    """kubectl drain: the Eviction API marks the pod DisruptionTarget before the SIGTERM."""
+    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    evicted = PodFacts(
+        "train-0",
+        "uid",
+        deleting=True,
+        conditions=(
+            Condition("DisruptionTarget", "True", "EvictionByEvictionAPI", "Eviction API: evicting"),
+        ),
+    )
+    status = FakePodStatus(StopEvidence(None, pod=evicted, job=JobFacts("soak")))
+    result = Supervisor(settings(tmp_path), replace(world.ports(), pod_status=status), REQUEST).run()
+    assert (result.verdict.classification, result.exit_code) == ("evicted", 17)
+    assert (
+        result.verdict.reason is not None
+        and "(EvictionByEvictionAPI: Eviction API: evicting)" in result.verdict.reason
+    )
+    assert world.world.requests[0][0] == "soft_stop"
+    assert status.reads == 1  # decisive at once: no waiting for more
+    assert world.files.artifact()["failure_classification"] == "evicted"
+
+
+def test_a_pod_deleted_with_no_cause_waits_a_moment_for_one(tmp_path: Path) -> None:
+    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    deleted = PodFacts("train-0", "uid", deleting=True)
+    status = FakePodStatus(StopEvidence(None, pod=deleted, job=JobFacts("soak")))
+    result = Supervisor(settings(tmp_path), replace(world.ports(), pod_status=status), REQUEST).run()
+    assert result.verdict.classification == "pod_deleted"
+    assert status.reads >= 3  # asked until cause_wait_s passed
+
+
+def test_locally_a_ctrl_c_is_named_in_the_reason(tmp_path: Path) -> None:
+    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    result = Supervisor(settings(tmp_path), world.ports(), REQUEST).run()
+    assert result.verdict.classification == "external_cancellation"
+    assert (
+        result.verdict.reason == "soak was interrupted before the trainer completed: the sidecar got Ctrl-C"
+    )
+
+
+def test_an_oom_killed_trainer_is_out_of_memory_with_limit_victim_and_peak(tmp_path: Path) -> None:
+    result, _, artifact = run(tmp_path, Script(oom_killed=True, writes_summary=False))
+    assert (result.verdict.classification, result.exit_code) == ("out_of_memory", 20)
+    reason = result.verdict.reason or ""
+    assert reason.startswith(
+        "out of memory: the kernel's OOM killer killed the trainer (pid 101: python3 train.py) "
+        "at its memory limit of 192.0 MiB; peak RSS sampled "
+    ), reason
+    assert artifact["post_shutdown"]["launcher_exit"]["memory"]["oom_kills_at_end"] == 1
+    assert artifact["exit_code"] == 20
 
 
 def test_a_launcher_without_the_subreaper_is_refused_before_the_go(tmp_path: Path) -> None:

@@ -270,6 +270,38 @@ def test_job_failed_stands_over_the_trainers_own_cancellation() -> None:
     assert plain.classification == "external_cancellation"
 
 
+@pytest.mark.parametrize("cause", ["evicted", "preempted", "node_disruption", "job_suspended", "pod_deleted"])
+def test_a_named_cancellation_stands_over_the_trainers_own_cancellation(cause: str) -> None:
+    cancelled = copy.deepcopy(ABNORMAL)
+    cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
+    verdict = run(monitor_failure=(cause, "why"), returncode=0, summary=outcome_of(cancelled))
+    assert (verdict.classification, verdict.exit_code) == (cause, ExitCode.CANCELLED)
+
+
+OOM = "out of memory: the kernel's OOM killer killed the trainer (pid 7: python3 grow.py)"
+
+
+def test_an_oom_killed_trainer_is_out_of_memory_over_its_own_summary() -> None:
+    verdict = run(returncode=-9, summary=MISSING, out_of_memory=OOM)
+    assert (verdict.classification, verdict.exit_code) == ("out_of_memory", ExitCode.OUT_OF_MEMORY)
+    assert verdict.reason == f"{OOM}; trainer did not write run_summary.json"
+    # a trainer that names its own failure does not hide the kernel's kill
+    assert run(returncode=1, summary=LEARNER, out_of_memory=OOM).classification == "out_of_memory"
+    # the launcher gone with the container: the kubelet's OOMKilled, no exit status
+    assert run(returncode=None, summary=MISSING, out_of_memory=OOM).classification == "out_of_memory"
+
+
+def test_an_oom_kill_the_trainer_survived_is_not_a_failure() -> None:
+    """A worker OOM-killed and replaced, the trainer finished well: nothing to fail."""
+    assert run(returncode=0, out_of_memory=OOM).status == "passed"
+
+
+def test_a_stall_or_the_deadline_outranks_an_oom_kill() -> None:
+    stalled = run(monitor_failure=("timeout/stale_tick", "stale"), returncode=-9, out_of_memory=OOM)
+    assert stalled.classification == "timeout/stale_tick"
+    assert run(returncode=-9, deadline="expired", out_of_memory=OOM).classification == "deadline_exhausted"
+
+
 def test_deadline_outranks_the_kill_it_caused() -> None:
     cancelled = copy.deepcopy(ABNORMAL)
     cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
@@ -351,9 +383,16 @@ EXPECTED_TABLE = {
     "evidence_lost": 16,
     "external_cancellation": 17,
     "job_failed": 17,
+    "job_suspended": 17,
+    "job_deleted": 17,
+    "evicted": 17,
+    "preempted": 17,
+    "node_disruption": 17,
+    "pod_deleted": 17,
     "insufficient_budget": 18,
     "launcher_missing": 19,
     "trainer_not_started": 19,
+    "out_of_memory": 20,
     "monitor_failure": 70,
     "gpu_fault": 150,
     "transient_infra": 151,
@@ -379,6 +418,7 @@ def test_every_producible_classification_has_a_code() -> None:
         | set(get_args(MonitorKind))
         | set(get_args(PreStartKind))
         | {"resource_leak", "trainer_failure", "deadline_exhausted", "gpu_fault", "evidence_lost"}
+        | {"out_of_memory"}
     )
     assert producible == set(ALL_CLASSIFICATIONS)
     # every failure code of the table is reachable; only usage errors come from elsewhere

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sidecar.adapters.kube.connection import connect
-from sidecar.core.errors import ForbiddenError, PublishError
+from sidecar.core.errors import ForbiddenError, NotFoundError, PublishError
 from sidecar.core.publication import truncate_utf8
 from sidecar.settings import KubeSettings
 
@@ -73,6 +73,8 @@ class KubeClient:
             except ApiException as exc:
                 if exc.status == 403:
                     raise ForbiddenError(f"{what}: forbidden: {_api_message(exc)}") from exc
+                if exc.status == 404:
+                    raise NotFoundError(f"{what}: not found: {_api_message(exc)}") from exc
                 if not _retryable(exc.status) or attempt >= self._retries:
                     raise PublishError(
                         f"{what}: HTTP {exc.status}: {_api_message(exc)}"

@@ -12,10 +12,10 @@ from typing import Any
 
 from sidecar.adapters.kube.client import KubeClient
 from sidecar.core.pod_facts import (
+    Condition,
     ContainerFacts,
     ContainerState,
     EventFacts,
-    JobCondition,
     JobFacts,
     PodFacts,
 )
@@ -132,10 +132,25 @@ def read_job(client: KubeClient, namespace: str, name: str) -> JobFacts:
     conditions = (job.status.conditions if job.status is not None else None) or []
     return JobFacts(
         name=name,
-        conditions=tuple(
-            JobCondition(type=str(c.type), status=str(c.status), reason=c.reason, message=c.message)
-            for c in conditions
-        ),
+        conditions=_conditions(conditions),
+        suspended=bool(job.spec is not None and job.spec.suspend),
+        deleting=job.metadata is not None and job.metadata.deletion_timestamp is not None,
+    )
+
+
+def read_pod(client: KubeClient, namespace: str, name: str) -> PodFacts:
+    """A pod as the core's facts (its conditions, containers' states, deletion)."""
+    pod = client.call(
+        f"get pod {namespace}/{name}",
+        lambda: client.core.read_namespaced_pod(name, namespace, _request_timeout=client.timeout),
+    )
+    return _pod_facts(pod)
+
+
+def _conditions(conditions: list[Any] | None) -> tuple[Condition, ...]:
+    return tuple(
+        Condition(type=str(c.type), status=str(c.status), reason=c.reason, message=c.message)
+        for c in conditions or []
     )
 
 
@@ -159,6 +174,7 @@ def _pod_facts(pod: Any) -> PodFacts:
         message=status.message if status is not None else None,
         init_containers=_containers(status.init_container_statuses if status is not None else None),
         containers=_containers(status.container_statuses if status is not None else None),
+        conditions=_conditions(status.conditions if status is not None else None),
     )
 
 

@@ -23,6 +23,72 @@ class KilledProcess:
 
 
 @dataclass(frozen=True)
+class OomKill:
+    """A process the launcher reaped dead of a SIGKILL it did not send, as the cgroup's OOM-kill
+    counter rose: the kernel's OOM killer's victim."""
+
+    pid: int
+    command: tuple[str, ...]  # the trainer's argv, or [comm] for another process (a zombie has no argv)
+    at_unix: float | None = None
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """The trainer's memory cgroup as the launcher read it: limit and OOM kills."""
+
+    cgroup: str  # "v1" or "v2"
+    limit_bytes: int | None  # None: no limit
+    oom_kills_at_start: int
+    oom_kills_at_end: int
+    oom_killed: tuple[OomKill, ...] = ()
+
+    @property
+    def oom_kills(self) -> int:
+        """OOM kills in the cgroup while the trainer ran (some victims are not named: a grandchild
+        is reaped by its own parent, not the launcher)."""
+        return max(0, self.oom_kills_at_end - self.oom_kills_at_start, len(self.oom_killed))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cgroup": self.cgroup,
+            "limit_bytes": self.limit_bytes,
+            "oom_kills_at_start": self.oom_kills_at_start,
+            "oom_kills_at_end": self.oom_kills_at_end,
+            "oom_killed": [
+                {"pid": kill.pid, "command": list(kill.command), "at_unix": kill.at_unix}
+                for kill in self.oom_killed
+            ],
+        }
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any]) -> MemoryReport:
+        cgroup = get(raw, "cgroup", str)
+        if cgroup not in ("v1", "v2"):
+            raise ProtocolError(f"exit.json: unknown memory cgroup version {cgroup!r:.20}")
+        counts = [get(raw, key, int) for key in ("oom_kills_at_start", "oom_kills_at_end")]
+        limit = get(raw, "limit_bytes", int, optional=True)
+        if min(counts) < 0 or (limit is not None and limit <= 0):
+            raise ProtocolError("exit.json: memory counters must be positive")
+        victims = get(raw, "oom_killed", list, optional=True) or []
+        if len(victims) > MAX_OOM_VICTIMS:
+            raise ProtocolError(f"exit.json: more than {MAX_OOM_VICTIMS} OOM victims")
+        return cls(
+            cgroup=cgroup,
+            limit_bytes=limit,
+            oom_kills_at_start=counts[0],
+            oom_kills_at_end=counts[1],
+            oom_killed=tuple(
+                OomKill(
+                    pid=get(item, "pid", int),
+                    command=_argv(item),
+                    at_unix=_finite(number(item, "at_unix", optional=True)),
+                )
+                for item in victims
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class ControlAction:
     seq: int
     action: str
@@ -57,6 +123,8 @@ class ExitRecord:
     stdout_dropped_bytes: int = 0
     started_unix: float | None = None
     ended_unix: float | None = None
+    # None: no memory cgroup with an OOM counter was readable.
+    memory: MemoryReport | None = None
 
     @property
     def trainer_started(self) -> bool:
@@ -80,6 +148,7 @@ class ExitRecord:
         raw["control"] = [vars(action) for action in self.control]
         for name in ("killed_with_trainer", "survivors_killed"):
             raw[name] = [{"pid": p.pid, "command": list(p.command)} for p in getattr(self, name)]
+        raw["memory"] = None if self.memory is None else self.memory.to_json()
         return raw
 
     @classmethod
@@ -115,7 +184,21 @@ class ExitRecord:
             stdout_dropped_bytes=get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
             started_unix=number(raw, "started_unix", optional=True),
             ended_unix=number(raw, "ended_unix", optional=True),
+            memory=_memory(raw),
         )
+
+
+# The launcher names at most this many (each one a death it reaped); more is a forged record.
+MAX_OOM_VICTIMS = 1024
+
+
+def _memory(raw: Mapping[str, Any]) -> MemoryReport | None:
+    found = get(raw, "memory", dict, optional=True)
+    return None if found is None else MemoryReport.parse(found)
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
 
 
 FLAGS = ("deadline_expired", "heartbeat_lost", "owner_lost", "soft_stop_sent", "term_sent", "kill_sent")

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,9 @@ GROWS = "import time\nx = []\nwhile True:\n    x.append(bytearray(8 * 2**20)); t
 FAST = ["--sample-interval", "0.1", "--post-shutdown-grace", "0.1", "--gpu-backend", "none"]
 
 
-def soak(tmp_path: Path, trainer: list[str], procs: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
+def soak(
+    tmp_path: Path, trainer: list[str], procs: Path
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     script = shutil.which("soak-sidecar")
     argv = [script] if script else [sys.executable, "-m", "sidecar.cli"]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}

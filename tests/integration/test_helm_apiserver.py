@@ -172,10 +172,12 @@ def test_chart_service_account_has_exactly_what_the_sidecar_needs(
         kubectl_binary, apiserver.kubeconfig(pod_token(admin, account, namespace, "soak-probe"), namespace)
     )
 
+    own_job = f"jobs.batch/{job['metadata']['name']}"
     for verb, resource in [
         ("get", "pods"),
         ("patch", "pods"),
         ("create", "events"),
+        ("get", own_job),  # why its pod was stopped: suspended, failed, deleted
     ]:
         assert sidecar.can_i(verb, resource, namespace), f"{verb} {resource}"
     for verb, resource in [
@@ -185,8 +187,9 @@ def test_chart_service_account_has_exactly_what_the_sidecar_needs(
         ("create", "events.events.k8s.io"),
         ("create", "pods"),
         ("get", "secrets"),
-        ("get", "jobs.batch"),
-        ("patch", "jobs.batch"),
+        ("get", "jobs.batch"),  # only its own, by name
+        ("get", "jobs.batch/another-job"),
+        ("patch", own_job),
         ("get", "configmaps"),
     ]:
         assert not sidecar.can_i(verb, resource, namespace), f"{verb} {resource}"

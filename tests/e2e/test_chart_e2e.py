@@ -302,13 +302,110 @@ def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: A
     e2e.kubectl("delete", "pod", name, "-n", NAMESPACE, "--wait=true", "--timeout=120s", timeout=180)
     assert time.monotonic() - started < grace_s, "the sidecar finished within the grace period"
     (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
-    assert artifact["failure_classification"] == "external_cancellation", artifact["failure_reason"]
+    # No Job decision, no DisruptionTarget: the pod was deleted, and the verdict says so.
+    assert artifact["failure_classification"] == "pod_deleted", artifact["failure_reason"]
     assert artifact["exit_code"] == ExitCode.CANCELLED
     # The trainer got the soft stop before any SIGTERM (whichever came first: the kubelet's SIGTERM
     # to the launcher, or the sidecar's request on its cancellation), checkpointed and exited 0.
     assert_soft_stopped(artifact)
     events = e2e.events(name)
-    assert any("cancel" in (e.get("message") or "").lower() for e in events), events
+    assert any("the pod was deleted" in (e.get("message") or "") for e in events), events
+
+
+# The trainer grows past its container's memory limit; the kernel kills it.
+GROWS = "import time\nx = []\nwhile True:\n    x.append(bytearray(8 * 2**20)); time.sleep(0.05)\n"
+
+
+def test_out_of_memory_names_the_limit(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak(
+        "oom",
+        {
+            "trainer": {
+                "command": ["python3", "-c", GROWS],
+                "resources": {"limits": {"memory": "192Mi"}, "requests": {"memory": "192Mi"}},
+            },
+            "job": {"backoffLimit": 2},
+        },
+    )
+    pod = failed_by_policy(e2e, job_name, ExitCode.OUT_OF_MEMORY, "out_of_memory")
+    reason = ours(pod)["reason"]
+    assert "OOM killer killed the trainer" in reason and "memory limit of 192.0 MiB" in reason, reason
+    (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    memory = artifact["post_shutdown"]["launcher_exit"]["memory"]
+    assert memory["limit_bytes"] == 192 * 2**20 and memory["oom_killed"], memory
+    events = e2e.events(pod["metadata"]["name"])
+    assert any("out of memory" in (e.get("message") or "") for e in events), events
+
+
+SHORT_TRAINER = ["--steps", "40", "--step-s", "0.5"]
+
+
+def stopped_then_resumed(e2e: E2ECluster, job_name: str, run_id: str, cause: str) -> dict[str, Any]:
+    """The soak's first attempt was stopped for ``cause`` and the second passed on the same deadline:
+    the first attempt's artifact (from S3)."""
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Complete", job["status"]
+    artifacts = sorted(
+        (o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")),
+        key=lambda a: int(a["context"]["attempt"]),
+    )
+    assert [(a["context"]["attempt"], a["failure_classification"]) for a in artifacts] == [
+        (1, cause),
+        (2, None),
+    ], [a["failure_reason"] for a in artifacts]
+    assert artifacts[0]["exit_code"] == ExitCode.CANCELLED
+    assert len({json.dumps(a["deadline"]["deadline_unix"]) for a in artifacts}) == 1
+    code, report = verdict(e2e, job_name)
+    assert code == 0 and report["passed"] is True, report
+    first: dict[str, Any] = artifacts[0]
+    return first
+
+
+def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak("drained", {"trainer": {"args": SHORT_TRAINER, "stopGraceSeconds": 5}})
+    pod = wait_running(e2e, job_name)
+    node = pod["spec"]["nodeName"]
+    try:
+        e2e.kubectl(
+            *("drain", node, "--pod-selector", f"batch.kubernetes.io/job-name={job_name}"),
+            *("--delete-emptydir-data", "--ignore-daemonsets", "--timeout=120s"),
+            timeout=180,
+        )
+    finally:
+        e2e.kubectl("uncordon", node)
+    first = stopped_then_resumed(e2e, job_name, run_id, "evicted")
+    assert "EvictionByEvictionAPI" in first["failure_reason"], first["failure_reason"]
+    events = e2e.events(pod["metadata"]["name"])
+    assert any("evicted through the Eviction API" in (e.get("message") or "") for e in events), events
+
+
+def test_a_suspended_soak_says_so_and_resumes(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak("suspended", {"trainer": {"args": SHORT_TRAINER, "stopGraceSeconds": 5}})
+    pod = wait_running(e2e, job_name)
+    e2e.kubectl("patch", "job", job_name, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_until("the suspended Job's pod gone", lambda: not e2e.pods(job_name), SOAK_TIMEOUT_S, interval_s=1.0)
+    e2e.kubectl("patch", "job", job_name, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    first = stopped_then_resumed(e2e, job_name, run_id, "job_suspended")
+    assert "the Job was suspended" in first["failure_reason"]
+    events = e2e.events(pod["metadata"]["name"])
+    assert any("the Job was suspended" in (e.get("message") or "") for e in events), events
+
+
+def test_a_deleted_job_says_so(e2e: E2ECluster, soak: Any) -> None:
+    job_name, run_id = soak("jobdeleted", {"trainer": {"args": LONG_TRAINER, "stopGraceSeconds": 5}})
+    pod = wait_running(e2e, job_name)
+    e2e.kubectl("delete", "job", job_name, "-n", NAMESPACE, "--wait=true", "--timeout=120s", timeout=180)
+
+    def artifact() -> dict[str, Any] | None:
+        found = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+        return found[0] if found else None
+
+    wait_until("the deleted Job's artifact", lambda: artifact() is not None, SOAK_TIMEOUT_S, interval_s=1.0)
+    stopped = artifact()
+    assert stopped is not None and stopped["failure_classification"] == "job_deleted", stopped
+    assert stopped["exit_code"] == ExitCode.CANCELLED
+    events = e2e.events(pod["metadata"]["name"])
+    assert any("the Job was deleted" in (e.get("message") or "") for e in events), events
 
 
 def assert_soft_stopped(artifact: dict[str, Any]) -> None:

@@ -439,8 +439,13 @@ def test_rbac_is_least_privilege(helm_engine: HelmEngine) -> None:
         ("", "pods", "get"),
         ("", "pods", "patch"),
         ("", "events", "create"),
+        ("batch", "jobs", "get"),
     }
-    assert all("resourceNames" not in rule and "*" not in rule["verbs"] for rule in role["rules"])
+    assert all("*" not in rule["verbs"] for rule in role["rules"])
+    # Only the pods' own Job: a soak must not read other Jobs of the namespace.
+    job_rules = [rule for rule in role["rules"] if rule["resources"] == ["jobs"]]
+    assert [rule["resourceNames"] for rule in job_rules] == [[only(manifests, "Job")["metadata"]["name"]]]
+    assert all("resourceNames" not in rule for rule in role["rules"] if rule not in job_rules)
     binding = only(manifests, "RoleBinding")
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",

@@ -74,7 +74,7 @@ class KubeClient:
                 if exc.status == 403:
                     raise ForbiddenError(f"{what}: forbidden: {_api_message(exc)}") from exc
                 if exc.status == 404:
-                    raise NotFoundError(f"{what}: not found: {_api_message(exc)}") from exc
+                    raise NotFoundError(f"{what}: not found (HTTP 404): {_api_message(exc)}") from exc
                 if not _retryable(exc.status) or attempt >= self._retries:
                     raise PublishError(
                         f"{what}: HTTP {exc.status}: {_api_message(exc)}"

@@ -28,10 +28,13 @@ from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeS
 from sidecar.launcher.protocol.exit import ExitRecord, MemoryReport, OomKill
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
+from sidecar.launcher.protocol.stacks import ProcessStack, StacksRecord
 
 LAUNCH_ID = "0123456789abcdef0123456789abcdef"
 LAUNCHER_PID, TRAINER_PID = 100, 101
 EPOCH = 1_700_000_000.0
+# What py-spy shows of a trainer stuck in a collective.
+STALLED_STACK = 'Thread 101 (idle): "MainThread"\n    all_reduce (torch/distributed/c10d.py:2050)\n'
 
 
 def process(pid: int, command: str, ppid: int) -> ProcessInfo:
@@ -81,6 +84,8 @@ class World:
         self.go_at: float | None = None
         self.exit_record: ExitRecord | None = None
         self.requests: list[tuple[StopRequest, str]] = []
+        self.stacks_timeouts: list[float] = []
+        self.stacks: StacksRecord | None = None
         self.request_times: list[float] = []
         self.aborted: tuple[str, int] | None = None
         self.alive: dict[int, ProcessInfo] = {}
@@ -124,11 +129,22 @@ class World:
         if self.script.leaves_orphan:
             self.alive[TRAINER_PID + 1] = process(TRAINER_PID + 1, "python3 worker.py", ppid=TRAINER_PID)
 
-    def stop(self, action: StopRequest, reason: str) -> None:
+    def stop(self, action: StopRequest, reason: str, stacks_timeout_s: float = 0.0) -> None:
         self.requests.append((action, reason))
         self.request_times.append(self.now)
+        self.stacks_timeouts.append(stacks_timeout_s)
         if not (self.script.obeys_stop and self.exit_record is None and self.go_at is not None):
             return
+        if stacks_timeout_s > 0:  # as the launcher does before the TERM
+            self.stacks = StacksRecord(
+                launch_id=LAUNCH_ID,
+                tool="py-spy",
+                requested_unix=EPOCH + self.now,
+                started_unix=EPOCH + self.now,
+                captured_unix=EPOCH + self.now,
+                timeout_s=stacks_timeout_s,
+                processes=(ProcessStack(TRAINER_PID, ("python3", "train.py"), STALLED_STACK),),
+            )
         if action == "soft_stop":  # the trainer checkpoints and exits 0, as the example trainer does
             self.trainer_exits("exited", returncode=0, soft_stop_reason=f"control: {reason}")
         else:
@@ -232,9 +248,12 @@ class FakeChannel:
     def abort(self, reason: str, exit_code: int) -> None:
         self.world.aborted = (reason, exit_code)
 
-    def request(self, action: StopRequest, reason: str) -> int:
-        self.world.stop(action, reason)
+    def request(self, action: StopRequest, reason: str, *, stacks_timeout_s: float = 0.0) -> int:
+        self.world.stop(action, reason, stacks_timeout_s)
         return len(self.world.requests)
+
+    def stacks(self) -> StacksRecord | None:
+        return self.world.stacks
 
     @contextlib.contextmanager
     def heartbeat(self, interval_s: float) -> Iterator[FakeChannel]:

@@ -43,6 +43,7 @@ class Evidence:
     trainer_env: Mapping[str, str] = field(default_factory=dict)
     protocol_violations: tuple[str, ...] = ()
     deadline_end: verdicts.DeadlineEnd | None = None
+    stacks: Mapping[str, Any] | None = None
 
 
 def build_artifact(
@@ -97,6 +98,7 @@ def build_artifact(
         console_log=str(console[-1].resolve()) if console else None,
         provenance=_provenance(ports, evidence),
         protocol_violations=list(evidence.protocol_violations),
+        stacks=None if evidence.stacks is None else dict(evidence.stacks),
     )
     if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
         artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))

@@ -7,6 +7,7 @@ progress), reports, and acts on the launcher. Time and sleep come from the ports
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from sidecar.app.console import Console
 from sidecar.app.ports import Ports
@@ -117,6 +118,7 @@ def watch(
         stale_progress_s=mset.stale_progress_s,
         progress_signal=mset.progress_signal,
         fallback_after_s=session.fallback_after_s,
+        stack_capture_s=mset.stack_capture_s,
     )
     policy = MonitorPolicy(timings, started=going.started.monotonic)
     last_seen = session.last_seen
@@ -146,7 +148,19 @@ def watch(
         last_seen=tuple(last_seen),
         exit_record=record,
         protocol_violations=tuple(violations),
+        stacks=stall_stacks(ports) if policy.stacks_requested else None,
     )
+
+
+def stall_stacks(ports: Ports) -> dict[str, Any]:
+    """The stacks the launcher took before a stall's TERM, or why there are none."""
+    try:
+        record = ports.channel.stacks()
+    except LauncherError as exc:
+        return {"missing": f"stacks.json is unreadable: {exc}"}
+    if record is None:
+        return {"missing": "the launcher wrote no stacks.json (it did not act on the stop request in time)"}
+    return record.to_json()
 
 
 def _stop_on_cancellation(
@@ -184,7 +198,7 @@ def _loop(
         if sample is not None:
             _report(going, console, sample, policy.progress_age(now), sampler.duration_s)
         if action.stop is not None:
-            session.request_stop(action.stop, action.reason)
+            session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)
         if action.kill_remembered:
             session.kill_remembered(last_seen)
             return

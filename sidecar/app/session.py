@@ -110,9 +110,9 @@ class LaunchSession:
         info = self._require_launched().launcher
         return not self._ports.processes.is_alive(info.pid, info.start_ticks)
 
-    def request_stop(self, action: StopRequest, reason: str) -> None:
+    def request_stop(self, action: StopRequest, reason: str, *, stacks_timeout_s: float = 0.0) -> None:
         with contextlib.suppress(LauncherError):
-            self._ports.channel.request(action, reason)
+            self._ports.channel.request(action, reason, stacks_timeout_s=stacks_timeout_s)
 
     def abort(self, reason: str, exit_code: int) -> None:
         """Tell a launcher still waiting for its go-ahead not to start the trainer."""

@@ -136,6 +136,7 @@ class Supervisor:
             gpu_devices=devices,
             trainer_env=trainer_env,
             protocol_violations=watched.protocol_violations,
+            stacks=watched.stacks,
             deadline_end=concluded.conclusion.deadline,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)

@@ -96,6 +96,8 @@ class Watched:
     exit_record: ExitRecord | None
     # Run-dir records that disagreed with what the sidecar observed (named, never followed).
     protocol_violations: tuple[str, ...] = ()
+    # The stall's stacks (stacks.json) or why they are missing; None when none were asked for.
+    stacks: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

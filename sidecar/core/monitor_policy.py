@@ -32,6 +32,8 @@ class MonitorTimings:
     progress_signal: ProgressSignal
     # How long after a stop request the sidecar waits for the launcher before killing itself.
     fallback_after_s: float
+    # How long a stall's stop may wait for the trainer's stacks (0: none are taken).
+    stack_capture_s: float = 0.0
 
     @property
     def liveness_interval_s(self) -> float:
@@ -53,12 +55,14 @@ class Observation:
 
 @dataclass(frozen=True)
 class Action:
-    """``stop``: ask the launcher to terminate or kill, for ``reason``. ``kill_remembered``: the
-    launcher did not act in time; kill what was seen and stop monitoring."""
+    """``stop``: ask the launcher to terminate or kill, for ``reason``, taking the trainer's stacks
+    first for up to ``stacks_timeout_s`` (a stall). ``kill_remembered``: the launcher did not act in
+    time; kill what was seen and stop monitoring."""
 
     stop: StopAction | None = None
     reason: str = ""
     kill_remembered: bool = False
+    stacks_timeout_s: float = 0.0
 
 
 CONTINUE = Action()
@@ -76,6 +80,7 @@ class MonitorPolicy:
         self._stop_by: float | None = None
         self.failure: tuple[MonitorKind, str] | None = None
         self.gpu_fault: str | None = None
+        self.stacks_requested = False
 
     def due(self, now: float) -> Due:
         """What to observe now; a full sample also judges liveness."""
@@ -116,15 +121,17 @@ class MonitorPolicy:
         if self.gpu_fault is not None:
             return self._stop(now, "terminate", f"GPU fault: {self.gpu_fault}")
         if stale is not None:
-            return self._stop(now, "terminate", stale[1])
+            # Where the trainer hangs is the stall's evidence: its stacks first, then the TERM.
+            return self._stop(now, "terminate", stale[1], stacks_timeout_s=self._timings.stack_capture_s)
         if seen.deadline_expired:
             # The launcher enforces the deadline itself; this is the second line.
             return self._stop(now, "kill", "total-job deadline expired")
         return CONTINUE
 
-    def _stop(self, now: float, action: StopAction, reason: str) -> Action:
-        self._stop_by = now + self._timings.fallback_after_s
-        return Action(stop=action, reason=reason)
+    def _stop(self, now: float, action: StopAction, reason: str, *, stacks_timeout_s: float = 0.0) -> Action:
+        self._stop_by = now + self._timings.fallback_after_s + stacks_timeout_s
+        self.stacks_requested = stacks_timeout_s > 0
+        return Action(stop=action, reason=reason, stacks_timeout_s=stacks_timeout_s)
 
     def interrupted(self, kind: MonitorKind, reason: str) -> None:
         """Cancellation or a failure of the monitor itself: it decides the verdict."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
+from sidecar.launcher.protocol.stacks import StacksRecord
 
 REDACTED = "<redacted>"
 
@@ -196,6 +197,15 @@ def redact_exit_record(record: ExitRecord, rules: RedactionRules = DEFAULT_RULES
         survivors_killed=_redact_killed(record.survivors_killed, rules),
         memory=memory,
     )
+
+
+def redact_stacks(record: StacksRecord, rules: RedactionRules = DEFAULT_RULES) -> StacksRecord:
+    """stacks.json with each process's arguments redacted (a stack shows code, not arguments)."""
+    processes = tuple(
+        dataclasses.replace(process, command=redact_command(process.command, rules))
+        for process in record.processes
+    )
+    return dataclasses.replace(record, processes=processes)
 
 
 def _redact_killed(processes: Sequence[KilledProcess], rules: RedactionRules) -> tuple[KilledProcess, ...]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, TrainerEnd, Trend
+from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
 
 WIDTH, HEIGHT = 900, 200
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 24, 30
@@ -248,6 +248,22 @@ STYLE = (
 )
 
 
+def _stacks_section(stacks: Stacks | None) -> list[str]:
+    """Where the trainer's processes were when the stall stopped them (py-spy, via the launcher)."""
+    if stacks is None:
+        return []
+    section = ["<h2>Python stacks at the stall</h2>"]
+    if stacks.missing is not None:
+        section.append(f"<p>none: {html.escape(stacks.missing)}</p>")
+    for process in stacks.processes:
+        section.append(f"<p>pid {process.pid}: <code>{html.escape(process.command or '-')}</code></p>")
+        if process.stack is not None:
+            section.append(f"<pre>{html.escape(process.stack)}</pre>")
+        else:
+            section.append(f"<p>no stack: {html.escape(process.missing or 'not read')}</p>")
+    return section
+
+
 def render_report(
     artifact: ReportArtifact, samples: Iterable[ReportSample], console_tail: str | None = None
 ) -> str:
@@ -289,6 +305,7 @@ def render_report(
         _table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",
         _table(["figure", "value"], artifact.figures),
+        *_stacks_section(artifact.stacks),
         "<h2>Console (last lines)</h2>",
         f"<pre>{html.escape(console_tail)}</pre>" if console_tail else "<p>none kept</p>",
     ]

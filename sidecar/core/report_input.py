@@ -40,6 +40,24 @@ class Residual:
 
 
 @dataclass(frozen=True)
+class StackView:
+    """One process's Python stack at a stall, or why there is none."""
+
+    pid: int
+    command: str
+    stack: str | None
+    missing: str | None
+
+
+@dataclass(frozen=True)
+class Stacks:
+    """A stall's stacks (the launcher's stacks.json) or, with no processes, why they are missing."""
+
+    processes: tuple[StackView, ...]
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
 class TrainerEnd:
     """How the trainer ended, as the launcher recorded it (exit.json)."""
 
@@ -70,6 +88,7 @@ class ReportArtifact:
     command: tuple[str, ...] = ()  # redacted by the sidecar
     trainer_end: TrainerEnd | None = None
     console_file: str | None = None  # the console log's copy beside the artifact
+    stacks: Stacks | None = None  # None: no stall asked for them
 
 
 @dataclass(frozen=True)
@@ -167,7 +186,28 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         command=tuple(_text(part, "command[]") for part in _list(doc.get("command"), "command")),
         trainer_end=_trainer_end(launcher),
         console_file=_console_file(doc.get("console_log")),
+        stacks=_stacks(doc.get("stacks")),
     )
+
+
+def _stacks(value: object) -> Stacks | None:
+    if value is None:
+        return None
+    stacks = _object(value, "stacks")
+    views = []
+    for n, item in enumerate(_list(stacks.get("processes", []), "stacks.processes")):
+        where = f"stacks.processes[{n}]"
+        process = _object(item, where)
+        command = _list(process.get("command", []), f"{where}.command")
+        views.append(
+            StackView(
+                pid=_integer(process.get("pid"), f"{where}.pid"),
+                command=" ".join(_text(part, f"{where}.command[]") for part in command),
+                stack=_optional_text(process.get("stack"), f"{where}.stack"),
+                missing=_optional_text(process.get("missing"), f"{where}.missing"),
+            )
+        )
+    return Stacks(tuple(views), _optional_text(stacks.get("missing"), "stacks.missing"))
 
 
 def _trainer_end(launcher: Mapping[str, object]) -> TrainerEnd | None:

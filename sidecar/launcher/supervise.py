@@ -3,6 +3,7 @@ heartbeat and control requests, signals from outside, the owner, and fd reports.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -12,11 +13,14 @@ from .deadline import MonotonicDeadline
 from .events import EventLoop
 from .fdreport import FdReports
 from .output import log
+from .proc import alive_descendants
 from .protocol.exit import ControlAction
 from .protocol.fields import signal_name, signal_number
+from .protocol.files import atomic_write_json
 from .protocol.go import GoRequest
-from .protocol.names import ACTIONS, DEADLINE_SOFT_STOP, STOP_SIGNALS
+from .protocol.names import ACTIONS, DEADLINE_SOFT_STOP, STACKS_FILE, STOP_SIGNALS
 from .protocol.records import ControlRequest
+from .stacks import capture, find_py_spy
 from .stopping import Stopper
 from .trainer import Trainer
 
@@ -88,8 +92,26 @@ class Supervision:
         log(f"control: {request.action} ({request.reason})")
         if request.action == "soft_stop":
             self.stopper.send_soft_stop(f"control: {request.reason}")
-        else:
-            self.stopper.stop("control", hard=request.action == "kill")
+            return
+        if request.stacks_timeout_s > 0 and request.action == "terminate":
+            self._capture_stacks(request)
+        self.stopper.stop("control", hard=request.action == "kill")
+
+    def _capture_stacks(self, request: ControlRequest) -> None:
+        """The stall's evidence, before the TERM: never past the deadline's own TERM."""
+        bound = min(request.stacks_timeout_s, max(0.0, self.deadline.remaining() - self.go.term_grace_s))
+        pids = alive_descendants(self.stopper.launcher_pid)
+        record = capture(
+            pids,
+            tool=find_py_spy(),
+            timeout_s=bound,
+            launch_id=self.stopper.launch_id,
+            requested_unix=request.requested_unix,
+        )
+        took = record.captured_unix - record.started_unix
+        got = sum(process.stack is not None for process in record.processes)
+        log(f"stacks of {got} of {len(pids)} trainer processes taken in {took * 1000:.0f} ms ({STACKS_FILE})")
+        atomic_write_json(os.path.join(self.stopper.run_dir, STACKS_FILE), record.to_json())
 
     def _forward_deferred_stop(self, now: float) -> None:
         state = self.state

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from sidecar.core.trends import quantity_bytes
 from sidecar.launcher.protocol.fields import signal_number
+from sidecar.launcher.protocol.stacks import MAX_STACKS_TIMEOUT_S
 from sidecar.settings.base import DAY_S, MAX_BYTES, MAX_MIB, MAX_SECONDS, MIN_INTERVAL_S, Group
 
 
@@ -29,6 +30,13 @@ class MonitorSettings(Group):
         gt=0,
         le=MAX_SECONDS,
         description="Seconds without any progress change before the soak fails. Default 120.",
+    )
+    stack_capture_s: float = Field(
+        10.0,
+        ge=0,
+        le=MAX_STACKS_TIMEOUT_S,
+        description="Seconds a stall's stop may wait for the trainer's Python stacks (py-spy, taken by the "
+        "launcher before the TERM); 0 takes none. Default 10.",
     )
     post_shutdown_grace_s: float = Field(
         5.0,

@@ -120,11 +120,20 @@ def test_torchrun_soft_stop_reaches_every_rank_and_spares_the_agent(
     assert len(exit_record["soft_stop_signalled"]) >= 2  # the ranks (and their DataLoader workers)
 
 
-def test_torchrun_rank_hanging_in_a_collective_is_a_stall(tmp_path: Path, trainer_python: Path) -> None:
+def test_torchrun_rank_hanging_in_a_collective_is_a_stall_with_both_ranks_stacks(
+    tmp_path: Path, trainer_python: Path
+) -> None:
     command = torchrun(trainer_python, "--steps", "100000", "--fault", "hang")
     run = soak(tmp_path, command, "--stale-progress", "8")
     assert run.code == 12, run.stderr
     assert run.artifact["failure_classification"] == "timeout/stale_tick"
+    # py-spy through the launcher, before the TERM: rank 0 where it stopped, rank 1 in the collective.
+    stacks = run.artifact["stacks"]
+    assert stacks["tool"] and stacks["captured_unix"] <= run.launcher_exit["stop_times_unix"]["term"]
+    taken = [p["stack"] for p in stacks["processes"] if p["stack"] and "ddp_trainer.py" in p["stack"]]
+    stalled = [stack for stack in taken if "stall_before_the_collective" in stack]
+    waiting = [stack for stack in taken if "agreed (" in stack and "all_reduce" in stack]
+    assert len(stalled) == 1 and len(waiting) == 1, json.dumps(stacks, indent=1)[:4000]
 
 
 def test_torchrun_rank_that_raises_is_the_trainers_failure(tmp_path: Path, trainer_python: Path) -> None:

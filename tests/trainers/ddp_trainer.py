@@ -13,7 +13,7 @@ The soft stop, as soak-sidecar asks of a torchrun trainer:
 - each rank writes its checkpoint, each node's local rank 0 writes that node's run_summary.json
   (every pod of a multi-pod soak has a sidecar that reads its own), and all exit 0.
 
-Faults for the tests (--fault): ``hang`` (rank 1 stops before a collective: rank 0 blocks in it),
+Faults for the tests (--fault): ``hang`` (rank 0 stops before a collective: rank 1 blocks in it),
 ``raise`` (rank 1 raises), ``daemon`` (rank 0 leaves a setsid()'d process that ignores SIGTERM),
 ``ignore-stop`` (every rank ignores the soft stop and SIGTERM: only the deadline's KILL ends it).
 """
@@ -79,6 +79,7 @@ def main() -> int:
     batches = iter(DataLoader(Numbers(), batch_size=16, num_workers=2))
     progress = args.progress_dir / f"progress-rank{rank}.jsonl"
     for step in range(1, args.steps + 1):
+        inject(args.fault, rank, step)
         requested = args.fault != "ignore-stop" and (
             asked["stop"] or bool(soft_stop_file and Path(soft_stop_file).exists())
         )
@@ -87,7 +88,6 @@ def main() -> int:
             # default action, death, of every signal it had a handler for).
             signal.signal(soft_stop_signal, signal.SIG_IGN)
             return soft_stop(model, args.progress_dir, rank, step, node_leader=node_leader)
-        inject(args.fault, rank, step)
         x, y = next(batches)
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()  # the gradients' all-reduce
@@ -127,13 +127,18 @@ def soft_stop(model: object, progress_dir: Path, rank: int, step: int, *, node_l
 
 
 def inject(fault: str | None, rank: int, step: int) -> None:
-    if step != FAULT_STEP or rank != 1:
+    if step != FAULT_STEP:
         return
-    if fault == "hang":
-        while True:  # rank 0 now waits in the next all-reduce for ever
-            time.sleep(1)
-    if fault == "raise":
+    if fault == "hang" and rank == 0:
+        stall_before_the_collective()
+    if fault == "raise" and rank == 1:
         raise RuntimeError("rank 1 failed on purpose")
+
+
+def stall_before_the_collective() -> None:
+    """Rank 1 now waits in agreed()'s all-reduce for ever (what its stack must show)."""
+    while True:
+        time.sleep(1)
 
 
 def leave_a_daemon() -> None:

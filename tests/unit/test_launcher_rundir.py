@@ -159,13 +159,17 @@ def test_request_sequence_continues_and_validates(tmp_path: Path) -> None:
     other.wait_for_launcher(1)
     assert other.request("kill", "now") == 3
     control = json.loads(rd.file(proto.CONTROL_FILE).read_text())
+    assert time.time() - 60 < control.pop("requested_unix") <= time.time()
     assert control == {
         "protocol": 1,
         "launch_id": LAUNCH_ID,
         "seq": 3,
         "action": "kill",
         "reason": "now",
+        "stacks_timeout_s": 0.0,
     }
+    rd.request("terminate", "stalled", stacks_timeout_s=7.5)
+    assert json.loads(rd.file(proto.CONTROL_FILE).read_text())["stacks_timeout_s"] == 7.5
     with pytest.raises(ConfigError):
         rd.request("explode", "x")  # type: ignore[arg-type]
 

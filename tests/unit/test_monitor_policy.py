@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sidecar.core.monitor_policy import CONTINUE, MonitorPolicy, MonitorTimings, Observation
@@ -87,6 +89,29 @@ def test_a_launcher_that_does_not_act_in_time_gets_the_kill_fallback() -> None:
     assert policy.step(6.0, Observation(deadline_expired=True)) == CONTINUE  # 5 s: the limit itself
     action = policy.step(6.1, Observation(deadline_expired=True))
     assert action.kill_remembered and action.stop is None
+
+
+def test_a_stall_asks_for_stacks_and_waits_for_them_before_the_fallback() -> None:
+    policy = MonitorPolicy(replace(TIMINGS, stack_capture_s=3.0), started=0.0)
+    policy.step(1.0, Observation(progress(10)))
+    action = policy.step(11.5, Observation(progress(10)))
+    assert action.stop == "terminate" and action.stacks_timeout_s == 3.0 and policy.stacks_requested
+    assert policy.step(11.5 + 5.0 + 3.0, Observation()) == CONTINUE  # fallback + the stacks' bound
+    assert policy.step(11.5 + 5.0 + 3.1, Observation()).kill_remembered
+
+
+@pytest.mark.parametrize(
+    "seen",
+    [
+        Observation(progress(5), gpu_fault="Xid 79"),
+        Observation(progress(5), lock_lost="lease gone"),
+        Observation(progress(5), deadline_expired=True),
+    ],
+)
+def test_only_a_stall_asks_for_stacks(seen: Observation) -> None:
+    policy = MonitorPolicy(replace(TIMINGS, stack_capture_s=3.0), started=0.0)
+    action = policy.step(1.0, seen)
+    assert action.stop is not None and action.stacks_timeout_s == 0.0 and not policy.stacks_requested
 
 
 def test_an_interruption_decides_the_failure_over_what_came_before() -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
+from sidecar.core.errors import ConfigError
 from sidecar.core.report import console_tail, describe_end, render_report
 from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact
 
@@ -103,3 +106,31 @@ def test_the_console_tail_drops_a_cut_first_line_and_terminal_escapes() -> None:
     tail = console_tail(data, cut=True)
     assert not tail.startswith("ial") and "\x1b" not in tail and "\x07" not in tail
     assert tail.splitlines()[-1] == "line 99" and len(tail.splitlines()) == 40
+
+
+def test_a_stalls_stacks_are_shown_escaped_with_why_one_is_missing() -> None:
+    doc = artifact()
+    doc["stacks"] = {
+        "processes": [
+            {
+                "pid": 7,
+                "command": ["python", "train.py"],
+                "stack": "    all_reduce (<c10d>.py:9)\n",
+                "missing": None,
+            },
+            {"pid": 8, "command": ["sh"], "stack": None, "missing": "not a Python process"},
+        ]
+    }
+    text = page(doc)
+    assert "<h2>Python stacks at the stall</h2>" in text
+    assert "all_reduce (&lt;c10d&gt;.py:9)" in text and "no stack: not a Python process" in text
+    doc["stacks"] = {"missing": "the launcher wrote no stacks.json"}
+    assert "none: the launcher wrote no stacks.json" in page(doc)
+    assert "Python stacks" not in page(artifact())
+
+
+def test_a_malformed_stacks_entry_is_named() -> None:
+    doc = artifact()
+    doc["stacks"] = {"processes": [{"pid": "7", "command": []}]}
+    with pytest.raises(ConfigError, match=r"stacks.processes\[0\].pid"):
+        page(doc)

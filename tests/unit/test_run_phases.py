@@ -48,7 +48,7 @@ REQUEST = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"
 
 
 def settings(tmp_path: Path, **monitor: Any) -> Settings:
-    (tmp_path / "progress").mkdir(exist_ok=True)
+    (tmp_path / "progress").mkdir(parents=True, exist_ok=True)
     monitor = {
         "progress_dir": tmp_path / "progress",
         "sample_interval_s": 1.0,
@@ -123,16 +123,38 @@ def test_progress_that_stalls_is_stopped_and_judged(tmp_path: Path) -> None:
     assert world.world.now < 20.0  # caught within the stale timeout plus a liveness step
 
 
+def test_a_stall_asks_for_the_trainers_stacks_and_the_artifact_holds_them(tmp_path: Path) -> None:
+    _, world, artifact = run(tmp_path, Script(runs_s=1000.0, progresses=False), stack_capture_s=4.0)
+    assert world.world.stacks_timeouts == [4.0]
+    (process,) = artifact["stacks"]["processes"]
+    assert process["pid"] == TRAINER_PID and "all_reduce" in process["stack"]
+    assert artifact["stacks"]["timeout_s"] == 4.0
+
+
+def test_stacks_the_launcher_never_wrote_are_named_missing(tmp_path: Path) -> None:
+    script = Script(runs_s=1000.0, progresses=False, obeys_stop=False)
+    _, _, artifact = run(tmp_path, script, post_shutdown_grace_s=5.0)
+    assert "wrote no stacks.json" in artifact["stacks"]["missing"]
+
+
+def test_no_stacks_are_asked_for_when_switched_off_or_for_other_stops(tmp_path: Path) -> None:
+    _, world, artifact = run(tmp_path / "off", Script(runs_s=1000.0, progresses=False), stack_capture_s=0.0)
+    assert world.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
+    _, world, artifact = run(tmp_path / "gpu", Script(runs_s=1000.0, gpu_fault_at_s=2.0))
+    assert world.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
+
+
 def test_a_launcher_that_ignores_the_stop_gets_the_kill_fallback(tmp_path: Path) -> None:
     script = Script(runs_s=1000.0, progresses=False, obeys_stop=False)
     result, world, _ = run(tmp_path, script, post_shutdown_grace_s=5.0)
     assert result.verdict.classification == "timeout/stale_tick"
-    # kill_grace_s (1) + 10 s of slack after the request, then the sidecar kills by itself, at
-    # once (not only when concluding, after the post-shutdown grace)
+    # kill_grace_s (1) + 10 s of slack + the stacks' 10 s after the request, then the sidecar kills
+    # by itself, at once (not only when concluding, after the post-shutdown grace)
     ((pgid, killed_at),) = world.processes.groups_killed
     assert pgid == TRAINER_PID
     requested_at = 10.0  # stale once progress has not changed for 10 s
-    assert requested_at + 11.0 < killed_at < requested_at + 11.0 + 1.5
+    assert world.world.stacks_timeouts == [10.0]
+    assert requested_at + 21.0 < killed_at < requested_at + 21.0 + 1.5
 
 
 def test_a_worker_that_outlives_the_trainer_is_a_resource_leak(tmp_path: Path) -> None:

@@ -17,7 +17,13 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from sidecar.core.errors import AlreadySupervisedError, ConfigError, LauncherError
-from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redact_command, redact_exit_record
+from sidecar.core.redaction import (
+    DEFAULT_RULES,
+    RedactionRules,
+    redact_command,
+    redact_exit_record,
+    redact_stacks,
+)
 from sidecar.launcher.protocol import names
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.fds import FdTable, parse_fd_report
@@ -30,6 +36,7 @@ from sidecar.launcher.protocol.records import (
     LauncherInfo,
     TrainerInfo,
 )
+from sidecar.launcher.protocol.stacks import STACKS_LIMIT_BYTES, StacksRecord
 
 Action = Literal["soft_stop", "terminate", "kill"]
 SIDECAR_LOCK = ".sidecar.lock"
@@ -164,6 +171,16 @@ class RunDir:
             return None
         return redact_exit_record(_parsed(ExitRecord.parse, raw), self._redaction)
 
+    def stacks(self) -> StacksRecord | None:
+        """The launcher's stacks.json of this launch, redacted; None when absent or of another
+        launch. Evidence only (the trainer can write it too); LauncherError when malformed."""
+        raw = read_json(str(self.file(names.STACKS_FILE)), STACKS_LIMIT_BYTES)
+        if raw is None or self._launch_id is None or raw.get("launch_id") != self._launch_id:
+            return None
+        if raw.get("protocol") != names.PROTOCOL:
+            raise LauncherError(f"{names.STACKS_FILE}: unsupported protocol {raw.get('protocol')!r:.20}")
+        return redact_stacks(_parsed(StacksRecord.parse, raw), self._redaction)
+
     def fd_report(self) -> dict[tuple[int, int], FdTable]:
         """The launcher's fds.json (the fd tables of a tree under another UID) by (pid, start
         ticks); {} when absent, of another launch or malformed. The trainer can write this file:
@@ -183,6 +200,7 @@ class RunDir:
         for name, parse in (
             (names.LAUNCHER_FILE, self._redacted_launcher_info),
             (names.EXIT_FILE, self._redacted_exit_json),
+            (names.STACKS_FILE, self._redacted_stacks),
         ):
             path = self.file(name)
             try:
@@ -203,6 +221,10 @@ class RunDir:
 
     def _redacted_exit_json(self) -> dict[str, Any] | None:
         record = self.read_exit()
+        return None if record is None else record.to_json()
+
+    def _redacted_stacks(self) -> dict[str, Any] | None:
+        record = self.stacks()
         return None if record is None else record.to_json()
 
     def go_given(self) -> bool:
@@ -258,15 +280,17 @@ class RunDir:
             durable=False,
         )
 
-    def request(self, action: Action, reason: str) -> int:
-        """Ask the launcher to soft_stop, terminate (TERM, KILL after kill_grace_s) or kill."""
+    def request(self, action: Action, reason: str, *, stacks_timeout_s: float = 0.0) -> int:
+        """Ask the launcher to soft_stop, terminate (TERM, KILL after kill_grace_s) or kill; with
+        ``stacks_timeout_s``, to take the trainer's stacks (stacks.json) before the TERM."""
         if action not in names.ACTIONS:
             raise ConfigError(f"unknown control action {action!r}")
         launch_id = self._require_launch_id()
         previous = read_json(str(self.file(names.CONTROL_FILE))) or {}
         last = previous.get("seq") if previous.get("launch_id") == launch_id else None
         seq = max(self._control_seq, last if isinstance(last, int) else 0) + 1
-        self._write(names.CONTROL_FILE, ControlRequest(launch_id, seq, action, reason).to_json())
+        request = ControlRequest(launch_id, seq, action, reason, stacks_timeout_s, time.time())
+        self._write(names.CONTROL_FILE, request.to_json())
         self._control_seq = seq
         return seq
 

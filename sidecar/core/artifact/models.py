@@ -193,6 +193,12 @@ class Artifact(_Model):
     console_log: str | None
     provenance: dict[str, Any]
     upload: UploadInfo | None = None
+    stacks: dict[str, Any] | None = Field(
+        default=None,
+        description="A stall's evidence: the Python stacks of the trainer's processes, taken by the launcher "
+        "(py-spy) before the TERM (stacks.json: per process a stack or why it is missing), or why there "
+        "are none. Absent when no stall stopped the trainer.",
+    )
     protocol_violations: list[str] = Field(
         default_factory=list,
         description="Run-dir records the trainer's side wrote that disagreed with what the sidecar "

@@ -18,6 +18,8 @@ TRAINER_FILE = "trainer.json"
 EXIT_FILE = "exit.json"
 # The launcher's fd tables of the trainer's tree, for a sidecar that cannot read them itself.
 FD_REPORT_FILE = "fds.json"
+# The trainer's Python stacks, taken when the sidecar stops a stalled trainer.
+STACKS_FILE = "stacks.json"
 DEADLINE_COPY_FILE = "deadline.json"
 CONSOLE_LOG = "console.log"
 CONSOLE_LOG_ROTATED = "console.log.1"
@@ -35,6 +37,7 @@ RUN_DIR_FILES = (
     CONSOLE_LOG_ROTATED,
     EXIT_FILE,
     FD_REPORT_FILE,
+    STACKS_FILE,
 )
 
 ACTIONS = ("soft_stop", "terminate", "kill")

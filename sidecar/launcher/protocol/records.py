@@ -4,12 +4,14 @@ with ``parse()``, which raises ProtocolError for a record of the wrong shape."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fields import ProtocolError, get
+from .fields import ProtocolError, get, number
 from .names import MAX_GPU_ENV_CHARS, MAX_GPU_ENV_VARS, PROTOCOL
+from .stacks import MAX_STACKS_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ class ControlRequest:
     seq: int
     action: str
     reason: str | None
+    # > 0: take the trainer's Python stacks (stacks.json) first, for at most this long (a stall).
+    stacks_timeout_s: float = 0.0
+    requested_unix: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"protocol": PROTOCOL, **{name: getattr(self, name) for name in self.__dataclass_fields__}}
@@ -159,9 +164,14 @@ class ControlRequest:
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> ControlRequest:
         reason = raw.get("reason")
+        stacks = number(raw, "stacks_timeout_s", optional=True) or 0.0
+        requested = number(raw, "requested_unix", optional=True)
         return cls(
             launch_id=get(raw, "launch_id", str),
             seq=get(raw, "seq", int),
             action=str(raw.get("action"))[:64],
             reason=None if reason is None else str(reason)[:512],
+            # NaN and absurd values ask for nothing: a stop is never held up by a bad number.
+            stacks_timeout_s=min(stacks, MAX_STACKS_TIMEOUT_S) if stacks > 0 else 0.0,
+            requested_unix=requested if requested is not None and math.isfinite(requested) else None,
         )

@@ -1,0 +1,169 @@
+"""stacks.json and the stop request that asks for it: bounded parsing, redaction, and the sidecar's
+reader, which takes the file as evidence of this launch only."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.adapters.rundir.channel import RunDir
+from sidecar.core.errors import LauncherError
+from sidecar.core.redaction import DEFAULT_RULES
+from sidecar.launcher.protocol import names as proto
+from sidecar.launcher.protocol.fields import ProtocolError
+from sidecar.launcher.protocol.records import ControlRequest
+from sidecar.launcher.protocol.stacks import (
+    MAX_STACK_CHARS,
+    MAX_STACK_PROCESSES,
+    MAX_STACKS_TIMEOUT_S,
+    ProcessStack,
+    StacksRecord,
+)
+from sidecar.launcher.stacks import why_missing
+from tests.unit.test_launcher_rundir import LAUNCH_ID, announce
+
+
+def record(**overrides: Any) -> dict[str, Any]:
+    return {
+        **StacksRecord(
+            launch_id=LAUNCH_ID,
+            tool="/soak/bin/py-spy",
+            requested_unix=1000.0,
+            started_unix=1000.1,
+            captured_unix=1000.3,
+            timeout_s=10.0,
+            processes=(
+                ProcessStack(
+                    7, ("python", "train.py", "--token", "s3cr3t"), "Thread 7 (idle)\n    hang (t.py:3)\n"
+                ),
+                ProcessStack(8, ("sh", "-c", "x"), None, "not a Python process"),
+            ),
+        ).to_json(),
+        **overrides,
+    }
+
+
+def test_a_record_round_trips() -> None:
+    raw = record()
+    assert StacksRecord.parse(raw).to_json() == raw
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"processes": [{"pid": 1, "command": [], "stack": "x", "missing": "y"}]}, "either a stack"),
+        ({"processes": [{"pid": 1, "command": [], "stack": None, "missing": None}]}, "either a stack"),
+        (
+            {"processes": [{"pid": 1, "command": ["a"], "stack": "x"}] * (MAX_STACK_PROCESSES + 1)},
+            "more than",
+        ),
+        ({"captured_unix": math.nan}, "finite"),
+        ({"requested_unix": math.inf}, "finite"),
+        ({"omitted": -1}, "negative"),
+        ({"processes": "all of them"}, "wrong type"),
+        ({"processes": [{"pid": "1", "command": [], "stack": "x"}]}, "wrong type"),
+    ],
+)
+def test_a_malformed_record_is_a_protocol_error(change: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ProtocolError, match=problem):
+        StacksRecord.parse(record(**change))
+
+
+def test_a_huge_stack_is_cut() -> None:
+    raw = record(processes=[{"pid": 1, "command": ["a"], "stack": "x" * (10 * MAX_STACK_CHARS)}])
+    (process,) = StacksRecord.parse(raw).processes
+    assert process.stack is not None and len(process.stack) == MAX_STACK_CHARS
+
+
+@pytest.mark.parametrize(
+    ("asked", "taken"),
+    [
+        (5.0, 5.0),
+        (0, 0.0),
+        (-3, 0.0),
+        (math.nan, 0.0),
+        (math.inf, MAX_STACKS_TIMEOUT_S),
+        (1e9, MAX_STACKS_TIMEOUT_S),
+    ],
+)
+def test_a_stop_request_asks_for_stacks_within_bounds(asked: float, taken: float) -> None:
+    raw = {
+        "launch_id": LAUNCH_ID,
+        "seq": 1,
+        "action": "terminate",
+        "reason": "stalled",
+        "stacks_timeout_s": asked,
+    }
+    assert ControlRequest.parse(raw).stacks_timeout_s == taken
+
+
+def test_an_older_stop_request_asks_for_no_stacks() -> None:
+    request = ControlRequest.parse({"launch_id": LAUNCH_ID, "seq": 1, "action": "terminate", "reason": None})
+    assert request.stacks_timeout_s == 0.0 and request.requested_unix is None
+
+
+@pytest.mark.parametrize(
+    ("stderr", "meaning"),
+    [
+        (b"Error: Failed to find python version from target process\n", "not a Python process"),
+        (
+            b"Error: Failed to get process executable name.\nReason: Permission denied (os error 13)\n",
+            "ptrace refused",
+        ),
+        (b"Error: Operation not permitted (os error 1)\n", "ptrace refused"),
+        (b"Error: No such process (os error 3)\n", "exited before its stack was read"),
+        (b"Error: something new\nReason: odd\nmore\n", "py-spy failed: Error: something new; Reason: odd"),
+        (b"", "py-spy failed: exit status 1"),
+    ],
+)
+def test_why_a_stack_is_missing(stderr: bytes, meaning: str) -> None:
+    assert why_missing(1, stderr) == meaning
+
+
+def test_the_sidecar_reads_stacks_of_this_launch_only_and_redacted(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path, DEFAULT_RULES)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    path = rd.file(proto.STACKS_FILE)
+    assert rd.stacks() is None
+    path.write_text(json.dumps(record(launch_id="f" * 32)))
+    assert rd.stacks() is None  # a stale file of another launch
+    path.write_text(json.dumps(record()))
+    stacks = rd.stacks()
+    assert stacks is not None and stacks.processes[0].command == (
+        "python",
+        "train.py",
+        "--token",
+        "<redacted>",
+    )
+    path.write_text(json.dumps(record(processes=[{"pid": 1}])))
+    with pytest.raises(LauncherError, match="command"):
+        rd.stacks()
+
+
+def test_the_sidecar_follows_no_link_and_reads_no_huge_file(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(record()))
+    os.symlink(elsewhere, rd.file(proto.STACKS_FILE))
+    assert rd.stacks() is None
+    rd.file(proto.STACKS_FILE).unlink()
+    huge = record(processes=[{"pid": 1, "command": ["a"], "stack": "x" * (5 * 1024 * 1024)}])
+    rd.file(proto.STACKS_FILE).write_text(json.dumps(huge))
+    assert rd.stacks() is None
+
+
+def test_a_local_run_dir_keeps_stacks_only_redacted(tmp_path: Path) -> None:
+    rd = RunDir(tmp_path, DEFAULT_RULES)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    rd.file(proto.STACKS_FILE).write_text(json.dumps(record()))
+    rd.redact_commands()
+    assert "s3cr3t" not in rd.file(proto.STACKS_FILE).read_text()

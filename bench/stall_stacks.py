@@ -9,7 +9,9 @@
    (the launcher's command) reads it, against the same loop unread. py-spy stops the process while
    it reads the stack: the longest step is the pause.
 
-    python bench/stall_stacks.py [--runs 3] [--torch] [--dumps 20]
+    python bench/stall_stacks.py [--runs 3] [--torch] [--dumps 20] [--smoke]
+
+``--smoke``: one run each and three dumps, a check that the benchmark still runs.
 """
 
 from __future__ import annotations
@@ -111,7 +113,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--dumps", type=int, default=20)
     parser.add_argument("--torch", action="store_true", help="torchrun, two gloo ranks (the trainer venv)")
+    parser.add_argument("--smoke", action="store_true", help="one run each, three dumps")
     args = parser.parse_args()
+    if args.smoke:
+        args.runs, args.dumps = 1, 3
     tool = find_py_spy()
     if tool is None:
         raise SystemExit("py-spy is not installed (pip install -r requirements.lock)")

@@ -13,7 +13,8 @@ def register(sub: Subparsers[UsageParser]) -> None:
         "install-launcher",
         help="write the stdlib-only launcher (init container)",
         description="Write the launcher (one zipapp file, standard library only, Python 3.9+) into DEST "
-        "as soak-launcher.py, for the trainer container to run: "
+        "as soak-launcher.py, and py-spy beside it (a stall's Python stacks), for the trainer container "
+        "to run: "
         "python3 DEST/soak-launcher.py --run-dir /soak/run -- CMD ARGS...",
     )
     parser.add_argument("--dest", type=Path, required=True, help="directory, e.g. /soak/bin")
@@ -21,8 +22,13 @@ def register(sub: Subparsers[UsageParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.adapters.rundir.zipapp import build_launcher
+    from sidecar.adapters.rundir.zipapp import build_launcher, install_stack_reader
 
     target = build_launcher(args.dest)
     print(f"soak-sidecar: launcher installed at {target}")
+    reader = install_stack_reader(args.dest)
+    if reader is None:
+        print("soak-sidecar: py-spy not found: a stall's artifact will say its stacks are missing")
+    else:
+        print(f"soak-sidecar: py-spy installed at {reader} (a stall's stacks)")
     return 0

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 
 from .proc import command_of
+from .protocol.names import STACK_READER
 from .protocol.stacks import (
     MAX_MISSING_CHARS,
     MAX_STACK_CHARS,
@@ -20,7 +21,7 @@ from .protocol.stacks import (
     StacksRecord,
 )
 
-PY_SPY = "py-spy"
+PY_SPY = STACK_READER
 # What py-spy's errors mean, for the artifact's "why is this stack missing".
 _MISSING = (
     (("permission denied", "operation not permitted"), "ptrace refused"),

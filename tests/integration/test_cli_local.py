@@ -138,6 +138,13 @@ def test_install_launcher(tmp_path: Path) -> None:
     )
     assert usage.returncode == 0
     assert "--run-dir" in usage.stdout
+    # py-spy beside it, where the launcher looks first for a stall's stacks; it runs.
+    reader = dest / "py-spy"
+    assert os.access(reader, os.X_OK) and f"py-spy installed at {reader}" in done.stdout
+    version = subprocess.run(
+        [str(reader), "--version"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert version.stdout.startswith("py-spy ")
 
 
 def test_approve_then_run_with_approval(tmp_path: Path) -> None:

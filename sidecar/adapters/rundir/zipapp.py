@@ -9,12 +9,15 @@ import functools
 import hashlib
 import io
 import os
+import shutil
+import sys
 import zipfile
 from pathlib import Path
 
 from sidecar.adapters.fsutil import write_atomic
 from sidecar.core.errors import ConfigError
 from sidecar.launcher.protocol import names
+from sidecar.launcher.protocol.names import STACK_READER as PY_SPY
 
 # The package's name inside the archive: its modules import each other relatively, so any name works.
 ARCHIVE_PACKAGE = "soak_launcher"
@@ -54,6 +57,22 @@ def build_launcher(dest_dir: Path) -> Path:
         target.chmod(0o755)
     except OSError as exc:
         raise ConfigError(f"cannot write the launcher into {dest_dir}: {exc}") from exc
+    return target
+
+
+def install_stack_reader(dest_dir: Path) -> Path | None:
+    """py-spy (a static binary this package depends on) beside the launcher, where the launcher looks
+    first for a stall's stacks; None when this environment has none to copy."""
+    found = shutil.which(PY_SPY, path=os.pathsep.join([str(Path(sys.executable).parent), os.defpath]))
+    found = found or shutil.which(PY_SPY)
+    if found is None:
+        return None
+    target = dest_dir / PY_SPY
+    try:
+        write_atomic(target, Path(found).read_bytes())
+        target.chmod(0o755)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {PY_SPY} into {dest_dir}: {exc}") from exc
     return target
 
 

@@ -20,6 +20,8 @@ EXIT_FILE = "exit.json"
 FD_REPORT_FILE = "fds.json"
 # The trainer's Python stacks, taken when the sidecar stops a stalled trainer.
 STACKS_FILE = "stacks.json"
+# The program that reads them: install-launcher puts it beside the launcher, which looks there first.
+STACK_READER = "py-spy"
 DEADLINE_COPY_FILE = "deadline.json"
 CONSOLE_LOG = "console.log"
 CONSOLE_LOG_ROTATED = "console.log.1"

@@ -194,7 +194,7 @@ def test_crash_fails_the_job_at_once(e2e: E2ECluster, soak: Any) -> None:
 
 
 def test_stall(e2e: E2ECluster, soak: Any) -> None:
-    job_name, _ = soak(
+    job_name, run_id = soak(
         "stall",
         {
             "trainer": {"args": ["--steps", "50", "--step-s", "0.3", "--hang"]},
@@ -202,6 +202,13 @@ def test_stall(e2e: E2ECluster, soak: Any) -> None:
         },
     )
     failed_by_policy(e2e, job_name, ExitCode.STALLED, "timeout/stale_tick")
+    # Where it hung: the launcher ran the py-spy the init container put beside it, in the trainer's
+    # container under PSS restricted, before the TERM.
+    (artifact,) = [o["json"] for k, o in artifacts_of(e2e, run_id).items() if k.endswith("/artifact.json")]
+    stacks = artifact["stacks"]
+    assert stacks.get("tool") == "/soak/bin/py-spy", stacks
+    taken = [p["stack"] for p in stacks["processes"] if p["stack"]]
+    assert any("examples/trainer.py" in stack for stack in taken), stacks
 
 
 def test_deadline(e2e: E2ECluster, soak: Any) -> None:

@@ -3,13 +3,18 @@ every live process's Python stack (or why not) in stacks.json before the TERM, w
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from sidecar.adapters.rundir.zipapp import ARCHIVE_PACKAGE, build_launcher, install_stack_reader
 from sidecar.launcher.protocol import names as proto
 from sidecar.launcher.protocol.files import read_json
 from sidecar.launcher.protocol.stacks import StacksRecord
@@ -19,6 +24,9 @@ from tests.integration.test_launcher_process import Run, launch  # noqa: F401  (
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
+
+# The launcher is stdlib-only: the system interpreter, which another UID can run.
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 # A shell that runs a Python process stuck in a named function, and tells where it got to.
 STUCK = """
@@ -101,3 +109,30 @@ def python_stuck(tmp_path: Path) -> list[str]:
     """The stuck Python program alone; the caller waits for its ready file."""
     _, ready = stuck(tmp_path)
     return [sys.executable, str(tmp_path / "stuck.py"), str(ready)]
+
+
+def test_a_process_of_another_user_is_named_ptrace_refused(
+    tmp_path: Path, spawn: Spawner, py_spy: str
+) -> None:
+    """The launcher's capture under an unprivileged UID may not read root's process: the kernel's
+    refusal, named. The launcher's own file and py-spy, beside it, as install-launcher puts them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the launcher's capture under another UID")
+    proc = spawn(python_stuck(tmp_path))
+    wait_until("stuck process ready", (tmp_path / "ready").exists)
+    with tempfile.TemporaryDirectory() as shared:
+        os.chmod(shared, 0o755)
+        launcher = build_launcher(Path(shared))
+        reader = install_stack_reader(Path(shared))
+        assert reader is not None
+        code = (
+            f"import json, sys\nsys.path.insert(0, {str(launcher)!r})\n"
+            f"from {ARCHIVE_PACKAGE}.stacks import capture\n"
+            f"record = capture([{proc.pid}], tool={str(reader)!r}, timeout_s=20.0, launch_id='x', "
+            "requested_unix=None)\nprint(json.dumps(record.to_json()))\n"
+        )
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PYTHON, "-c", code]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False, cwd=shared)
+    assert done.returncode == 0, done.stderr
+    (process,) = StacksRecord.parse(json.loads(done.stdout)).processes
+    assert process.stack is None and process.missing == "ptrace refused"

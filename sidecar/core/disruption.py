@@ -4,7 +4,7 @@ Kubernetes stops a pod for many reasons, and the signal alone cannot tell them a
 the pod record why: the Job's ``FailureTarget``/``Failed`` conditions and ``spec.suspend``, the Job
 gone, the pod's ``DisruptionTarget`` condition (set before the pod is deleted by an eviction, a
 preemption, a taint or the kubelet) and its deletion timestamp. Each cause is a classification of
-its own under CANCELLED (exit 17), so the chart's podFailurePolicy does what it did.
+its own under CANCELLED (exit 17; a suspended Job 153, which the chart's podFailurePolicy ignores).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     GPU_FAULT = 150
     TRANSIENT_INFRA = 151
     SUPERVISOR_LOST = 152
+    JOB_SUSPENDED = 153
 
     @property
     def retryable(self) -> bool:
@@ -46,8 +47,8 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.REFUSED: "identity/config mismatch, missing approval, corrupt record, or a second supervisor",
     ExitCode.EVIDENCE_LOST: "soak passed but the artifact could not be uploaded (local copy kept)",
     ExitCode.CANCELLED: "the soak was stopped from outside: an eviction (drain), a preemption, a node "
-    "disruption, the Job suspended, failed elsewhere or deleted, the pod deleted, or a stop signal "
-    "to the sidecar (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2)",
+    "disruption, the Job failed elsewhere or deleted, the pod deleted, or a stop signal to the "
+    "sidecar (Ctrl-C, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2); a suspended Job is 153",
     ExitCode.INSUFFICIENT_BUDGET: "less than the checkpoint margin was left: refused to start",
     ExitCode.TRAINER_NOT_STARTED: "the launcher never appeared, or the trainer command could not be "
     "started (not found, not executable)",
@@ -59,4 +60,6 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.TRANSIENT_INFRA: "transient infrastructure failure (store or API unreachable)",
     ExitCode.SUPERVISOR_LOST: "the launcher stopped the trainer because the sidecar's heartbeat was "
     "lost (the sidecar stalled or died; retryable)",
+    ExitCode.JOB_SUSPENDED: "the Job was suspended (Kueue, spec.suspend): the attempt stopped, no failure; "
+    "the chart's podFailurePolicy ignores it and the soak resumes on the same deadline",
 }

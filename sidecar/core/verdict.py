@@ -66,8 +66,8 @@ MonitorKind = Literal[
     "supervisor_lost",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
-# A monitor kind that names more precisely what the trainer's own classification says (same exit
-# code) stands: a trainer soft-stopped because its pod was evicted calls that a cancellation.
+# A monitor kind that names more precisely what the trainer's own classification says stands: a
+# trainer soft-stopped because its pod was evicted (or its Job suspended) calls that a cancellation.
 REFINES: Mapping[str, str] = MappingProxyType(
     {kind: "external_cancellation" for kind in get_args(CancelKind) if kind != "external_cancellation"}
 )
@@ -90,7 +90,8 @@ CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
         # cause known, or Ctrl-C, is external_cancellation
         "external_cancellation": ExitCode.CANCELLED,
         "job_failed": ExitCode.CANCELLED,
-        "job_suspended": ExitCode.CANCELLED,
+        # not a failure: the chart ignores it, the Job resumes the soak on the same deadline
+        "job_suspended": ExitCode.JOB_SUSPENDED,
         "job_deleted": ExitCode.CANCELLED,
         "evicted": ExitCode.CANCELLED,
         "preempted": ExitCode.CANCELLED,

@@ -360,7 +360,11 @@ def stopped_then_resumed(e2e: E2ECluster, job_name: str, run_id: str, cause: str
         (1, cause),
         (2, None),
     ], [a["failure_reason"] for a in artifacts]
-    assert artifacts[0]["exit_code"] == ExitCode.CANCELLED
+    # A suspension is no failure (153: the podFailurePolicy ignores it); a drain is a cancellation
+    # the DisruptionTarget condition makes the policy ignore.
+    assert artifacts[0]["exit_code"] == (
+        ExitCode.JOB_SUSPENDED if cause == "job_suspended" else ExitCode.CANCELLED
+    )
     assert len({json.dumps(a["deadline"]["deadline_unix"]) for a in artifacts}) == 1
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True, report

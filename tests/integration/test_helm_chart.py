@@ -517,9 +517,10 @@ def test_pod_failure_policy_matches_exit_code_table(helm_engine: HelmEngine, ret
         assert 1 <= len(on_codes["values"]) <= 255
         assert 0 not in on_codes["values"], "0 is not allowed with In (and means passed)"
 
-    # Every named code of ExitCode, from the table in code.
+    # Every named code of ExitCode, from the table in code; a suspended Job's attempt is no failure.
     for code in ExitCode:
         expected = None if code == ExitCode.PASSED else retryable_action if code.retryable else "FailJob"
+        expected = "Ignore" if code == ExitCode.JOB_SUSPENDED else expected
         assert policy_action(rules, int(code)) == expected, code.name
     # And every possible exit status: 1-127 permanent (Kubeflow convention), the named retryable
     # codes get the configured action, anything else >= 128 (killed by a signal) the default.
@@ -527,6 +528,8 @@ def test_pod_failure_policy_matches_exit_code_table(helm_engine: HelmEngine, ret
     for status in range(1, 256):
         if status < 128:
             expected = "FailJob"
+        elif status == ExitCode.JOB_SUSPENDED:
+            expected = "Ignore"
         elif status in named_retryable:
             expected = retryable_action
         else:

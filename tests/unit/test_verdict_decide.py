@@ -275,7 +275,8 @@ def test_a_named_cancellation_stands_over_the_trainers_own_cancellation(cause: s
     cancelled = copy.deepcopy(ABNORMAL)
     cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
     verdict = run(monitor_failure=(cause, "why"), returncode=0, summary=outcome_of(cancelled))
-    assert (verdict.classification, verdict.exit_code) == (cause, ExitCode.CANCELLED)
+    expected = ExitCode.JOB_SUSPENDED if cause == "job_suspended" else ExitCode.CANCELLED
+    assert (verdict.classification, verdict.exit_code) == (cause, expected)
 
 
 OOM = "out of memory: the kernel's OOM killer killed the trainer (pid 7: python3 grow.py)"
@@ -383,7 +384,7 @@ EXPECTED_TABLE = {
     "evidence_lost": 16,
     "external_cancellation": 17,
     "job_failed": 17,
-    "job_suspended": 17,
+    "job_suspended": 153,
     "job_deleted": 17,
     "evicted": 17,
     "preempted": 17,
@@ -427,7 +428,7 @@ def test_every_producible_classification_has_a_code() -> None:
         ExitCode.USAGE,
     }
     retryable = {name for name, code in CLASSIFICATION_EXIT_CODES.items() if code.retryable}
-    assert retryable == {"gpu_fault", "transient_infra", "supervisor_lost"}
+    assert retryable == {"gpu_fault", "transient_infra", "supervisor_lost", "job_suspended"}
 
 
 SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcome_of({})]

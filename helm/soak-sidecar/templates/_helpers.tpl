@@ -62,7 +62,8 @@ app.kubernetes.io/part-of: soak-sidecar
 
 {{/*
 Exit codes of soak-sidecar (sidecar/core/exitcodes.py, ExitCode). 1-127 are permanent: the Job
-fails at once. The named retryable codes (ExitCode members >= 128) get job.retryableExitCodeAction;
+fails at once. JOB_SUSPENDED (153) is ignored. The other named retryable codes (ExitCode members
+>= 128) get job.retryableExitCodeAction;
 other codes >= 128 (a signal killed the sidecar, e.g. 137 after an OOM kill) fall to the default
 action, Count. tests/integration/test_helm_chart.py keeps this list equal to ExitCode.
 */}}
@@ -72,6 +73,11 @@ action, Count. tests/integration/test_helm_chart.py keeps this list equal to Exi
 
 {{- define "soak-sidecar.retryableExitCodes" -}}
 [150, 151, 152]
+{{- end }}
+
+{{/* Not failures of the soak: JOB_SUSPENDED (the Job was suspended; it resumes the soak). */}}
+{{- define "soak-sidecar.ignoredExitCodes" -}}
+[153]
 {{- end }}
 
 {{/* The trainer's and the init container's securityContext: podSecurity's UID (the sidecar has its own). */}}

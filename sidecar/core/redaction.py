@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess
-from sidecar.launcher.protocol.stacks import StacksRecord
+from sidecar.launcher.protocol.stacks import StacksRecord, without_command_line
 
 REDACTED = "<redacted>"
 
@@ -200,9 +200,14 @@ def redact_exit_record(record: ExitRecord, rules: RedactionRules = DEFAULT_RULES
 
 
 def redact_stacks(record: StacksRecord, rules: RedactionRules = DEFAULT_RULES) -> StacksRecord:
-    """stacks.json with each process's arguments redacted (a stack shows code, not arguments)."""
+    """stacks.json with each process's arguments redacted, and no raw command line in a stack (py-spy
+    prints one above it; a launcher before this rule kept it)."""
     processes = tuple(
-        dataclasses.replace(process, command=redact_command(process.command, rules))
+        dataclasses.replace(
+            process,
+            command=redact_command(process.command, rules),
+            stack=None if process.stack is None else without_command_line(process.pid, process.stack),
+        )
         for process in record.processes
     )
     return dataclasses.replace(record, processes=processes)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +21,7 @@ from .protocol.stacks import (
     MAX_STACK_PROCESSES,
     ProcessStack,
     StacksRecord,
+    without_command_line,
 )
 
 PY_SPY = STACK_READER
@@ -28,17 +31,35 @@ _MISSING = (
     (("failed to find python version", "failed to find a python interpreter"), "not a Python process"),
     (("no such process", "check that the process is running"), "exited before its stack was read"),
 )
+# Bytes kept of a reader's output (a stack is cut at MAX_STACK_CHARS anyway); read in chunks.
+_LIMITS = {"out": 4 * MAX_STACK_CHARS, "err": 16 * 1024}
+_CHUNK = 64 * 1024
+# After a reader's SIGKILL, how long to wait for it to die before leaving it to the reaper.
+_REAP_S = 1.0
 
 
 def find_py_spy() -> str | None:
     """py-spy beside the launcher's file (the chart's init container puts it there), beside its
     Python (a virtualenv), or on PATH."""
-    beside = [os.path.dirname(os.path.abspath(sys.argv[0])), os.path.dirname(sys.executable)]
+    beside = [_launcher_dir(), os.path.dirname(sys.executable)]
     for directory in beside:
         candidate = os.path.join(directory, PY_SPY)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return shutil.which(PY_SPY)
+
+
+def _launcher_dir() -> str:
+    """The folder of the launcher's file. Run as a zipapp, sys.argv[0] names a module inside the
+    archive (soak-launcher.py/soak_launcher/__main__.py): the archive is the file on that path."""
+    path = os.path.abspath(sys.argv[0])
+    probe = path
+    while not os.path.isfile(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return os.path.dirname(path)
+        probe = parent
+    return os.path.dirname(probe)
 
 
 def why_missing(returncode: int, stderr: bytes) -> str:
@@ -56,7 +77,9 @@ def capture(
     pids: Sequence[int], *, tool: str | None, timeout_s: float, launch_id: str, requested_unix: float | None
 ) -> StacksRecord:
     """Every process's stack, read in parallel; a reader still running at ``timeout_s`` is killed and
-    its process named as timed out. Never raises: a stack that cannot be read says why."""
+    its process named as timed out. Never raises, and never outlasts its bound by more than a kill's
+    reaping: a reader (py-spy, or whatever the trainer put in its place) that floods its pipes is read
+    only up to a bound, and one whose pipes a forked daemon holds open is not waited out."""
     started = time.time()
     end = time.monotonic() + timeout_s
     chosen, omitted = list(pids[:MAX_STACK_PROCESSES]), max(0, len(pids) - MAX_STACK_PROCESSES)
@@ -64,7 +87,15 @@ def capture(
     readers: dict[int, subprocess.Popen[bytes] | str] = {}
     for pid in chosen:
         readers[pid] = _start(tool, pid) if timeout_s > 0 else "no time left before the deadline"
-    stacks = [_collect(pid, commands[pid], readers[pid], end, timeout_s) for pid in chosen]
+    running = {pid: reader for pid, reader in readers.items() if not isinstance(reader, str)}
+    outputs = _read_all(running, end)
+    stacks = []
+    for pid in chosen:
+        reader = readers[pid]
+        if isinstance(reader, str):
+            stacks.append(ProcessStack(pid, commands[pid], None, reader))
+        else:
+            stacks.append(_judged(pid, commands[pid], reader, outputs[pid], timeout_s))
     return StacksRecord(
         launch_id=launch_id,
         tool=tool,
@@ -87,26 +118,95 @@ def _start(tool: str | None, pid: int) -> subprocess.Popen[bytes] | str:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             close_fds=True,
+            # Its own process group: a timed-out reader is killed with whatever it forked.
+            start_new_session=True,
         )
     except OSError as exc:
         return f"{PY_SPY} could not start: {exc}"
 
 
-def _collect(
-    pid: int, command: tuple[str, ...], reader: subprocess.Popen[bytes] | str, end: float, timeout_s: float
-) -> ProcessStack:
-    if isinstance(reader, str):
-        return ProcessStack(pid, command, None, reader)
+class _Output:
+    """What one reader wrote, each stream kept up to its bound (the rest read and dropped)."""
+
+    def __init__(self) -> None:
+        self.kept = {"out": bytearray(), "err": bytearray()}
+        self.open = 2  # streams not yet at EOF
+        self.timed_out = False
+
+    def read(self, fd: int, stream: str) -> bool:
+        """One read of a ready stream; False at its end."""
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return True
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.open -= 1
+            return False
+        kept = self.kept[stream]
+        kept.extend(chunk[: max(0, _LIMITS[stream] - len(kept))])
+        return True
+
+
+def _read_all(readers: dict[int, subprocess.Popen[bytes]], end: float) -> dict[int, _Output]:
+    """Every reader's output until each is done or ``end``; then whichever is not done is killed."""
+    outputs = {pid: _Output() for pid in readers}
+    with selectors.DefaultSelector() as selector:
+        for pid, reader in readers.items():
+            for stream, name in ((reader.stdout, "out"), (reader.stderr, "err")):
+                if stream is not None:
+                    os.set_blocking(stream.fileno(), False)
+                    selector.register(stream, selectors.EVENT_READ, (outputs[pid], name))
+        while selector.get_map() and (left := end - time.monotonic()) > 0:
+            for key, _ in selector.select(left):
+                output, name = key.data
+                if not output.read(key.fd, name):
+                    selector.unregister(key.fileobj)
+    for pid, reader in readers.items():
+        _finish(reader, outputs[pid], end)
+    return outputs
+
+
+def _finish(reader: subprocess.Popen[bytes], output: _Output, end: float) -> None:
+    """A reader not done by ``end`` (its pipes still open, or not exited) is killed."""
+    if output.open or not _exited_by(reader, end):
+        output.timed_out = True
+        _kill(reader)
+    for stream in (reader.stdout, reader.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _exited_by(reader: subprocess.Popen[bytes], end: float) -> bool:
     try:
-        out, err = reader.communicate(timeout=max(0.0, end - time.monotonic()))
+        reader.wait(timeout=max(0.0, end - time.monotonic()))
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            reader.kill()
-        reader.communicate()
+        return False
+    return True
+
+
+def _kill(reader: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the reader's process group, then a bounded wait: a reader that does not die (or a
+    daemon that left its group) is not waited out; the launcher, a subreaper, reaps it later."""
+    with contextlib.suppress(OSError):
+        os.killpg(reader.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        reader.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        reader.wait(timeout=_REAP_S)
+
+
+def _judged(
+    pid: int, command: tuple[str, ...], reader: subprocess.Popen[bytes], output: _Output, timeout_s: float
+) -> ProcessStack:
+    if output.timed_out:
         return ProcessStack(pid, command, None, f"timed out after {timeout_s:g}s")
+    out, err = bytes(output.kept["out"]), bytes(output.kept["err"])
     if reader.returncode != 0 or not out.strip():
-        return ProcessStack(pid, command, None, why_missing(reader.returncode, err))
-    text = out.decode(errors="replace")
+        return ProcessStack(pid, command, None, why_missing(reader.returncode or 0, err))
+    text = without_command_line(pid, out.decode(errors="replace"))
     if len(text) > MAX_STACK_CHARS:
         text = text[: MAX_STACK_CHARS - 40] + "\n[... cut at the stack size limit]\n"
     return ProcessStack(pid, command, text, None)

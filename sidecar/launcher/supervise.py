@@ -93,7 +93,10 @@ class Supervision:
         if request.action == "soft_stop":
             self.stopper.send_soft_stop(f"control: {request.reason}")
             return
-        if request.stacks_timeout_s > 0 and request.action == "terminate":
+        # Once, before the first TERM: a later request (anyone can write control.json) would take the
+        # stacks of a tree already stopping, over the stall's, and hold up the KILL that follows.
+        stopping = self.state.term_sent or self.state.kill_sent
+        if request.stacks_timeout_s > 0 and request.action == "terminate" and not stopping:
             self._capture_stacks(request)
         self.stopper.stop("control", hard=request.action == "kill")
 
@@ -111,7 +114,10 @@ class Supervision:
         took = record.captured_unix - record.started_unix
         got = sum(process.stack is not None for process in record.processes)
         log(f"stacks of {got} of {len(pids)} trainer processes taken in {took * 1000:.0f} ms ({STACKS_FILE})")
-        atomic_write_json(os.path.join(self.stopper.run_dir, STACKS_FILE), record.to_json())
+        try:
+            atomic_write_json(os.path.join(self.stopper.run_dir, STACKS_FILE), record.to_json())
+        except OSError as exc:  # the trainer can put something in its way: the stop goes on
+            log(f"cannot write {STACKS_FILE}: {exc}")
 
     def _forward_deferred_stop(self, now: float) -> None:
         state = self.state

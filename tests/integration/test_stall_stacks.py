@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -14,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.adapters.rundir.zipapp import ARCHIVE_PACKAGE, build_launcher, install_stack_reader
+from sidecar.adapters.rundir.channel import RunDir
+from sidecar.adapters.rundir.zipapp import (
+    ARCHIVE_PACKAGE,
+    build_launcher,
+    install_stack_reader,
+    launcher_path,
+)
 from sidecar.launcher.protocol import names as proto
 from sidecar.launcher.protocol.files import read_json
 from sidecar.launcher.protocol.stacks import StacksRecord
@@ -136,3 +144,179 @@ def test_a_process_of_another_user_is_named_ptrace_refused(
     assert done.returncode == 0, done.stderr
     (process,) = StacksRecord.parse(json.loads(done.stdout)).processes
     assert process.stack is None and process.missing == "ptrace refused"
+
+
+# -- from the trainer's side: a reader it put in py-spy's place, its argv, its own control requests --
+
+# A "py-spy" that leaves a daemon (in a session of its own) holding its pipes, then hangs itself.
+DAEMON_READER = """#!/bin/sh
+setsid sh -c 'echo $$ >> "{pids}"; exec sleep 20' &
+exec sleep 20
+"""
+# A "py-spy" that writes without end.
+FLOOD_READER = """#!{python}
+import os
+chunk = b"x" * (1 << 20)
+while True:
+    os.write(1, chunk)
+"""
+
+
+def fake_reader(folder: Path, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    tool = folder / "py-spy"
+    tool.write_text(text)
+    tool.chmod(0o755)
+    return tool
+
+
+def kill_listed(pids: Path) -> list[int]:
+    """Kills the daemons a fake reader listed (a test leaves nothing behind); the pids it killed."""
+    killed = []
+    for line in pids.read_text().split() if pids.exists() else []:
+        try:
+            os.kill(int(line), signal.SIGKILL)
+            killed.append(int(line))
+        except ProcessLookupError:
+            pass
+    return killed
+
+
+def test_a_reader_whose_daemon_holds_its_pipes_is_not_waited_out(tmp_path: Path, spawn: Spawner) -> None:
+    proc = spawn(python_stuck(tmp_path))
+    wait_until("stuck process ready", (tmp_path / "ready").exists)
+    pids = tmp_path / "daemons"
+    tool = fake_reader(tmp_path / "bin", DAEMON_READER.format(pids=pids))
+    try:
+        started = time.monotonic()
+        record = capture([proc.pid], tool=str(tool), timeout_s=1.0, launch_id="x", requested_unix=None)
+        assert time.monotonic() - started < 4.0
+        assert [p.missing for p in record.processes] == ["timed out after 1s"]
+    finally:
+        kill_listed(pids)
+
+
+def test_a_flooding_reader_is_read_within_bounds(tmp_path: Path) -> None:
+    """In a process of its own, whose peak memory tells what the capture kept."""
+    tool = fake_reader(tmp_path / "bin", FLOOD_READER.format(python=sys.executable))
+    probe = (
+        "import os, resource, sys, time\n"
+        "from sidecar.launcher.stacks import capture\n"
+        # Peak memory survives exec on Linux: what counts is how much the capture added.
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "started = time.monotonic()\n"
+        f"record = capture([os.getpid()], tool={str(tool)!r}, timeout_s=2.0, launch_id='x',"
+        " requested_unix=None)\n"
+        "grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"
+        "print(time.monotonic() - started, grew // 1024)\n"
+        "print(record.processes[0].missing)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, env=env, timeout=60, check=True)
+    took, grew_mib, missing = done.stdout.decode().split(maxsplit=2)
+    assert float(took) < 5.0
+    assert int(grew_mib) < 200
+    assert missing.strip() == "timed out after 2s"
+
+
+def test_a_dump_keeps_no_command_line(tmp_path: Path, spawn: Spawner, py_spy: str) -> None:
+    """py-spy prints the target's argv above its stack: the record keeps it apart, to be redacted."""
+    proc = spawn([*python_stuck(tmp_path), "--token", "s3cr3t", "--password=hunter2"])
+    wait_until("stuck process ready", (tmp_path / "ready").exists)
+    record = capture([proc.pid], tool=py_spy, timeout_s=10.0, launch_id="x", requested_unix=None)
+    (process,) = record.processes
+    assert process.stack is not None and "waiting_for_the_collective" in process.stack
+    assert process.stack.startswith(f"Process {proc.pid}\nPython v")
+    assert "s3cr3t" not in process.stack and "hunter2" not in process.stack
+    assert "s3cr3t" in process.command  # apart, for the sidecar's redaction
+
+
+def launcher_beside(folder: Path, tool_text: str) -> Path:
+    """A copy of the launcher with a "py-spy" beside it (where the chart's init container puts the
+    real one, on a volume the trainer may be able to write)."""
+    fake_reader(folder, tool_text)
+    copy = folder / launcher_path().name
+    shutil.copyfile(launcher_path(), copy)
+    return copy
+
+
+def test_a_hanging_reader_does_not_hold_up_the_stop_nor_outlive_the_launcher(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    pids = tmp_path / "daemons"
+    launcher = launcher_beside(tmp_path / "soak-bin", DAEMON_READER.format(pids=pids))
+    command, ready = stuck(tmp_path)
+    rd = RunDir(tmp_path / "run")
+    rd.reset()
+    proc = spawn([sys.executable, str(launcher), "--run-dir", str(rd.path), "--", *command])
+    try:
+        run = Run(proc, rd, tmp_path / "unused")
+        run.go(kill_grace=1.0)
+        wait_until("trainer ready", ready.exists)
+        asked = time.monotonic()
+        run.rd.request("terminate", "progress stalled", stacks_timeout_s=1.0)
+        record = run.finish(timeout_s=30.0)
+        assert time.monotonic() - asked < 8.0
+        assert record.term_sent and record.reason == "control"
+        raw = read_json(str(run.rd.file(proto.STACKS_FILE)))
+        assert raw is not None
+        stacks = StacksRecord.parse(raw)
+        assert stacks.tool == str(launcher.parent / "py-spy")  # beside the launcher's file
+        assert {p.missing for p in stacks.processes} == {"timed out after 1s"}
+    finally:
+        # Its daemons were the launcher's (a subreaper's) to kill: none is left to kill here.
+        assert kill_listed(pids) == []
+
+
+# The trainer, told to stop, asks for its stacks again and again (it can write control.json).
+REASKING = """
+import json, os, signal, sys, time
+run_dir = os.environ["SOAK_RUN_DIR"]
+launch_id = json.load(open(os.path.join(run_dir, "launcher.json")))["launch_id"]
+def reask(*_):
+    for seq in range(1000, 1100):
+        tmp = os.path.join(run_dir, ".forged.tmp")
+        with open(tmp, "w") as out:
+            json.dump({"protocol": 1, "launch_id": launch_id, "seq": seq, "action": "terminate",
+                       "reason": "forged", "stacks_timeout_s": 60}, out)
+        os.replace(tmp, os.path.join(run_dir, "control.json"))
+        time.sleep(0.2)
+signal.signal(signal.SIGTERM, reask)
+open(sys.argv[1], "w").write("ready")
+while True:
+    time.sleep(0.2)
+"""
+
+
+def test_a_request_after_the_term_takes_no_stacks_over_the_stalls(
+    launch: Callable[..., Run],  # noqa: F811
+    tmp_path: Path,
+    py_spy: str,
+) -> None:
+    script, ready = tmp_path / "reasking.py", tmp_path / "ready"
+    script.write_text(REASKING)
+    run = launch([sys.executable, str(script), str(ready)])
+    run.go(kill_grace=2.0)
+    wait_until("trainer ready", ready.exists)
+    run.rd.request("terminate", "progress stalled", stacks_timeout_s=10.0)
+    record = run.finish()
+    raw = read_json(str(run.rd.file(proto.STACKS_FILE)))
+    assert raw is not None
+    stacks = StacksRecord.parse(raw)
+    assert stacks.captured_unix <= record.stop_times_unix["term"]  # the stall's, not a later one
+    assert record.stop_times_unix["kill"] - record.stop_times_unix["term"] < 2.0 + 1.0
+
+
+def test_a_stacks_file_the_launcher_cannot_replace_does_not_fail_the_stop(
+    launch: Callable[..., Run],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The trainer made stacks.json a folder: the stacks are lost, the stop is not."""
+    command, ready = stuck(tmp_path)
+    run = launch(command)
+    run.go(kill_grace=2.0)
+    wait_until("trainer ready", ready.exists)
+    (run.rd.file(proto.STACKS_FILE) / "in-the-way").mkdir(parents=True)
+    run.rd.request("terminate", "progress stalled", stacks_timeout_s=5.0)
+    record = run.finish()
+    assert record.reason == "control" and record.term_sent

@@ -14,6 +14,7 @@ import pytest
 from sidecar.adapters.rundir.channel import RunDir
 from sidecar.core.errors import LauncherError
 from sidecar.core.redaction import DEFAULT_RULES
+from sidecar.launcher.channel import SidecarChannel
 from sidecar.launcher.protocol import names as proto
 from sidecar.launcher.protocol.fields import ProtocolError
 from sidecar.launcher.protocol.records import ControlRequest
@@ -26,6 +27,8 @@ from sidecar.launcher.protocol.stacks import (
 )
 from sidecar.launcher.stacks import why_missing
 from tests.unit.test_launcher_rundir import LAUNCH_ID, announce
+from tests.unit.test_report_page import artifact as report_artifact
+from tests.unit.test_report_page import page
 
 
 def record(**overrides: Any) -> dict[str, Any]:
@@ -167,3 +170,104 @@ def test_a_local_run_dir_keeps_stacks_only_redacted(tmp_path: Path) -> None:
     rd.file(proto.STACKS_FILE).write_text(json.dumps(record()))
     rd.redact_commands()
     assert "s3cr3t" not in rd.file(proto.STACKS_FILE).read_text()
+
+
+# -- from the trainer's side: what it can write in stacks.json and control.json --
+
+HUGE = 10**400  # valid JSON; overflows a float
+
+
+@pytest.mark.parametrize("value", ["5", True, [1], {"s": 1}, HUGE, -HUGE])
+def test_a_stop_request_with_a_bad_stacks_timeout_still_stops(value: object) -> None:
+    raw = {
+        "launch_id": LAUNCH_ID,
+        "seq": 1,
+        "action": "terminate",
+        "reason": "stalled",
+        "stacks_timeout_s": value,
+        "requested_unix": value,
+    }
+    request = ControlRequest.parse(raw)
+    assert request.action == "terminate"
+    assert request.stacks_timeout_s == (MAX_STACKS_TIMEOUT_S if value == HUGE else 0.0)
+    assert request.requested_unix is None
+
+
+def test_the_launcher_takes_a_stop_whose_stacks_timeout_is_malformed(tmp_path: Path) -> None:
+    channel = SidecarChannel(str(tmp_path), LAUNCH_ID)
+    for seq, value in enumerate(["5", HUGE, math.nan], start=1):
+        raw = {
+            "protocol": 1,
+            "launch_id": LAUNCH_ID,
+            "seq": seq,
+            "action": "terminate",
+            "stacks_timeout_s": value,
+        }
+        (tmp_path / proto.CONTROL_FILE).write_text(json.dumps(raw))
+        request = channel.new_control()
+        assert request is not None and request.seq == seq and request.action == "terminate"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"started_unix": HUGE},
+        {"requested_unix": -HUGE},
+        {"omitted": HUGE},
+        {"processes": [{"pid": HUGE, "command": [], "stack": "x"}]},
+        {"processes": [{"pid": 0, "command": [], "stack": "x"}]},
+        {"processes": [{"pid": -7, "command": [], "stack": "x"}]},
+    ],
+)
+def test_numbers_past_any_range_are_a_protocol_error(tmp_path: Path, change: dict[str, Any]) -> None:
+    with pytest.raises(ProtocolError):
+        StacksRecord.parse(record(**change))
+    rd = RunDir(tmp_path, DEFAULT_RULES)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    rd.file(proto.STACKS_FILE).write_text(json.dumps(record(**change)))
+    with pytest.raises(LauncherError):
+        rd.stacks()
+    rd.redact_commands()  # a record it cannot read is removed, never a crash
+    assert not rd.file(proto.STACKS_FILE).exists()
+
+
+def test_a_stall_stacks_artifact_renders_whatever_stacks_json_held(tmp_path: Path) -> None:
+    """What the sidecar puts in the artifact from stacks.json is always a page the report can show."""
+    rd = RunDir(tmp_path, DEFAULT_RULES)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    script = "<script>alert(1)</script>"
+    processes = [
+        {"pid": 2**22, "command": [script, "--token", "s3cr3t"], "stack": script},
+        {"pid": 1, "command": [], "stack": None, "missing": script},
+    ]
+    rd.file(proto.STACKS_FILE).write_text(json.dumps(record(processes=processes, omitted=2**22)))
+    stacks = rd.stacks()
+    assert stacks is not None
+    doc = report_artifact()
+    doc["stacks"] = stacks.to_json()
+    text = page(doc)
+    assert "<script>" not in text and "s3cr3t" not in text
+
+
+def test_the_sidecar_keeps_no_command_line_in_a_stack(tmp_path: Path) -> None:
+    """py-spy prints "Process PID: ARGV" above a stack; a launcher that kept it leaks no secret."""
+    rd = RunDir(tmp_path, DEFAULT_RULES)
+    announce(rd)
+    rd.wait_for_launcher(1)
+    dump = (
+        "Process 7: python train.py --token s3cr3t --password=hunter2\n"
+        "Python v3.11.7 (/usr/bin/python3.11)\n\n"
+        'Thread 7 (idle): "MainThread"\n    hang (t.py:3)\n'
+    )
+    processes = [{"pid": 7, "command": ["python", "train.py", "--token", "s3cr3t"], "stack": dump}]
+    rd.file(proto.STACKS_FILE).write_text(json.dumps(record(processes=processes)))
+    stacks = rd.stacks()
+    assert stacks is not None
+    (process,) = stacks.processes
+    assert process.stack is not None and "hang (t.py:3)" in process.stack
+    assert "s3cr3t" not in process.stack and "hunter2" not in process.stack
+    rd.redact_commands()
+    kept = rd.file(proto.STACKS_FILE).read_text()
+    assert "s3cr3t" not in kept and "hunter2" not in kept

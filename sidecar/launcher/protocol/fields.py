@@ -38,7 +38,12 @@ def items(raw: Mapping[str, Any], key: str, kind: type) -> tuple[Any, ...]:
 
 def number(raw: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
     value = get(raw, key, (int, float), optional=optional)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise ProtocolError(f"run dir record: {key} is out of range ({value!r:.40})") from None
 
 
 def require_finite(record: str, key: str, value: object) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .fields import ProtocolError, get, number
+from .fields import ProtocolError, get
 from .names import MAX_GPU_ENV_CHARS, MAX_GPU_ENV_VARS, PROTOCOL
 from .stacks import MAX_STACKS_TIMEOUT_S
 
@@ -164,14 +164,24 @@ class ControlRequest:
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> ControlRequest:
         reason = raw.get("reason")
-        stacks = number(raw, "stacks_timeout_s", optional=True) or 0.0
-        requested = number(raw, "requested_unix", optional=True)
+        # Neither is a reason to drop the stop it comes with: a value of the wrong type, NaN or one
+        # out of range asks for no stacks (or no request time); a huge timeout for the most.
+        stacks, requested = _real(raw.get("stacks_timeout_s")), _real(raw.get("requested_unix"))
         return cls(
             launch_id=get(raw, "launch_id", str),
             seq=get(raw, "seq", int),
             action=str(raw.get("action"))[:64],
             reason=None if reason is None else str(reason)[:512],
-            # NaN and absurd values ask for nothing: a stop is never held up by a bad number.
-            stacks_timeout_s=min(stacks, MAX_STACKS_TIMEOUT_S) if stacks > 0 else 0.0,
-            requested_unix=requested if requested is not None and math.isfinite(requested) else None,
+            stacks_timeout_s=float(min(stacks, MAX_STACKS_TIMEOUT_S)) if stacks > 0 else 0.0,
+            requested_unix=float(requested) if math.isfinite(requested) else None,
         )
+
+
+def _real(value: object) -> float | int:
+    """A JSON number as it is (never converted: an integer of hundreds of digits overflows a float),
+    NaN for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    if isinstance(value, int) and abs(value) > 2**53:
+        return math.inf if value > 0 else -math.inf
+    return value

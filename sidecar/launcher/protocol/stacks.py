@@ -23,6 +23,25 @@ MAX_MISSING_CHARS = 512
 # The most a stop may wait for stacks (the sidecar's setting is capped at it too).
 MAX_STACKS_TIMEOUT_S = 60.0
 STACKS_LIMIT_BYTES = 4 * 1024 * 1024
+# Linux's largest pid_max (2^22), and then some: a pid (or a count of them) past it is no process's.
+MAX_PID = 2**31 - 1
+
+
+# py-spy's dump opens with "Process PID: ARGV" (the raw command line, secrets and all), then
+# "Python vX.Y.Z (executable)".
+_DUMP_HEADER = "Process "
+_DUMP_VERSION_LINE = "\nPython v"
+
+
+def without_command_line(pid: int, stack: str) -> str:
+    """The stack without the command line py-spy prints above it: the record has the command apart,
+    where the sidecar redacts it. Where the header's end cannot be found, nothing of it is kept."""
+    if not stack.startswith(_DUMP_HEADER):
+        return stack
+    end = stack.find(_DUMP_VERSION_LINE)
+    if end < 0:
+        return f"Process {pid}\n[the dump is withheld: its command line could not be told apart]\n"
+    return f"Process {pid}\n{stack[end + 1 :]}"
 
 
 @dataclass(frozen=True)
@@ -45,8 +64,11 @@ class ProcessStack:
         missing = get(raw, "missing", str, optional=True)
         if (stack is None) == (missing is None):
             raise ProtocolError("stacks.json: each process has either a stack or why it is missing")
+        pid = get(raw, "pid", int)
+        if not 0 < pid <= MAX_PID:
+            raise ProtocolError(f"stacks.json: pid {pid!r:.40} is not a process id")
         return cls(
-            pid=get(raw, "pid", int),
+            pid=pid,
             command=items(raw, "command", str),
             stack=None if stack is None else stack[:MAX_STACK_CHARS],
             missing=None if missing is None else missing[:MAX_MISSING_CHARS],
@@ -89,8 +111,8 @@ class StacksRecord:
         if not all(value is not None and math.isfinite(value) for value in [*times, requested or 0.0]):
             raise ProtocolError("stacks.json: times must be finite numbers")
         omitted = get(raw, "omitted", int, optional=True) or 0
-        if omitted < 0:
-            raise ProtocolError("stacks.json: omitted must not be negative")
+        if not 0 <= omitted <= MAX_PID:
+            raise ProtocolError("stacks.json: omitted must not be negative nor past any pid_max")
         tool = get(raw, "tool", str, optional=True)
         return cls(
             launch_id=get(raw, "launch_id", str),

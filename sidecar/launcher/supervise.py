@@ -115,7 +115,7 @@ class Supervision:
         got = sum(process.stack is not None for process in record.processes)
         log(f"stacks of {got} of {len(pids)} trainer processes taken in {took * 1000:.0f} ms ({STACKS_FILE})")
         try:
-            atomic_write_json(os.path.join(self.stopper.run_dir, STACKS_FILE), record.to_json())
+            atomic_write_json(os.path.join(self.stopper.run_dir, STACKS_FILE), record.within().to_json())
         except OSError as exc:  # the trainer can put something in its way: the stop goes on
             log(f"cannot write {STACKS_FILE}: {exc}")
 

@@ -22,6 +22,7 @@ from sidecar.launcher.protocol.stacks import (
     MAX_STACK_CHARS,
     MAX_STACK_PROCESSES,
     MAX_STACKS_TIMEOUT_S,
+    STACKS_LIMIT_BYTES,
     ProcessStack,
     StacksRecord,
 )
@@ -156,11 +157,29 @@ def test_the_sidecar_follows_no_link_and_reads_no_huge_file(tmp_path: Path) -> N
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text(json.dumps(record()))
     os.symlink(elsewhere, rd.file(proto.STACKS_FILE))
-    assert rd.stacks() is None
+    with pytest.raises(LauncherError, match="not a regular file"):
+        rd.stacks()
     rd.file(proto.STACKS_FILE).unlink()
     huge = record(processes=[{"pid": 1, "command": ["a"], "stack": "x" * (5 * 1024 * 1024)}])
     rd.file(proto.STACKS_FILE).write_text(json.dumps(huge))
-    assert rd.stacks() is None
+    with pytest.raises(LauncherError, match="within 4 MiB"):
+        rd.stacks()
+
+
+def test_a_record_the_launcher_writes_always_fits_what_the_sidecar_reads() -> None:
+    """Escaping grows text up to sixfold: 64 processes of full stacks and long commands in
+    non-ASCII text still fit STACKS_LIMIT_BYTES, cut, with the head of each stack kept."""
+    stack = "Thread 1 (idle)\n    hung_here (t.py:1)\n" + "\u00e9\u0001" * (MAX_STACK_CHARS // 2)
+    process = ProcessStack(7, ("\u00e9" * 16 * 1024,) * 64, stack)
+    full = StacksRecord(LAUNCH_ID, "py-spy", 1.0, 1.0, 1.0, 10.0, (process,) * MAX_STACK_PROCESSES)
+    assert len(json.dumps(full.to_json())) > STACKS_LIMIT_BYTES
+    fitted = full.within()
+    assert len(json.dumps(fitted.to_json())) <= STACKS_LIMIT_BYTES
+    kept = fitted.processes[0]
+    assert kept.stack is not None and kept.stack.startswith("Thread 1 (idle)\n    hung_here")
+    assert StacksRecord.parse(json.loads(json.dumps(fitted.to_json()))).processes[0].stack == kept.stack
+    small = StacksRecord(LAUNCH_ID, "py-spy", 1.0, 1.0, 1.0, 10.0, (ProcessStack(7, ("a",), "s"),))
+    assert small.within() == small
 
 
 def test_a_local_run_dir_keeps_stacks_only_redacted(tmp_path: Path) -> None:

@@ -173,8 +173,15 @@ class RunDir:
 
     def stacks(self) -> StacksRecord | None:
         """The launcher's stacks.json of this launch, redacted; None when absent or of another
-        launch. Evidence only (the trainer can write it too); LauncherError when malformed."""
-        raw = read_json(str(self.file(names.STACKS_FILE)), STACKS_LIMIT_BYTES)
+        launch. Evidence only (the trainer can write it too); LauncherError when malformed, or not
+        a regular file of a JSON object within its size limit (a link is never followed)."""
+        path = self.file(names.STACKS_FILE)
+        raw = read_json(str(path), STACKS_LIMIT_BYTES)
+        if raw is None and os.path.lexists(path):
+            limit = STACKS_LIMIT_BYTES // (1024 * 1024)
+            raise LauncherError(
+                f"{names.STACKS_FILE} is not a regular file holding a JSON object within {limit} MiB"
+            )
         if raw is None or self._launch_id is None or raw.get("launch_id") != self._launch_id:
             return None
         if raw.get("protocol") != names.PROTOCOL:

@@ -7,9 +7,10 @@ Evidence only: the trainer can write this file too, so the sidecar shows it and 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .fields import ProtocolError, get, items, number
@@ -23,6 +24,9 @@ MAX_MISSING_CHARS = 512
 # The most a stop may wait for stacks (the sidecar's setting is capped at it too).
 MAX_STACKS_TIMEOUT_S = 60.0
 STACKS_LIMIT_BYTES = 4 * 1024 * 1024
+# What a command keeps when the record must shrink to fit STACKS_LIMIT_BYTES.
+MAX_KEPT_ARGS = 16
+MAX_KEPT_ARG_CHARS = 256
 # Linux's largest pid_max (2^22), and then some: a pid (or a count of them) past it is no process's.
 MAX_PID = 2**31 - 1
 
@@ -75,6 +79,10 @@ class ProcessStack:
         )
 
 
+def _cut(stack: str, chars: int) -> str:
+    return stack if len(stack) <= chars else stack[:chars] + "\n[... cut to fit stacks.json]\n"
+
+
 @dataclass(frozen=True)
 class StacksRecord:
     """What the launcher captured, when, and with what; ``omitted``: processes past the cap."""
@@ -100,6 +108,27 @@ class StacksRecord:
             "processes": [process.to_json() for process in self.processes],
             "omitted": self.omitted,
         }
+
+    def within(self, limit: int = STACKS_LIMIT_BYTES) -> StacksRecord:
+        """This record cut until its JSON fits ``limit`` bytes (escaped text can grow sixfold): each
+        command to its first MAX_KEPT_ARGS arguments, and every stack halved until it fits, keeping
+        its head (py-spy prints the innermost frames, where the process hung, first)."""
+        record = self
+        share = MAX_STACK_CHARS
+        while len(json.dumps(record.to_json())) > limit and share > 0:
+            share //= 2
+            record = replace(
+                record,
+                processes=tuple(
+                    replace(
+                        process,
+                        command=tuple(arg[:MAX_KEPT_ARG_CHARS] for arg in process.command[:MAX_KEPT_ARGS]),
+                        stack=None if process.stack is None else _cut(process.stack, share),
+                    )
+                    for process in self.processes
+                ),
+            )
+        return record
 
     @classmethod
     def parse(cls, raw: Mapping[str, Any]) -> StacksRecord:

@@ -7,6 +7,7 @@ progress), reports, and acts on the launcher. Time and sleep come from the ports
 from __future__ import annotations
 
 import contextlib
+import sys
 from typing import Any
 
 from sidecar.app.console import Console
@@ -173,10 +174,25 @@ def _stop_on_cancellation(
     requested = ports.clock.monotonic()
     # First: the cause can wait, the trainer not.
     session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
+    print(stop_notice(signal, grace), file=sys.stderr, flush=True)
     policy.interrupted(*cancellation(ports, signal))
     if grace > 0:
         session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
+        if signals.noted > asked:
+            print(
+                "soak-sidecar: asked again: stopping the trainer now (SIGTERM)", file=sys.stderr, flush=True
+            )
         session.request_stop("terminate", INTERRUPTED_REASON)
+
+
+def stop_notice(signal: str, grace_s: float) -> str:
+    """The one line a stop from outside prints at once: what happens next and how to hurry it."""
+    if grace_s <= 0:
+        return f"soak-sidecar: {signal}: stopping the trainer now (SIGTERM; launcher.stop_grace_s is 0)"
+    return (
+        f"soak-sidecar: {signal}: soft stop sent; the trainer has {grace_s:g}s to checkpoint and exit "
+        f"(--stop-grace, SOAK_LAUNCHER__STOP_GRACE_S) before SIGTERM; stop again to end it now"
+    )
 
 
 def _loop(

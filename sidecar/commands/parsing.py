@@ -98,6 +98,12 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         float,
         "seconds until first progress",
     ),
+    "stop_grace": (
+        "--stop-grace",
+        "launcher.stop_grace_s",
+        float,
+        "seconds the trainer gets to checkpoint after a stop from outside",
+    ),
     "stale_progress": (
         "--stale-progress",
         "monitor.stale_progress_s",

@@ -24,6 +24,9 @@ from sidecar.settings import load_settings, pod_release_paths, with_defaults
 
 # The embedded default: the bundled example trainer, with a fast cadence so it finishes in seconds
 # (below the environment and the flags).
+# A local run's own defaults (below the environment and the flags): `docker stop`, CI runners' and
+# Slurm's timeouts SIGKILL 10-30 s after their SIGTERM, and the artifact must be written before it.
+LOCAL_SETTINGS = {"launcher.stop_grace_s": 5.0}
 DEMO_SETTINGS = {
     "monitor.sample_interval_s": 0.5,
     "monitor.post_shutdown_grace_s": 0.5,
@@ -135,6 +138,8 @@ def _supervise(args: argparse.Namespace) -> int:
 
     command = trainer_command(args)
     settings = load_settings(flag_settings(args), flag_names=flag_names(args))
+    if not args.pod:
+        settings = with_defaults(settings, LOCAL_SETTINGS)
     if not args.pod and not command:
         command = demo_command()
         settings = with_defaults(settings, DEMO_SETTINGS)

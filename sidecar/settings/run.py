@@ -252,7 +252,8 @@ class LauncherSettings(Group):
         le=DAY_S,
         description="A soak stopped from outside (the pod deleted, its Job failed, Ctrl-C, SIGTERM): "
         "seconds the trainer gets after the soft stop to checkpoint and exit before SIGTERM; 0 sends "
-        "SIGTERM at once. Keep it well inside the pod's terminationGracePeriodSeconds. Default 30.",
+        "SIGTERM at once; a second stop signal ends the grace at once. Keep it well inside the pod's "
+        "terminationGracePeriodSeconds. Default 30 in a pod, 5 for run --local.",
     )
 
     keep_env: list[str] = Field(

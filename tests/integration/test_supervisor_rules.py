@@ -594,6 +594,8 @@ def test_external_cancellation_via_cli(
     assert artifact["exit_code"] == 17
     assert (artifact["failure_reason"] or "").startswith("soak was interrupted before the trainer completed")
     assert "FAILED [external_cancellation]" in stderr
+    # Said at once: the local default grace, and that a second signal cuts it short.
+    assert f"{first.name}: soft stop sent; the trainer has 5s to checkpoint and exit" in stderr, stderr
     wait_until("trainer gone", lambda: gone(trainer_pid), timeout_s=10)
 
 

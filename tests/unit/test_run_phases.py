@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.app.monitoring import stop_notice
 from sidecar.app.ports import Ports
 from sidecar.app.session import go_ahead
 from sidecar.app.supervisor import Supervisor
@@ -196,7 +197,9 @@ def test_ctrl_c_while_running_is_an_external_cancellation(tmp_path: Path) -> Non
     assert world.world.exit_record is not None and world.world.exit_record.returncode == 0
 
 
-def test_ctrl_c_reaches_a_trainer_that_ignores_the_soft_stop_after_the_grace(tmp_path: Path) -> None:
+def test_ctrl_c_reaches_a_trainer_that_ignores_the_soft_stop_after_the_grace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0, obeys_stop=False), SUMMARY)
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     grace = settings(tmp_path).launcher.stop_grace_s
@@ -205,6 +208,16 @@ def test_ctrl_c_reaches_a_trainer_that_ignores_the_soft_stop_after_the_grace(tmp
     assert [action for action, _ in world.world.requests][:2] == ["soft_stop", "terminate"]
     soft_at, term_at = world.world.request_times[:2]
     assert grace > 0 and term_at - soft_at >= grace
+    # Said at once, with the grace and how to cut it short.
+    assert f"SIGINT: soft stop sent; the trainer has {grace:g}s to checkpoint" in capsys.readouterr().err
+
+
+def test_what_a_stop_from_outside_says_it_does() -> None:
+    assert stop_notice("SIGTERM", 5.0) == (
+        "soak-sidecar: SIGTERM: soft stop sent; the trainer has 5s to checkpoint and exit "
+        "(--stop-grace, SOAK_LAUNCHER__STOP_GRACE_S) before SIGTERM; stop again to end it now"
+    )
+    assert "stopping the trainer now" in stop_notice("SIGINT", 0.0)
 
 
 def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) -> None:

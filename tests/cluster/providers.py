@@ -33,16 +33,21 @@ VALUES_FILE = CHART_DIR / "ci" / "kind-values.yaml"
 PROVIDERS = ("node", "kind")
 
 # Lists the bucket with each object's size and stored SHA-256 checksum; run on the host (node)
-# or in a pod (kind). Environment: S3_ENDPOINT, S3_BUCKET and the AWS credentials.
+# or in a pod (kind). Environment: S3_ENDPOINT, S3_BUCKET and the AWS credentials. An object gone
+# between the listing and its read (a soak's deadline lease, released as it ends) is left out.
 LIST_OBJECTS = """
-import json, os, boto3
+import hashlib, json, os, boto3, botocore.exceptions
 s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT"], region_name="us-east-1")
 found = {}
 for page in s3.get_paginator("list_objects_v2").paginate(Bucket=os.environ["S3_BUCKET"]):
     for item in page.get("Contents", []):
-        head = s3.head_object(Bucket=os.environ["S3_BUCKET"], Key=item["Key"], ChecksumMode="ENABLED")
-        body = s3.get_object(Bucket=os.environ["S3_BUCKET"], Key=item["Key"])["Body"].read()
-        import hashlib
+        try:
+            head = s3.head_object(Bucket=os.environ["S3_BUCKET"], Key=item["Key"], ChecksumMode="ENABLED")
+            body = s3.get_object(Bucket=os.environ["S3_BUCKET"], Key=item["Key"])["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                continue
+            raise
         found[item["Key"]] = {"size": item["Size"], "checksum_sha256": head.get("ChecksumSHA256"),
                               "sha256": hashlib.sha256(body).hexdigest(),
                               "json": json.loads(body) if item["Key"].endswith(".json") else None}

@@ -69,6 +69,7 @@ class Script:
     interrupt_at_s: float | None = None  # a Ctrl-C reaches the sidecar
     # What a hostile trainer writes into trainer.json instead of itself: (pid, pgid).
     forged_trainer: tuple[int, int] | None = None
+    forges_at_s: float = 0.0  # when the trainer rewrites trainer.json (the launcher's until then)
     # The kernel's OOM killer kills the trainer after runs_s (the launcher's cgroup counter rose).
     oom_killed: bool = False
 
@@ -263,12 +264,14 @@ class FakeChannel:
     def trainer(self) -> TrainerInfo | None:
         if self.world.go_at is None:
             return None
-        pid, pgid = self.world.script.forged_trainer or (TRAINER_PID, TRAINER_PID)
+        script = self.world.script
+        forged = script.forged_trainer if self.world.now >= script.forges_at_s else None
+        pid, pgid = forged or (TRAINER_PID, TRAINER_PID)
         return TrainerInfo(
             launch_id=LAUNCH_ID,
             pid=pid,
             pgid=pgid,
-            start_ticks=None if self.world.script.forged_trainer else TRAINER_PID,
+            start_ticks=None if forged else TRAINER_PID,
             started_unix=EPOCH,
         )
 

@@ -61,7 +61,6 @@ class Sampler:
         # against it: a claim that disagrees is named in the artifact, never followed.
         self.trainer: ProcessInfo | None = None
         self.claim_mismatch: str | None = None
-        self._claim_checked = False
         self.duration_s = 0.0  # of the latest sample
 
     def take(self, now: float, started: Started) -> Sample:
@@ -98,12 +97,13 @@ class Sampler:
         return in_sample and not self._ports.processes.is_exiting(trainer.pid, trainer.start_ticks)
 
     def _check_claim(self, trainer: ProcessInfo) -> None:
-        if self._claim_checked:
+        """trainer.json against the trainer seen, at every sample until they disagree: the trainer
+        can rewrite the file at any time, so a first read that agreed proves nothing later."""
+        if self.claim_mismatch is not None:
             return
         with contextlib.suppress(LauncherError):
             claim = self._ports.channel.trainer()
             if claim is not None:
-                self._claim_checked = True
                 self.claim_mismatch = claim_mismatch(claim.pid, claim.start_ticks, trainer)
 
 

@@ -106,6 +106,13 @@ def test_a_passing_run_goes_through_every_phase(tmp_path: Path) -> None:
     assert artifact["started_at_utc"] == "2023-11-14T22:13:20Z"
 
 
+def test_a_trainer_json_forged_after_the_first_samples_is_named_too(tmp_path: Path) -> None:
+    """The trainer may rewrite trainer.json at any time: a first read that agreed proves nothing."""
+    script = replace(Script(runs_s=5.0), forged_trainer=(TRAINER_PID + 1, 1), forges_at_s=3.0)
+    _, _, artifact = run(tmp_path, script)
+    assert "trainer.json names pid 102" in artifact["protocol_violations"][0]
+
+
 def test_a_forged_trainer_json_cannot_aim_the_kill_fallback(tmp_path: Path) -> None:
     """trainer.json names the worker and the group 1 (kill(-1)): the sidecar kills the group of the
     trainer it saw itself, the launcher's child, and names the forged claim."""

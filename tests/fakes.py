@@ -446,9 +446,11 @@ class MemorySampleLog:
     def __init__(self) -> None:
         self.error: str | None = None
         self.lines: list[str] = []
+        self.flushed_bytes = 0
 
     def write_line(self, line: str) -> None:
         self.lines.append(line)
+        self.flushed_bytes += len(line) + 1
 
     def close(self) -> None:
         pass
@@ -498,6 +500,12 @@ class MemoryArtifactDir:
         data = self._owner.dirs.get(self.path, {}).get(name)
         return None if data is None else hashlib.sha256(data).hexdigest()
 
+    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
+        log = self._owner.samples.get(source.parent)
+        data = "".join(line + "\n" for line in log.lines).encode() if log is not None else b""
+        offset = offset_for(1)
+        return 1, offset, data[offset : offset + limit]
+
 
 class FakeProvenance:
     def describe(self) -> dict[str, Any]:
@@ -508,6 +516,7 @@ class FakeProvenance:
 class FakePublisher:
     published: list[Publication] = field(default_factory=list)
     notes: int = 0
+    evidence_notes: list[str] = field(default_factory=list)
 
     def publish(self, publication: Publication) -> list[str]:
         self.published.append(publication)
@@ -517,11 +526,16 @@ class FakePublisher:
         self.notes += 1
         return True
 
+    def evidence(self, uri: str, at_unix: float) -> object:
+        self.evidence_notes.append(uri)
+        return True
+
 
 @dataclass
 class FakeSink:
     fails: bool = False
     uploaded: list[tuple[str, str]] = field(default_factory=list)
+    objects: dict[str, bytes] = field(default_factory=dict)
     location: str = "s3://soaks"
 
     def upload(self, files: Sequence[Path], key_prefix: str) -> list[UploadedObject]:
@@ -539,6 +553,20 @@ class FakeSink:
             )
             for path in files
         ]
+
+    def upload_bytes(self, name: str, data: bytes, key_prefix: str) -> UploadedObject:
+        if self.fails:
+            raise UploadError("the bucket refused the upload")
+        self.uploaded.append((key_prefix, name))
+        self.objects[f"{key_prefix}{name}"] = data
+        return UploadedObject(
+            path=Path(name),
+            uri=f"s3://soaks/{key_prefix}{name}",
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            parts=1,
+            already_present=False,
+        )
 
 
 @dataclass

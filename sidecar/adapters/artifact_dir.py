@@ -7,7 +7,7 @@ import gzip
 import hashlib
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -25,6 +25,8 @@ class SamplesFile:
 
     def __init__(self, path: Path) -> None:
         self.error: str | None = None
+        # Bytes in the file up to the end of the last sample written whole: a segment ends there.
+        self.flushed_bytes = 0
         self._file: IO[bytes] | None = None
         self._stream: IO[str] | None = None
         try:
@@ -40,6 +42,8 @@ class SamplesFile:
         try:
             self._stream.write(line + "\n")
             self._stream.flush()  # through gzip (a sync flush) and the file's buffer to the kernel
+            if self._file is not None:
+                self.flushed_bytes = self._file.tell()
         except OSError as exc:
             self.error = f"writing the samples file failed: {exc}"
             self.close()
@@ -113,6 +117,21 @@ class ArtifactDir:
                     _copy_regular_file(source, copy, COPY_LIMIT_BYTES)
                 kept.append(copy)
         return kept
+
+    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
+        """(the file's inode, the offset read from, at most ``limit`` bytes from there), the offset
+        chosen by ``offset_for(inode)``: a rotated log keeps its inode. A regular file only, opened
+        without following a link or waiting on a FIFO (console logs are in the trainer's run dir);
+        OSError when it cannot be read."""
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode):
+                raise OSError(f"{source} is not a regular file")
+            offset = offset_for(found.st_ino)
+            return found.st_ino, offset, os.pread(fd, limit, offset) if limit > 0 else b""
+        finally:
+            os.close(fd)
 
     def existing(self, names: Sequence[str]) -> list[Path]:
         return [self.path / name for name in names if (self.path / name).is_file()]

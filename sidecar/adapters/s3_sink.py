@@ -112,6 +112,64 @@ class S3ArtifactSink:
             raise UploadError(f"invalid artifact key: {exc}") from exc
         return [self._upload_one(path, key) for path, key in zip(files, keys, strict=True)]
 
+    def upload_bytes(self, name: str, data: bytes, key_prefix: str) -> UploadedObject:
+        """One small object (a segment, a provisional record) from memory: checksummed, never
+        overwriting (an existing key is accepted only when it holds these bytes)."""
+        try:
+            key = object_key(key_prefix, name)
+        except ConfigError as exc:
+            raise UploadError(f"invalid artifact key: {exc}") from exc
+        digest = hashlib.sha256(data)
+        attempts_before = self.stats.attempts
+
+        def put() -> bool:
+            self._client.put_object(
+                Bucket=self._bucket,
+                Key=key,
+                Body=data,
+                ContentLength=len(data),
+                ChecksumSHA256=b64_digest(digest.digest()),
+                IfNoneMatch="*",
+                **self._write_args(digest.hexdigest()),
+            )
+            return False
+
+        try:
+            try:
+                present = retry_conflicts(put)
+            except botocore.exceptions.ClientError as exc:
+                if not is_precondition_failed(exc):
+                    raise
+                present = self._same_bytes(key, data, digest.hexdigest())
+        except UploadError:
+            raise
+        except BotoErrors as exc:
+            raise UploadError(
+                f"upload of {name} to s3://{self._bucket}/{key} failed: "
+                f"{describe(exc, self._settings, attempts=self.stats.attempts - attempts_before)}"
+            ) from exc
+        return UploadedObject(
+            path=Path(name),
+            uri=f"s3://{self._bucket}/{key}",
+            sha256=digest.hexdigest(),
+            size=len(data),
+            parts=1,
+            already_present=present,
+        )
+
+    def _same_bytes(self, key: str, data: bytes, sha256_hex: str) -> bool:
+        """A key that exists already (a retry of our own PUT that landed): ours only if it holds ``data``."""
+        body = self._client.get_object(Bucket=self._bucket, Key=key)["Body"]
+        try:
+            stored = body.read(len(data) + 1)
+        finally:
+            body.close()
+        if hashlib.sha256(stored).hexdigest() != sha256_hex:
+            raise ObjectConflictError(
+                f"s3://{self._bucket}/{key} already exists with different content; nothing was overwritten"
+            )
+        return True
+
     # -- one object ---------------------------------------------------------------------------
 
     def _upload_one(self, path: Path, key: str) -> UploadedObject:

@@ -13,6 +13,7 @@ from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import (
     Artifact,
     DeadlineInfo,
+    LostAttempt,
     MonitorConfig,
     PostShutdown,
     SampleRecorder,
@@ -44,6 +45,7 @@ class Evidence:
     protocol_violations: tuple[str, ...] = ()
     deadline_end: verdicts.DeadlineEnd | None = None
     stacks: Mapping[str, Any] | None = None
+    lost_attempts: tuple[LostAttempt, ...] = ()
 
 
 def build_artifact(
@@ -55,16 +57,34 @@ def build_artifact(
     verdict: verdicts.Verdict,
     recorder: SampleRecorder,
 ) -> Artifact:
+    console = files.keep_copies(ports.channel.console_logs())
+    artifact = _document(settings, ports, evidence, recorder)
+    apply_verdict(artifact, verdict)
+    artifact.console_log = str(console[-1].resolve()) if console else None
+    if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
+        artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
+    return artifact
+
+
+def provisional_artifact(settings: Settings, ports: Ports, evidence: Evidence) -> Artifact:
+    """The attempt as it starts, without a verdict (status running): what a hard stop leaves."""
+    recorder = SampleRecorder(None, settings.monitor.series_points)
+    artifact = _document(settings, ports, evidence, recorder)
+    artifact.samples = recorder.series(SAMPLES_FILE, None)
+    return artifact
+
+
+def _document(settings: Settings, ports: Ports, evidence: Evidence, recorder: SampleRecorder) -> Artifact:
+    """Everything but the verdict (status running) and the files kept beside it."""
     mset, started, summary = settings.monitor, evidence.started, evidence.summary
     request = started.request
-    console = files.keep_copies(ports.channel.console_logs())
     command = evidence.launched.command if evidence.launched else request.command
     rules = settings.redaction.rules()
-    artifact = Artifact(
-        status=verdict.status,
-        failure_reason=verdict.reason,
-        failure_classification=verdict.classification,
-        exit_code=int(verdict.exit_code),
+    return Artifact(
+        status="running",
+        failure_reason=None,
+        failure_classification=None,
+        exit_code=None,
         command=list(redact_command(command, rules)),
         context={
             **request.context,
@@ -95,14 +115,12 @@ def build_artifact(
             launcher_exit=evidence.exit_record.to_json() if evidence.exit_record else None,
         ),
         run_summary=json_safe(summary.data) if summary else None,
-        console_log=str(console[-1].resolve()) if console else None,
+        console_log=None,
         provenance=_provenance(ports, evidence),
+        lost_attempts=list(evidence.lost_attempts),
         protocol_violations=list(evidence.protocol_violations),
         stacks=None if evidence.stacks is None else dict(evidence.stacks),
     )
-    if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
-        artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
-    return artifact
 
 
 def _deadline_info(ports: Ports, evidence: Evidence) -> DeadlineInfo | None:

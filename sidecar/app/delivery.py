@@ -14,7 +14,7 @@ from sidecar.app.artifact import ARTIFACT_FILE, SAMPLES_FILE, apply_verdict
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact import Artifact, UploadInfo, dumps_artifact
+from sidecar.core.artifact import Artifact, Segment, UploadInfo, dumps_artifact
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.keys import render_key_prefix
 from sidecar.core.ports import ArtifactSink
@@ -31,6 +31,9 @@ class Delivery:
     deadline_unix: float | None
     index: int | None = None
     indexes: int | None = None
+    # Evidence sent while the trainer ran (sidecar.app.evidence): listed in the final artifact.
+    segments: tuple[Segment, ...] = ()
+    segments_error: str | None = None
 
 
 def deliver(
@@ -62,7 +65,7 @@ def _upload(
     delivery: Delivery,
 ) -> verdicts.Verdict:
     """The evidence files first, then the artifact naming their URIs; the local copy follows."""
-    upload = UploadInfo()
+    upload = UploadInfo(segments=list(delivery.segments), segments_error=delivery.segments_error)
     final = verdict
     evidence = [*files.existing([SAMPLES_FILE]), *files.keep_copies(ports.channel.console_logs())]
     try:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 from sidecar.app.console import Console
+from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
@@ -108,7 +109,13 @@ class Sampler:
 
 
 def watch(
-    going: Going, *, session: LaunchSession, sampler: Sampler, console: Console, signals: DeferredSignals
+    going: Going,
+    *,
+    session: LaunchSession,
+    sampler: Sampler,
+    console: Console,
+    signals: DeferredSignals,
+    trail: EvidenceTrail | None = None,
 ) -> Watched:
     """Until the launcher exits. Cancellation and failures of the monitor itself stop the trainer
     and become the verdict (the seed's rule: a broken monitor fails the soak, with an artifact)."""
@@ -127,7 +134,7 @@ def watch(
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled) as stop:
         signals.defer()
-        _stop_on_cancellation(going, session, policy, signals, stop_signal(stop))
+        _stop_on_cancellation(going, session, policy, signals, stop_signal(stop), trail=trail)
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()
@@ -165,17 +172,27 @@ def stall_stacks(ports: Ports) -> dict[str, Any]:
 
 
 def _stop_on_cancellation(
-    going: Going, session: LaunchSession, policy: MonitorPolicy, signals: DeferredSignals, signal: str
+    going: Going,
+    session: LaunchSession,
+    policy: MonitorPolicy,
+    signals: DeferredSignals,
+    signal: str,
+    *,
+    trail: EvidenceTrail | None,
 ) -> None:
     """The soft stop first, so the trainer can checkpoint and keep its evidence; SIGTERM after
-    launcher.stop_grace_s (or at once when asked again to stop), then the usual escalation."""
+    launcher.stop_grace_s (or at once when asked again to stop), then the usual escalation. The
+    cause goes into the provisional artifact before the grace: a SIGKILL during it keeps the cause."""
     ports, grace = going.ports, going.settings.launcher.stop_grace_s
     asked = signals.noted
     requested = ports.clock.monotonic()
     # First: the cause can wait, the trainer not.
     session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
     print(stop_notice(signal, grace), file=sys.stderr, flush=True)
-    policy.interrupted(*cancellation(ports, signal))
+    kind, reason = cancellation(ports, signal)
+    policy.interrupted(kind, reason)
+    if trail is not None:
+        trail.stopping(kind, reason)
     if grace > 0:
         session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
         if signals.noted > asked:

@@ -94,6 +94,7 @@ class LauncherSpawner(Protocol):
 
 class SampleLog(Protocol):
     error: str | None
+    flushed_bytes: int
 
     def write_line(self, line: str) -> None: ...
     def close(self) -> None: ...
@@ -110,6 +111,10 @@ class ArtifactFiles(Protocol):
     def keep_copies(self, files: Sequence[Path]) -> list[Path]: ...
     def existing(self, names: Sequence[str]) -> list[Path]: ...
     def sha256(self, name: str) -> str | None: ...
+    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
+        """(inode, offset, bytes) of a regular file from ``offset_for(inode)``, never through a
+        link; OSError when unreadable."""
+        ...
 
 
 class Provenance(Protocol):
@@ -127,6 +132,10 @@ class Publisher(Protocol):
 
     def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
         """A rate-limited "still running" note, called once per sample."""
+        ...
+
+    def evidence(self, uri: str, at_unix: float) -> object:
+        """Where the attempt's evidence is, and when it last reached the store (advisory)."""
         ...
 
 

@@ -16,10 +16,11 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact
+from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact, provisional_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, deliver, key_prefix
+from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.monitoring import Sampler, cancellation, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
@@ -64,6 +65,7 @@ class Supervisor:
         self._started = Started(request, wall=clock.wall(), monotonic=clock.monotonic())
         self._console = Console(ports.status_stream, settings.monitor.status_line)
         self._signals = DeferredSignals()
+        self._trail: EvidenceTrail | None = None
 
     def run(self) -> RunResult:
         """The pipeline inside its guards: one sidecar per run dir, the store's lock from before the
@@ -97,6 +99,8 @@ class Supervisor:
             self._signals.defer()
             return self._cancelled_before_monitoring(stop_signal(stop))
         finally:
+            if self._trail is not None:
+                self._trail.close()
             self._signals.restore()
             self._console.close()
 
@@ -111,7 +115,7 @@ class Supervisor:
         checked: Preflight | None = None
         try:
             checked = preflight(self._settings, self._ports, self._started, launched)
-            files = self._claim_attempt()
+            files, trail = self._claim_attempt(launched, checked)
             # The trainer inherits the launcher's environment (go.json names no GPUs), so the
             # launcher's NVIDIA_VISIBLE_DEVICES is the trainer's; under another UID its environ is
             # unreadable and launcher.json's report stands in. Opened before the go-ahead, so a
@@ -121,7 +125,7 @@ class Supervisor:
             gpu = self._ports.open_gpu(trainer_env or None)
             going = Going(self._settings, self._ports, self._started, launched, checked)
             with self._stopping_on_failure():
-                watched, recorder, devices = self._watch(going, gpu, files)
+                watched, recorder, devices = self._watch(going, gpu, files, trail)
                 concluded = conclude_run(going, watched, session=self._session, recorder=recorder)
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
@@ -141,14 +145,29 @@ class Supervisor:
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 
-    def _claim_attempt(self) -> ArtifactFiles:
+    def _claim_attempt(self, launched: Launched, checked: Preflight) -> tuple[ArtifactFiles, EvidenceTrail]:
         """Numbered once the deadline record exists and the run may start: a run refused or unable
-        to start uses no attempt, and the ledger never holds a claim without a record."""
+        to start uses no attempt, and the ledger never holds a claim without a record. The
+        provisional artifact follows at once, before the trainer starts."""
         attempt = self._ports.store.claim_attempt(self._started.request.slot)
         self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
         files = self._ports.artifact_files(self._started.artifact_dir)
         files.create()
-        return files
+        trail = self._trail = EvidenceTrail(
+            files=files,
+            sink=self._ports.sink,
+            publisher=self._ports.publisher,
+            key_prefix=key_prefix(self._settings, self._started.request, str(attempt)),
+            flush_s=self._settings.evidence.flush_s,
+            clock=self._ports.clock,
+            console_logs=self._ports.channel.console_logs,
+        )
+        evidence = Evidence(self._started, launched=launched, preflight=checked)
+        try:
+            trail.begin(provisional_artifact(self._settings, self._ports, evidence))
+        except OSError as exc:
+            raise ConfigError(f"cannot write the provisional artifact in {files.path}: {exc}") from exc
+        return files, trail
 
     def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
         # Before anything touches the run dir: a second sidecar must not reset or abort the first
@@ -171,11 +190,12 @@ class Supervisor:
             raise
 
     def _watch(
-        self, going: Going, gpu: GpuBackend, files: ArtifactFiles
+        self, going: Going, gpu: GpuBackend, files: ArtifactFiles, trail: EvidenceTrail
     ) -> tuple[Watched, SampleRecorder, tuple[GpuDevice, ...]]:
         """Heartbeat and go-ahead, then monitoring until the launcher exits; samples streamed."""
         with self._session.going(self._settings, self._started, going.preflight):
             samples = files.open_samples(SAMPLES_FILE)
+            trail.follow(samples)
             recorder = SampleRecorder(
                 samples.write_line,
                 self._settings.monitor.series_points,
@@ -188,6 +208,7 @@ class Supervisor:
                     sampler=Sampler(self._ports, going.launched, gpu, recorder),
                     console=self._console,
                     signals=self._signals,
+                    trail=trail,
                 )
             finally:
                 devices = _devices(gpu)
@@ -242,6 +263,8 @@ class Supervisor:
                 ports.channel.redact_commands()
         artifact = build_artifact(settings, ports, files, evidence, verdict=verdict, recorder=recorder)
         attempt = self._started.attempt
+        trail = self._trail
+        segments = trail.close() if trail is not None else ()
         return deliver(
             self._ports,
             files,
@@ -255,6 +278,8 @@ class Supervisor:
                 deadline_unix=None if evidence.preflight is None else evidence.preflight.record.deadline_unix,
                 index=self._started.request.index,
                 indexes=None if self._started.request.index is None else self._started.request.indexes,
+                segments=segments,
+                segments_error=None if trail is None else trail.error,
             ),
         )
 

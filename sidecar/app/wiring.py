@@ -172,6 +172,9 @@ class _PodPublication:
     def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
         return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic)
 
+    def evidence(self, uri: str, at_unix: float) -> object:
+        return self._publisher.evidence(uri, at_unix)
+
 
 class _PodStatusReader:
     """The PodStatus port: the sidecar's own pod and Job through the API, errors told, not raised."""

@@ -161,3 +161,7 @@ class ArtifactSink(Protocol):
         Stops at the first failure with UploadError; files uploaded before it stay uploaded.
         """
         ...
+
+    def upload_bytes(self, name: str, data: bytes, key_prefix: str) -> UploadedObject:
+        """One object ``<key_prefix><name>`` from memory, never overwriting; UploadError on failure."""
+        ...

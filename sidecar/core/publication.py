@@ -58,7 +58,13 @@ KEY_BUDGETS: dict[str, int] = {
     "index": SHORT_BYTES,
     "indexes": SHORT_BYTES,
 }
-PROGRESS_KEY_BUDGETS: dict[str, int] = {"phase": SHORT_BYTES, "heartbeat": SHORT_BYTES}
+PROGRESS_KEY_BUDGETS: dict[str, int] = {
+    "phase": SHORT_BYTES,
+    "heartbeat": SHORT_BYTES,
+    # Where the attempt's provisional artifact is, and when its evidence last reached the store.
+    "evidence": URI_BYTES,
+    "evidence-at": SHORT_BYTES,
+}
 
 # Bound of keys plus values of the verdict and progress maps together, with the longest prefix.
 MAX_ANNOTATIONS_BYTES = sum(
@@ -183,6 +189,37 @@ def build_progress_annotations(
         annotation_key(prefix, "phase"): sanitize(phase, PROGRESS_KEY_BUDGETS["phase"]),
         annotation_key(prefix, "heartbeat"): beat,
     }
+
+
+def build_evidence_annotations(
+    uri: str, at_unix: float, prefix: str = DEFAULT_PREFIX
+) -> dict[str, str | None]:
+    """Annotations that say where a running attempt's evidence is and when it last reached the store."""
+    return {
+        annotation_key(prefix, "evidence"): sanitize(uri, PROGRESS_KEY_BUDGETS["evidence"]),
+        annotation_key(prefix, "evidence-at"): str(int(at_unix)) if math.isfinite(at_unix) else None,
+    }
+
+
+@dataclass(frozen=True)
+class EvidenceNote:
+    """A running attempt's evidence as its pod's annotations tell it (a claim of the pod about itself)."""
+
+    uri: str
+    at_unix: int | None
+
+
+def parse_evidence(
+    annotations: Mapping[str, str] | None, prefix: str = DEFAULT_PREFIX
+) -> EvidenceNote | None:
+    if not annotations:
+        return None
+    base = normalize_prefix(prefix)
+    uri = annotations.get(f"{base}evidence")
+    if not uri:
+        return None
+    at = annotations.get(f"{base}evidence-at") or ""
+    return EvidenceNote(sanitize(uri, URI_BYTES), int(at) if at.isdigit() and len(at) <= 12 else None)
 
 
 def parse_annotations(

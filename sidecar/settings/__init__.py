@@ -10,6 +10,7 @@ from sidecar.settings.model import (
 )
 from sidecar.settings.outputs import (
     ArtifactSettings,
+    EvidenceSettings,
     GpuSettings,
     KubeSettings,
     MetricsSettings,
@@ -21,6 +22,7 @@ from sidecar.settings.run import DeadlineSettings, LauncherSettings, MonitorSett
 __all__ = [
     "ArtifactSettings",
     "DeadlineSettings",
+    "EvidenceSettings",
     "GpuSettings",
     "KubeSettings",
     "LauncherSettings",

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from sidecar.core.errors import ConfigError
 from sidecar.settings.outputs import (
     ArtifactSettings,
+    EvidenceSettings,
     GpuSettings,
     KubeSettings,
     MetricsSettings,
@@ -42,6 +43,7 @@ class Settings(BaseSettings):
     deadline: DeadlineSettings = Field(default_factory=DeadlineSettings)
     launcher: LauncherSettings = Field(default_factory=LauncherSettings)
     artifact: ArtifactSettings = Field(default_factory=ArtifactSettings)
+    evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
     redaction: RedactionSettings = Field(default_factory=RedactionSettings)
     s3: S3Settings = Field(default_factory=S3Settings)
     kube: KubeSettings = Field(default_factory=KubeSettings)

@@ -25,6 +25,18 @@ class ArtifactSettings(Group):
     )
 
 
+class EvidenceSettings(Group):
+    """Evidence on its way out while the trainer runs, so a hard stop loses little (docs/artifact.md)."""
+
+    flush_s: float = Field(
+        300.0,
+        ge=0.1,
+        le=DAY_S,
+        description="Seconds between uploads of the new samples and console output as segments (objects "
+        "never rewritten); a hard stop loses at most this much in S3. Default 300.",
+    )
+
+
 class RedactionSettings(Group):
     """Secrets in the trainer's command line, redacted wherever it is stored or printed (docs/security.md)."""
 

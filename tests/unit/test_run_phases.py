@@ -96,8 +96,15 @@ def test_a_passing_run_goes_through_every_phase(tmp_path: Path) -> None:
     assert world.gpu.env == {"NVIDIA_VISIBLE_DEVICES": "0"} and world.gpu.closed
     # monitoring sampled about once a second while the trainer ran five
     assert 4 <= artifact["monitor"]["sample_count"] <= 7 and world.publisher.notes >= 4
+    # the provisional artifact when the attempt was numbered (no segment: flush_s is 300 s);
     # delivery: samples, then the artifact naming their URIs; then the publication
-    assert [name for _, name in world.sink.uploaded] == ["samples.jsonl.gz", "artifact.json"]
+    uploaded = [name for _, name in world.sink.uploaded]
+    assert uploaded == ["provisional-0001.json", "samples.jsonl.gz", "artifact.json"]
+    ((provisional_key, provisional),) = world.sink.objects.items()
+    assert json.loads(provisional)["status"] == "running" and json.loads(provisional)["exit_code"] is None
+    assert json.loads(provisional)["context"]["attempt"] == 1
+    assert world.publisher.evidence_notes == [f"s3://soaks/{provisional_key}"]
+    assert artifact["upload"]["segments"] == []
     assert artifact["upload"]["uris"]["samples.jsonl.gz"].startswith("s3://soaks/")
     (published,) = world.publisher.published
     assert published.status == "passed" and published.attempt == 1

@@ -19,6 +19,7 @@ from sidecar.core.errors import ConfigError, PublishError
 from sidecar.core.publication import (
     Publication,
     build_annotations,
+    build_evidence_annotations,
     build_progress_annotations,
     event_message,
     event_reason,
@@ -203,6 +204,21 @@ class PodPublisher:
         try:
             annotations = build_progress_annotations(phase, now_wall, self._prefix)
             patch_annotations(self._client, self._namespace, self._pod, annotations)
+        except PublishError:
+            return False
+        return True
+
+    def evidence(self, uri: str, at_unix: float) -> bool:
+        """Annotate where the attempt's evidence is and when it last reached the store: what
+        ``soak-sidecar verdict`` shows of an attempt whose sidecar never published a verdict.
+        Advisory like progress: a failure is swallowed."""
+        try:
+            patch_annotations(
+                self._client,
+                self._namespace,
+                self._pod,
+                build_evidence_annotations(uri, at_unix, self._prefix),
+            )
         except PublishError:
             return False
         return True

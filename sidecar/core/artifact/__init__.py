@@ -3,11 +3,14 @@
 
 from sidecar.core.artifact.analysis import leak_failures, project_memory, run_summary_figures
 from sidecar.core.artifact.models import (
+    PROVISIONAL_STATUSES,
     Artifact,
     DeadlineInfo,
+    LostAttempt,
     MonitorConfig,
     PostShutdown,
     ResourceSummary,
+    Segment,
     UploadInfo,
     dumps_artifact,
     utc_timestamp,
@@ -15,12 +18,15 @@ from sidecar.core.artifact.models import (
 from sidecar.core.artifact.recorder import SampleRecorder
 
 __all__ = [
+    "PROVISIONAL_STATUSES",
     "Artifact",
     "DeadlineInfo",
+    "LostAttempt",
     "MonitorConfig",
     "PostShutdown",
     "ResourceSummary",
     "SampleRecorder",
+    "Segment",
     "UploadInfo",
     "dumps_artifact",
     "leak_failures",

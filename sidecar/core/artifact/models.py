@@ -13,7 +13,9 @@ from sidecar.core.gpu_health import GpuHealthSummary
 from sidecar.core.samples import ResidualProcess, Sample
 from sidecar.core.trends import LeakTrend
 
-ARTIFACT_SCHEMA_VERSION = "2.1.0"
+ARTIFACT_SCHEMA_VERSION = "2.2.0"
+# An attempt still running, or stopping: its provisional artifact (no verdict yet).
+PROVISIONAL_STATUSES = ("running", "stopping")
 
 
 def utc_timestamp(epoch: float) -> str:
@@ -158,10 +160,42 @@ class DeadlineInfo(_Model):
     kill_sent: bool = False
 
 
+class Segment(_Model):
+    """A slice of an evidence file uploaded while the trainer ran: never rewritten; a file's
+    segments in order, concatenated, are its bytes from offset 0 up to the last flush."""
+
+    name: str = Field(description="Object name under the attempt's prefix, e.g. samples.jsonl.gz.seg-000001.")
+    file: str = Field(description="The evidence file it is a slice of (samples.jsonl.gz, console.log).")
+    offset: int = Field(ge=0, description="Byte offset of the slice in that file.")
+    size: int = Field(ge=0)
+    sha256: str
+    uri: str
+    uploaded_at_utc: str
+
+
 class UploadInfo(_Model):
     uris: dict[str, str] = Field(default_factory=dict, description="File name -> URI.")
     sha256: dict[str, str] = Field(default_factory=dict, description="File name -> sha256 hex.")
     error: str | None = None
+    segments: list[Segment] = Field(
+        default_factory=list,
+        description="The evidence uploaded in segments every evidence.flush_s while the trainer ran.",
+    )
+    segments_error: str | None = Field(
+        default=None,
+        description="The first failure of a segment or provisional upload (later flushes try again).",
+    )
+
+
+class LostAttempt(_Model):
+    """An earlier attempt of the same run (and index) that ended without a verdict: its sidecar was
+    killed, or its node lost. What its provisional artifact and segments say of it."""
+
+    attempt: int
+    status: str = Field(description="Its last provisional status: running, or stopping (a stop had begun).")
+    reason: str | None = Field(default=None, description="Why it was stopping, when it got that far.")
+    last_evidence_at_utc: str | None = Field(default=None, description="Its last record or segment.")
+    evidence: str = Field(description="Where its provisional artifact is (s3:// URI or local path).")
 
 
 class PostShutdown(_Model):
@@ -173,10 +207,14 @@ class PostShutdown(_Model):
 
 class Artifact(_Model):
     schema_version: str = ARTIFACT_SCHEMA_VERSION
-    status: Literal["passed", "failed"]
+    status: Literal["passed", "failed", "running", "stopping"] = Field(
+        description="The verdict; running or stopping in the provisional artifact, written when the "
+        "attempt is numbered and replaced by the final one (a stop from outside first records its cause "
+        "as stopping).",
+    )
     failure_reason: str | None
     failure_classification: str | None
-    exit_code: int
+    exit_code: int | None = Field(description="The sidecar's exit code; None while there is no verdict.")
     command: list[str]
     context: dict[str, Any]
     started_at_utc: str
@@ -198,6 +236,10 @@ class Artifact(_Model):
         description="A stall's evidence: the Python stacks of the trainer's processes, taken by the launcher "
         "(py-spy) before the TERM (stacks.json: per process a stack or why it is missing), or why there "
         "are none. Absent when no stall stopped the trainer.",
+    )
+    lost_attempts: list[LostAttempt] = Field(
+        default_factory=list,
+        description="Earlier attempts of this run (and index) that ended without a verdict.",
     )
     protocol_violations: list[str] = Field(
         default_factory=list,

@@ -1,0 +1,284 @@
+"""The attempt's evidence on its way out while the trainer runs, so that a hard stop (a SIGKILL, the
+node lost) loses at most one flush interval of it.
+
+- The provisional artifact (status ``running``) is written beside the samples and uploaded as soon
+  as the attempt has its number. A stop from outside records ``stopping`` with its cause at once.
+- Every ``evidence.flush_s`` the samples and console bytes written since the last flush go to the
+  store as segments: objects numbered in order, each checksummed, never rewritten. A file's segments
+  concatenated are its bytes up to the last flush.
+
+Locally ``artifact.json`` is replaced in place (atomically) by each record and then by the final
+artifact; in the store every record is a new object (``provisional-0001.json``, ...): nothing
+there is ever overwritten. Uploads run on one worker thread, so a slow store never delays a sample.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sidecar.app.artifact import ARTIFACT_FILE, SAMPLES_FILE
+from sidecar.app.ports import ArtifactFiles, Publisher, SampleLog
+from sidecar.core.artifact import Artifact, Segment, dumps_artifact, utc_timestamp
+from sidecar.core.errors import ConfigError, UploadError
+from sidecar.core.ports import ArtifactSink, Clock, UploadedObject
+
+PROVISIONAL_PREFIX = "provisional-"
+SEGMENT_MARK = ".seg-"
+CONSOLE_STEM = "console.log"
+# One segment at most; what is left goes out in the next one, in the same flush.
+SEGMENT_LIMIT_BYTES = 8 * 1024 * 1024
+# How long the end of an attempt waits for an upload in flight (the final upload sends it all anyway).
+CLOSE_WAIT_S = 30.0
+
+
+def provisional_name(number: int) -> str:
+    return f"{PROVISIONAL_PREFIX}{number:04d}.json"
+
+
+def segment_name(stem: str, number: int) -> str:
+    return f"{stem}{SEGMENT_MARK}{number:06d}"
+
+
+@dataclass
+class _Outbox:
+    """Where the evidence goes: the local directory and the store (None locally without S3)."""
+
+    files: ArtifactFiles
+    sink: ArtifactSink | None
+    key_prefix: str
+    clock: Clock
+    publisher: Publisher | None
+    error: str | None = None
+    announced: str | None = None  # the latest provisional record's URI
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def put(self, name: str, data: bytes) -> UploadedObject | None:
+        if self.sink is None:
+            return None
+        try:
+            return self.sink.upload_bytes(name, data, self.key_prefix)
+        except (UploadError, ConfigError) as exc:
+            self.note(f"{name}: {exc}")
+            return None
+
+    def announce(self, record_uri: str | None = None) -> None:
+        """Where the evidence is and when it last reached the store, for ``soak-sidecar verdict``."""
+        self.announced = record_uri or self.announced
+        if self.publisher is not None and self.announced is not None:
+            self.publisher.evidence(self.announced, self.clock.wall())
+
+    def note(self, problem: str) -> None:
+        with self.lock:
+            self.error = self.error or problem
+
+    def now_utc(self) -> str:
+        return utc_timestamp(self.clock.wall())
+
+
+class _Records:
+    """The provisional artifact: replaced in place locally, a new numbered object in the store."""
+
+    def __init__(self, outbox: _Outbox) -> None:
+        self._outbox = outbox
+        self._doc: Artifact | None = None
+        self._sent = 0
+        self._lock = threading.Lock()
+
+    def write(self, doc: Artifact) -> None:
+        """Locally, at once; OSError when the directory is unusable."""
+        with self._lock:
+            self._doc = doc
+        self._outbox.files.write(ARTIFACT_FILE, dumps_artifact(doc).encode())
+
+    def stopping(self, classification: str, reason: str) -> bool:
+        with self._lock:
+            if self._doc is None:
+                return False
+            doc = self._doc.model_copy(
+                update={
+                    "status": "stopping",
+                    "failure_classification": classification,
+                    "failure_reason": reason,
+                    "ended_at_utc": self._outbox.now_utc(),
+                }
+            )
+        try:
+            self.write(doc)
+        except OSError as exc:
+            self._outbox.note(f"the provisional artifact was not written: {exc}")
+        return True
+
+    def upload(self) -> None:
+        with self._lock:
+            doc, number = self._doc, self._sent + 1
+        if doc is None:
+            return
+        stored = self._outbox.put(provisional_name(number), dumps_artifact(doc).encode())
+        if stored is not None:
+            with self._lock:
+                self._sent = number
+            self._outbox.announce(stored.uri)
+
+
+class _Segments:
+    """The bytes of the samples file and the console logs written since the last flush."""
+
+    def __init__(self, outbox: _Outbox, console_logs: Callable[[], Sequence[Path]]) -> None:
+        self._outbox = outbox
+        self._console_logs = console_logs
+        self.samples: SampleLog | None = None
+        self._samples_sent = 0
+        self._console_sent: dict[int, int] = {}  # inode -> bytes sent: a rotated log keeps its inode
+        self._numbers: dict[str, int] = {}
+        self.sent: list[Segment] = []
+
+    def flush(self) -> None:
+        sent = False
+        if self.samples is not None:
+            upto = self.samples.flushed_bytes
+            while self._samples_sent < upto:
+                limit = min(SEGMENT_LIMIT_BYTES, upto - self._samples_sent)
+                span = self._read(
+                    self._outbox.files.path / SAMPLES_FILE, lambda _inode: self._samples_sent, limit
+                )
+                if span is None or not self._send(SAMPLES_FILE, SAMPLES_FILE, span[1], span[2]):
+                    break
+                self._samples_sent += len(span[2])
+                sent = True
+        for log in self._console_logs():
+            sent = self._flush_console(log) or sent
+        if sent:
+            self._outbox.announce()
+
+    def _flush_console(self, log: Path) -> bool:
+        def offset_for(inode: int) -> int:
+            return self._console_sent.get(inode, 0)
+
+        sent = False
+        while (span := self._read(log, offset_for, SEGMENT_LIMIT_BYTES)) is not None and span[2]:
+            inode, offset, data = span
+            if not self._send(CONSOLE_STEM, log.name, offset, data):
+                break
+            self._console_sent[inode] = offset + len(data)
+            sent = True
+        return sent
+
+    def _read(
+        self, path: Path, offset_for: Callable[[int], int], limit: int
+    ) -> tuple[int, int, bytes] | None:
+        try:
+            return self._outbox.files.read_span(path, offset_for, limit)
+        except OSError as exc:
+            self._outbox.note(f"cannot read {path.name} for a segment: {exc}")
+            return None
+
+    def _send(self, stem: str, file: str, offset: int, data: bytes) -> bool:
+        number = self._numbers.get(stem, 0) + 1
+        name = segment_name(stem, number)
+        stored = self._outbox.put(name, data)
+        if stored is None:
+            return False
+        self._numbers[stem] = number
+        self.sent.append(
+            Segment(
+                name=name,
+                file=file,
+                offset=offset,
+                size=len(data),
+                sha256=stored.sha256,
+                uri=stored.uri,
+                uploaded_at_utc=self._outbox.now_utc(),
+            )
+        )
+        return True
+
+
+class EvidenceTrail:
+    """One attempt's provisional records and segments. ``begin`` before the trainer starts,
+    ``follow`` once samples are written, ``stopping`` on a stop from outside, ``close`` at the end."""
+
+    def __init__(
+        self,
+        *,
+        files: ArtifactFiles,
+        sink: ArtifactSink | None,
+        publisher: Publisher | None,
+        key_prefix: str,
+        flush_s: float,
+        clock: Clock,
+        console_logs: Callable[[], Sequence[Path]],
+    ) -> None:
+        self._outbox = _Outbox(files, sink, key_prefix, clock, publisher)
+        self._records = _Records(self._outbox)
+        self._segments = _Segments(self._outbox, console_logs)
+        self._flush_s = flush_s
+        self._wake = threading.Condition()
+        self._record_due = False
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def error(self) -> str | None:
+        """The first upload that failed (later flushes try again; the final upload sends it all)."""
+        return self._outbox.error
+
+    def begin(self, provisional: Artifact) -> None:
+        """Written here, then uploaded now: the trainer has not started yet. A failure to write
+        locally is the caller's (OSError: an unusable directory); an upload failure is kept."""
+        self._records.write(provisional)
+        self._records.upload()
+
+    def follow(self, samples: SampleLog) -> None:
+        """Start flushing the samples (and the console) every flush_s."""
+        self._segments.samples = samples
+        if self._outbox.sink is None:
+            return
+        self._thread = threading.Thread(target=self._run, name="soak-evidence", daemon=True)
+        self._thread.start()
+
+    def stopping(self, classification: str, reason: str) -> None:
+        """A stop from outside has begun: the record says so here at once, and in the store as
+        soon as the worker can send it, then the evidence up to now."""
+        if not self._records.stopping(classification, reason):
+            return
+        if self._thread is None:  # no worker (no store, or monitoring not begun): send it now
+            self._records.upload()
+            return
+        with self._wake:
+            self._record_due = True
+            self._wake.notify()
+
+    def close(self) -> tuple[Segment, ...]:
+        """Stop the worker; the segments sent so far (the final artifact lists them)."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        thread = self._thread
+        if thread is not None:
+            thread.join(CLOSE_WAIT_S)
+            if thread.is_alive():
+                self._outbox.note(f"an upload was still running after {CLOSE_WAIT_S:g}s at the end")
+                return ()
+        return tuple(self._segments.sent)
+
+    def _run(self) -> None:
+        clock = self._outbox.clock
+        next_flush = clock.monotonic() + self._flush_s
+        while True:
+            with self._wake:
+                while not (self._closing or self._record_due):
+                    left = next_flush - clock.monotonic()
+                    if left <= 0:
+                        break
+                    self._wake.wait(left)
+                closing, record_due = self._closing, self._record_due
+                self._record_due = False
+            if record_due:
+                self._records.upload()
+            if closing:
+                return
+            self._segments.flush()
+            next_flush = clock.monotonic() + self._flush_s

@@ -13,7 +13,6 @@ from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import (
     Artifact,
     DeadlineInfo,
-    LostAttempt,
     MonitorConfig,
     PostShutdown,
     SampleRecorder,
@@ -45,7 +44,6 @@ class Evidence:
     protocol_violations: tuple[str, ...] = ()
     deadline_end: verdicts.DeadlineEnd | None = None
     stacks: Mapping[str, Any] | None = None
-    lost_attempts: tuple[LostAttempt, ...] = ()
 
 
 def build_artifact(
@@ -117,7 +115,7 @@ def _document(settings: Settings, ports: Ports, evidence: Evidence, recorder: Sa
         run_summary=json_safe(summary.data) if summary else None,
         console_log=None,
         provenance=_provenance(ports, evidence),
-        lost_attempts=list(evidence.lost_attempts),
+        lost_attempts=list(started.lost_attempts),
         protocol_violations=list(evidence.protocol_violations),
         stacks=None if evidence.stacks is None else dict(evidence.stacks),
     )

@@ -7,6 +7,7 @@ Nothing is lost on the way: an artifact that cannot be written or uploaded chang
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -121,7 +122,7 @@ def _publish(
         print(f"soak-sidecar: publication: {problem}", file=sys.stderr)
 
 
-def key_prefix(settings: Settings, request: RunRequest, attempt: str) -> str:
+def key_prefix(settings: Settings, request: RunRequest, attempt: str, *, pod: str | None = None) -> str:
     """The attempt's prefix in the bucket, from s3.key_template. ``attempt``: its number, or for a
     run refused before it had one, its unique local directory name (refusals never share a key)."""
     s3 = settings.s3
@@ -131,8 +132,17 @@ def key_prefix(settings: Settings, request: RunRequest, attempt: str) -> str:
             "prefix": s3.prefix,
             "namespace": settings.kube.namespace or "local",
             "job": str(request.context.get("job") or "local"),
-            "pod": settings.kube.pod_name or "local",
+            "pod": pod or settings.kube.pod_name or "local",
             "run_id": request.run_id,
             "attempt": attempt,
         },
     )
+
+
+def runs_prefix(settings: Settings, request: RunRequest) -> str:
+    """The bucket prefix every attempt of the run shares (where earlier attempts are looked for):
+    the key template rendered for two different attempts and pods, cut to their common folder."""
+    first = key_prefix(settings, request, "1", pod="a").split("/")
+    second = key_prefix(settings, request, "2", pod="b").split("/")
+    shared = itertools.takewhile(lambda pair: pair[0] == pair[1], zip(first, second, strict=False))
+    return "".join(f"{a}/" for a, _ in shared)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+from sidecar.core.artifact.lost import FoundAttempt
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.identity import RunIdentity
 from sidecar.core.pod_facts import ContainerState
@@ -114,6 +115,15 @@ class ArtifactFiles(Protocol):
     def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
         """(inode, offset, bytes) of a regular file from ``offset_for(inode)``, never through a
         link; OSError when unreadable."""
+        ...
+
+
+class AttemptHistory(Protocol):
+    """Where earlier attempts of a run left their evidence (the local output dir, the bucket)."""
+
+    def find(self, run_id: str, runs_prefix: str) -> list[FoundAttempt]:
+        """Each attempt location found for ``run_id`` (the bucket is listed under ``runs_prefix``);
+        TransientError when it cannot be read."""
         ...
 
 
@@ -222,5 +232,7 @@ class Ports:
     # The sidecar's pod and Job as the API says (pod mode): why a stop came, how the trainer's
     # container ended. None outside Kubernetes.
     pod_status: PodStatus | None = None
+    # Where to look for earlier attempts that ended without a verdict.
+    histories: tuple[AttemptHistory, ...] = ()
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

@@ -10,6 +10,7 @@ A run that cannot start still ends in a verdict with an artifact (``_unstarted``
 from __future__ import annotations
 
 import contextlib
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,7 +20,7 @@ from pathlib import Path
 from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact, provisional_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
-from sidecar.app.delivery import Delivery, deliver, key_prefix
+from sidecar.app.delivery import Delivery, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.monitoring import Sampler, cancellation, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
@@ -28,7 +29,8 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact import SampleRecorder
+from sidecar.core.artifact import LostAttempt, SampleRecorder
+from sidecar.core.artifact.lost import FoundAttempt, describe_lost, lost_attempts
 from sidecar.core.errors import (
     ConfigError,
     InsufficientBudgetError,
@@ -150,7 +152,12 @@ class Supervisor:
         to start uses no attempt, and the ledger never holds a claim without a record. The
         provisional artifact follows at once, before the trainer starts."""
         attempt = self._ports.store.claim_attempt(self._started.request.slot)
-        self._started = replace(self._started, attempt=attempt, artifact_dir=self._artifact_dir(attempt))
+        self._started = replace(
+            self._started,
+            attempt=attempt,
+            artifact_dir=self._artifact_dir(attempt),
+            lost_attempts=self._lost_attempts(attempt),
+        )
         files = self._ports.artifact_files(self._started.artifact_dir)
         files.create()
         trail = self._trail = EvidenceTrail(
@@ -168,6 +175,21 @@ class Supervisor:
         except OSError as exc:
             raise ConfigError(f"cannot write the provisional artifact in {files.path}: {exc}") from exc
         return files, trail
+
+    def _lost_attempts(self, attempt: int) -> tuple[LostAttempt, ...]:
+        """Earlier attempts of this slot that ended without a verdict: told now, kept in the artifact.
+        Looking never stops the run."""
+        request = self._started.request
+        found: list[FoundAttempt] = []
+        for history in self._ports.histories:
+            try:
+                found += history.find(request.run_id, runs_prefix(self._settings, request))
+            except SoakError as exc:
+                print(f"soak-sidecar: earlier attempts not checked: {exc}", file=sys.stderr)
+        lost = lost_attempts(found, run_id=request.run_id, index=request.index, before=attempt)
+        for each in lost:
+            print(f"soak-sidecar: {describe_lost(each)}", file=sys.stderr)
+        return tuple(lost)
 
     def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
         # Before anything touches the run dir: a second sidecar must not reset or abort the first

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar.core import verdict as verdicts
+from sidecar.core.artifact import LostAttempt
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
 from sidecar.core.identity import run_slot
 from sidecar.core.samples import ProcessInfo
@@ -52,6 +53,8 @@ class Started:
     artifact_dir: Path = Path()
     # Pod mode after a sidecar restart: the launcher got its go-ahead from our predecessor.
     already_going: bool = False
+    # Earlier attempts of this slot that ended without a verdict (found once numbered).
+    lost_attempts: tuple[LostAttempt, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from sidecar.adapters.rundir.channel import RunDir
 from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.adapters.workdirs import LocalWorkDirs
-from sidecar.app.ports import LockLoss, Ports
+from sidecar.app.ports import AttemptHistory, LockLoss, Ports
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import (
     ConfigError,
@@ -82,6 +82,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         lock_loss=lock_loss,
         status_stream=status_stream,
         metrics=_metrics(settings, pod=pod),
+        histories=_histories(settings),
     )
     if not pod:
         return Wiring(ports)
@@ -149,6 +150,14 @@ def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:
 
         return S3DeadlineStore(settings.s3, on_lock_lost=lock_loss)
     return FileDeadlineStore(settings.deadline.store_dir)
+
+
+def _histories(settings: Settings) -> tuple[AttemptHistory, ...]:
+    """Where earlier attempts' evidence is: the local output dir (a pod's is new) and the bucket."""
+    from sidecar.adapters.attempt_history import LocalAttemptHistory, S3AttemptHistory
+
+    local = LocalAttemptHistory(settings.artifact.output_dir / "runs")
+    return (local, S3AttemptHistory(settings.s3)) if settings.s3.bucket else (local,)
 
 
 def _artifact_sink(settings: Settings) -> ArtifactSink | None:

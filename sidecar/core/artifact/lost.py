@@ -1,0 +1,74 @@
+"""Earlier attempts that ended without a verdict, from what their evidence locations hold (pure).
+
+An attempt whose sidecar was SIGKILLed, or whose node was lost, leaves its provisional artifact
+(status running or stopping) and its segments, but no final artifact. The next attempt finds them
+and records them in its own artifact; ``soak-sidecar report`` renders one as a partial attempt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt, utc_timestamp
+
+# A provisional artifact holds no samples: anything larger is not one.
+PROVISIONAL_LIMIT_BYTES = 1024 * 1024
+REASON_CHARS = 1024
+
+
+@dataclass(frozen=True)
+class FoundAttempt:
+    """One attempt's evidence location as an adapter found it."""
+
+    location: str  # where its provisional artifact is (s3:// URI or local path)
+    final: bool  # a final artifact is there too: it ended with a verdict
+    record: bytes | None  # its latest provisional record (or local artifact.json), bounded
+    last_unix: float | None  # its newest object or file
+
+
+def lost_attempts(
+    found: Sequence[FoundAttempt], *, run_id: str, index: int | None, before: int
+) -> list[LostAttempt]:
+    """The attempts of ``run_id`` (and ``index``) numbered below ``before`` whose evidence holds a
+    provisional artifact and no final one, oldest first; one per attempt number."""
+    lost: dict[int, LostAttempt] = {}
+    for place in found:
+        doc = None if place.final else _provisional(place.record)
+        if doc is None:
+            continue
+        context = doc.get("context")
+        if not isinstance(context, dict) or context.get("run_id") != run_id or context.get("index") != index:
+            continue
+        attempt = context.get("attempt")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or not 0 < attempt < before:
+            continue
+        reason = doc.get("failure_reason")
+        lost[attempt] = LostAttempt(
+            attempt=attempt,
+            status=str(doc["status"]),
+            reason=reason[:REASON_CHARS] if isinstance(reason, str) else None,
+            last_evidence_at_utc=None if place.last_unix is None else utc_timestamp(place.last_unix),
+            evidence=place.location,
+        )
+    return [lost[n] for n in sorted(lost)]
+
+
+def _provisional(record: bytes | None) -> dict[str, object] | None:
+    if record is None or len(record) > PROVISIONAL_LIMIT_BYTES:
+        return None
+    try:
+        doc = json.loads(record)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("status") not in PROVISIONAL_STATUSES:
+        return None
+    return doc
+
+
+def describe_lost(attempt: LostAttempt) -> str:
+    """One line: "attempt N ended without a verdict (last evidence at T)", and why it was stopping."""
+    when = f" (last evidence at {attempt.last_evidence_at_utc})" if attempt.last_evidence_at_utc else ""
+    why = f"; it was stopping: {attempt.reason}" if attempt.status == "stopping" and attempt.reason else ""
+    return f"attempt {attempt.attempt} ended without a verdict{when}{why}: {attempt.evidence}"

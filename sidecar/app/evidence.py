@@ -158,12 +158,15 @@ class _Segments:
             return self._console_sent.get(inode, 0)
 
         sent = False
-        while (span := self._read(log, offset_for, SEGMENT_LIMIT_BYTES)) is not None and span[2]:
+        # A full segment means more is waiting; a short one is all there was (a trainer that keeps
+        # printing must not hold the flush forever).
+        full = True
+        while full and (span := self._read(log, offset_for, SEGMENT_LIMIT_BYTES)) is not None and span[2]:
             inode, offset, data = span
             if not self._send(CONSOLE_STEM, log.name, offset, data):
                 break
             self._console_sent[inode] = offset + len(data)
-            sent = True
+            sent, full = True, len(data) == SEGMENT_LIMIT_BYTES
         return sent
 
     def _read(

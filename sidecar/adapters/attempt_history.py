@@ -14,11 +14,10 @@ from typing import Any
 
 from sidecar.adapters.s3_client import BotoErrors, make_s3_client
 from sidecar.core.artifact.lost import PROVISIONAL_LIMIT_BYTES, FoundAttempt
+from sidecar.core.artifact.objects import ARTIFACT_FILE, PROVISIONAL_PREFIX
 from sidecar.core.errors import TransientError
 from sidecar.settings import S3Settings
 
-ARTIFACT_FILE = "artifact.json"
-PROVISIONAL_PREFIX = "provisional-"
 MAX_ENTRIES = 10_000
 MAX_KEYS = 100_000
 

@@ -16,18 +16,25 @@ import os
 import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from sidecar.adapters.fsutil import write_fsync
-from sidecar.adapters.s3_client import make_s3_client
+from sidecar.adapters.s3_client import is_not_found, make_s3_client
+from sidecar.core.artifact.objects import (
+    ARTIFACT_FILE,
+    CONSOLE_STEM,
+    PROVISIONAL_PREFIX,
+    SAMPLES_FILE,
+    SEGMENT_MARK,
+)
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.report import CONSOLE_TAIL_BYTES, console_tail
 from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifact, parse_sample
 from sidecar.settings import S3Settings
 
-ARTIFACT_FILE = "artifact.json"
+LISTING_LIMIT = 100_000
 ARTIFACT_LIMIT = 64 * 1024 * 1024
 LINE_LIMIT = 4 * 1024 * 1024
 
@@ -115,7 +122,40 @@ def open_local(path: Path) -> LocalSource:
         raw = _read_regular(file, ARTIFACT_LIMIT)
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc}") from exc
-    return LocalSource(parse_artifact(raw, str(file)), directory=file.parent)
+    artifact = parse_artifact(raw, str(file))
+    if artifact.partial:  # its evidence goes as far as its newest file
+        newest = [f.lstat().st_mtime for f in (file, file.parent / SAMPLES_FILE) if f.is_file()]
+        artifact = replace(artifact, last_evidence_unix=max(newest, default=None))
+    return LocalSource(artifact, directory=file.parent)
+
+
+class _Concatenated(io.RawIOBase):
+    """The objects ``keys`` read one after the other, as one stream (a file's segments)."""
+
+    def __init__(self, client: Any, bucket: str, keys: list[str]) -> None:
+        self._client, self._bucket, self._keys = client, bucket, list(keys)
+        self._body: Any = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while True:
+            if self._body is None:
+                if not self._keys:
+                    return 0
+                self._body = self._client.get_object(Bucket=self._bucket, Key=self._keys.pop(0))["Body"]
+            data = self._body.read(len(buffer))
+            if data:
+                buffer[: len(data)] = data
+                return len(data)
+            self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        if self._body is not None:
+            self._body.close()
+        super().close()
 
 
 @dataclass
@@ -123,22 +163,33 @@ class S3Source(Source):
     client: Any = None
     bucket: str = ""
     prefix: str = ""
+    # A partial attempt's evidence, uploaded in segments while it ran: object name -> size, in order.
+    segments: dict[str, int] = field(default_factory=dict)
 
     def samples(self) -> Iterator[ReportSample]:
         if self.artifact.samples_file is None:
             return
-        key = f"{self.prefix}{self.artifact.samples_file}"
+        keys = [f"{self.prefix}{self.artifact.samples_file}"]
+        if self.artifact.partial:
+            keys = [
+                f"{self.prefix}{name}"
+                for name in self.segments
+                if name.startswith(f"{SAMPLES_FILE}{SEGMENT_MARK}")
+            ]
+        where = f"s3://{self.bucket}/{keys[0] if keys else self.prefix}"
         try:
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-        except Exception as exc:  # botocore's errors: any failure to fetch is the same to the user
-            raise SoakError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
-        with body:
-            try:
-                yield from _lines(body, self)
-            except Exception as exc:  # a broken stream: botocore's and urllib3's errors, as above
-                raise SoakError(f"cannot read s3://{self.bucket}/{key}: {exc}") from exc
+            with io.BufferedReader(_Concatenated(self.client, self.bucket, keys)) as stream:
+                yield from _lines(stream, self)
+        except SoakError:
+            raise
+        except (
+            Exception
+        ) as exc:  # botocore's and urllib3's errors: any failure to fetch is the same to the user
+            raise SoakError(f"cannot read {where}: {exc}") from exc
 
     def console_tail(self) -> str | None:
+        if self.artifact.partial:
+            return self._segments_tail()
         if self.artifact.console_file is None:
             return None
         key = f"{self.prefix}{self.artifact.console_file}"
@@ -151,23 +202,90 @@ class S3Source(Source):
         # "bytes 100-8291/8292": the range started mid-file when its first byte is not 0.
         return console_tail(data, cut=not str(answer.get("ContentRange", "bytes 0-")).startswith("bytes 0-"))
 
+    def _segments_tail(self) -> str | None:
+        """The last CONSOLE_TAIL_BYTES of the console's segments (the newest ones only are read)."""
+        names = [name for name in self.segments if name.startswith(f"{CONSOLE_STEM}{SEGMENT_MARK}")]
+        if not names:
+            return None
+        chosen: list[str] = []
+        size = 0
+        while names and size < CONSOLE_TAIL_BYTES:
+            chosen.insert(0, names.pop())
+            size += self.segments[chosen[0]]
+        try:
+            with io.BufferedReader(
+                _Concatenated(self.client, self.bucket, [self.prefix + n for n in chosen])
+            ) as stream:
+                data = stream.read()
+        except Exception:  # botocore's errors: a console tail is a courtesy
+            return None
+        return console_tail(data[-CONSOLE_TAIL_BYTES:], cut=bool(names) or len(data) > CONSOLE_TAIL_BYTES)
+
 
 def open_s3(uri: str, settings: S3Settings) -> S3Source:
+    """An artifact.json or provisional record by its key, or the newest of them under a prefix."""
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     if not bucket:
         raise ConfigError(f"{uri}: expected s3://BUCKET/KEY")
-    if not key.endswith(ARTIFACT_FILE):
-        key = f"{key.rstrip('/')}/{ARTIFACT_FILE}" if key else ARTIFACT_FILE
     client = make_s3_client(settings)
+    named = key.endswith(".json")
+    prefix = key[: key.rfind("/") + 1] if named else (f"{key.rstrip('/')}/" if key else "")
+    listing: dict[str, tuple[int, float]] | None = None
+    raw = None if named else _get_if_present(client, bucket, prefix + ARTIFACT_FILE)
+    if named:
+        raw = _get(client, bucket, key)
+    elif raw is not None:
+        key = prefix + ARTIFACT_FILE
+    else:  # no verdict there: the attempt's newest provisional record
+        listing = _listing(client, bucket, prefix)
+        records = sorted(name for name in listing if name.startswith(PROVISIONAL_PREFIX))
+        if not records:
+            raise ConfigError(f"no {ARTIFACT_FILE} or provisional record under s3://{bucket}/{prefix}")
+        key = prefix + records[-1]
+        raw = _get(client, bucket, key)
+    artifact = parse_artifact(raw, f"s3://{bucket}/{key}")
+    segments: dict[str, int] = {}
+    if artifact.partial:
+        listing = listing if listing is not None else _listing(client, bucket, prefix)
+        segments = {name: listing[name][0] for name in sorted(listing) if SEGMENT_MARK in name}
+        artifact = replace(artifact, last_evidence_unix=max((t for _, t in listing.values()), default=None))
+    return S3Source(artifact, client=client, bucket=bucket, prefix=prefix, segments=segments)
+
+
+def _get(client: Any, bucket: str, key: str) -> bytes:
     try:
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        raw = body.read(ARTIFACT_LIMIT + 1)
+        raw: bytes = body.read(ARTIFACT_LIMIT + 1)
     except Exception as exc:  # botocore's errors, as above
         raise SoakError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
     if len(raw) > ARTIFACT_LIMIT:
         raise ConfigError(f"s3://{bucket}/{key} is larger than {ARTIFACT_LIMIT} bytes")
-    artifact = parse_artifact(raw, f"s3://{bucket}/{key}")
-    return S3Source(artifact, client=client, bucket=bucket, prefix=key[: -len(ARTIFACT_FILE)])
+    return raw
+
+
+def _get_if_present(client: Any, bucket: str, key: str) -> bytes | None:
+    try:
+        client.head_object(Bucket=bucket, Key=key)
+    except Exception as exc:  # botocore's errors, as above
+        if is_not_found(exc):
+            return None
+        raise SoakError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
+    return _get(client, bucket, key)
+
+
+def _listing(client: Any, bucket: str, prefix: str) -> dict[str, tuple[int, float]]:
+    """Object name -> (size, LastModified) directly under ``prefix``, at most LISTING_LIMIT."""
+    found: dict[str, tuple[int, float]] = {}
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/")
+        for page in pages:
+            for item in page.get("Contents", []):
+                found[item["Key"][len(prefix) :]] = (int(item["Size"]), item["LastModified"].timestamp())
+            if len(found) >= LISTING_LIMIT:
+                break
+    except Exception as exc:  # botocore's errors, as above
+        raise SoakError(f"cannot list s3://{bucket}/{prefix}: {exc}") from exc
+    return found
 
 
 def open_source(location: str, settings: S3Settings) -> Source:

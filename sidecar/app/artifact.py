@@ -18,14 +18,12 @@ from sidecar.core.artifact import (
     SampleRecorder,
     utc_timestamp,
 )
+from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.redaction import redact_command
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.settings import Settings
-
-SAMPLES_FILE = "samples.jsonl.gz"
-ARTIFACT_FILE = "artifact.json"
 
 
 @dataclass(frozen=True)

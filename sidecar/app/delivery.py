@@ -11,11 +11,12 @@ import itertools
 import sys
 from dataclasses import dataclass
 
-from sidecar.app.artifact import ARTIFACT_FILE, SAMPLES_FILE, apply_verdict
+from sidecar.app.artifact import apply_verdict
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import Artifact, Segment, UploadInfo, dumps_artifact
+from sidecar.core.artifact.objects import ARTIFACT_FILE, SAMPLES_FILE
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.keys import render_key_prefix
 from sidecar.core.ports import ArtifactSink

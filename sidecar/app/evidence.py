@@ -19,27 +19,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sidecar.app.artifact import ARTIFACT_FILE, SAMPLES_FILE
 from sidecar.app.ports import ArtifactFiles, Publisher, SampleLog
 from sidecar.core.artifact import Artifact, Segment, dumps_artifact, utc_timestamp
+from sidecar.core.artifact.objects import (
+    ARTIFACT_FILE,
+    CONSOLE_STEM,
+    SAMPLES_FILE,
+    provisional_name,
+    segment_name,
+)
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ports import ArtifactSink, Clock, UploadedObject
 
-PROVISIONAL_PREFIX = "provisional-"
-SEGMENT_MARK = ".seg-"
-CONSOLE_STEM = "console.log"
 # One segment at most; what is left goes out in the next one, in the same flush.
 SEGMENT_LIMIT_BYTES = 8 * 1024 * 1024
 # How long the end of an attempt waits for an upload in flight (the final upload sends it all anyway).
 CLOSE_WAIT_S = 30.0
-
-
-def provisional_name(number: int) -> str:
-    return f"{PROVISIONAL_PREFIX}{number:04d}.json"
-
-
-def segment_name(stem: str, number: int) -> str:
-    return f"{stem}{SEGMENT_MARK}{number:06d}"
 
 
 @dataclass

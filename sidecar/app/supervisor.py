@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sidecar.app.artifact import SAMPLES_FILE, Evidence, build_artifact, provisional_artifact
+from sidecar.app.artifact import Evidence, build_artifact, provisional_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, deliver, key_prefix, runs_prefix
@@ -31,6 +31,7 @@ from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt, SampleRecorder
 from sidecar.core.artifact.lost import FoundAttempt, describe_lost, lost_attempts
+from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.errors import (
     ConfigError,
     InsufficientBudgetError,

@@ -17,8 +17,10 @@ from datetime import datetime, timezone
 from sidecar.core.job_verdict import AttemptOutcome
 from sidecar.core.pod_facts import ContainerFacts, ContainerState, EventFacts, JobFacts, PodFacts
 from sidecar.core.publication import (
+    EvidenceNote,
     Publication,
     parse_annotations,
+    parse_evidence,
     parse_termination_message,
     sanitize,
 )
@@ -90,6 +92,11 @@ def attempt_rows(pods: Sequence[PodFacts], *, prefix: str, sidecar_container: st
             attempt = pub.attempt
         else:
             attempt = previous.attempt + 1 if previous else 1
+        evidence = parse_evidence(pod.annotations, prefix) if pub is None else None
+        if evidence is not None:
+            reason = _with_evidence(
+                reason, attempt, evidence, ended=_ended_without_verdict(pod, sidecar_container)
+            )
         rows.append(
             AttemptRow(
                 attempt=attempt,
@@ -101,7 +108,7 @@ def attempt_rows(pods: Sequence[PodFacts], *, prefix: str, sidecar_container: st
                 classification=_shown(pub.classification if pub is not None else None),
                 exit_code=pub.exit_code if pub is not None else None,
                 reason=sanitize(reason, _COLUMN_BYTES),
-                artifact=_shown(pub.artifact_uri if pub is not None else None),
+                artifact=_shown(pub.artifact_uri if pub is not None else evidence.uri if evidence else None),
                 artifact_sha256=_shown(pub.artifact_sha256 if pub is not None else None),
                 source=source,
                 created=pod.created.isoformat() if pod.created is not None else None,
@@ -145,6 +152,18 @@ def gone_rows(
         )
         for name, pub in latest.values()
     ]
+
+
+def _with_evidence(why: str, attempt: int, evidence: EvidenceNote, *, ended: str | None) -> str:
+    """A pod without a verdict whose sidecar had sent evidence: how far that evidence goes."""
+    when = "" if evidence.at_unix is None else f" (last evidence at {_utc(evidence.at_unix)})"
+    if ended is None:
+        return f"{why}{when}"
+    return f"attempt {attempt} ended without a verdict{when}: {why}"
+
+
+def _utc(epoch: int) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def index_of(pod: PodFacts) -> int | None:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sidecar.core.artifact.models import utc_timestamp
 from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
 
 WIDTH, HEIGHT = 900, 200
@@ -240,7 +241,8 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 STYLE = (
     "body{font-family:sans-serif;margin:24px;color:#222}h1{font-size:20px}h2{font-size:16px;margin-top:28px}"
-    ".passed{color:#2ca02c}.failed{color:#d62728}svg{display:block;margin:8px 0}.title{font-size:13px;"
+    ".passed{color:#2ca02c}.failed{color:#d62728}.running,.stopping,.partial{color:#ff7f0e}"
+    "svg{display:block;margin:8px 0}.title{font-size:13px;"
     "font-weight:bold}.axis,.legend,.mark-label{font-size:11px}.frame{fill:none;stroke:#bbb}"
     ".mark{stroke:#555;stroke-dasharray:4 3}.series{stroke-width:1.4}table{border-collapse:collapse;"
     "font-size:12px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}"
@@ -262,6 +264,19 @@ def _stacks_section(stacks: Stacks | None) -> list[str]:
         else:
             section.append(f"<p>no stack: {html.escape(process.missing or 'not read')}</p>")
     return section
+
+
+def _partial(artifact: ReportArtifact) -> list[str]:
+    """A provisional artifact's marker: no verdict, and how far the evidence goes."""
+    if not artifact.partial:
+        return []
+    last = artifact.last_evidence_unix
+    when = "" if last is None else f" (last evidence at {utc_timestamp(last)})"
+    return [
+        f'<p class="partial">PARTIAL: no verdict{html.escape(when)}. The attempt is still running, or it '
+        "ended without one (its sidecar killed, its node lost): what follows is its evidence up to its "
+        "last flush.</p>"
+    ]
 
 
 def render_report(
@@ -287,6 +302,8 @@ def render_report(
             ],
         ),
         f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
+        *_partial(artifact),
+        *(f"<p>{html.escape(line)}</p>" for line in artifact.lost_attempts),
         "<h2>Over time</h2>",
     ]
     if artifact.samples_file is None:

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sidecar.core.artifact.lost import describe_lost
+from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt
 from sidecar.core.errors import ConfigError
 
 # Every number the report uses lies within this bound (10**400 or 1e999 do not): the plots' scaling
@@ -89,6 +91,15 @@ class ReportArtifact:
     trainer_end: TrainerEnd | None = None
     console_file: str | None = None  # the console log's copy beside the artifact
     stacks: Stacks | None = None  # None: no stall asked for them
+    # Earlier attempts that ended without a verdict, one line each (sidecar.core.artifact.lost).
+    lost_attempts: tuple[str, ...] = ()
+    # When the newest piece of a partial attempt's evidence was written (set by the source).
+    last_evidence_unix: float | None = None
+
+    @property
+    def partial(self) -> bool:
+        """A provisional artifact: the attempt is running, or ended without a verdict."""
+        return self.status in PROVISIONAL_STATUSES
 
 
 @dataclass(frozen=True)
@@ -187,7 +198,25 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         trainer_end=_trainer_end(launcher),
         console_file=_console_file(doc.get("console_log")),
         stacks=_stacks(doc.get("stacks")),
+        lost_attempts=tuple(
+            _lost(item, n) for n, item in enumerate(_list(doc.get("lost_attempts", []), "lost_attempts"))
+        ),
     )
+
+
+def _lost(value: object, n: int) -> str:
+    where = f"lost_attempts[{n}]"
+    item = _object(value, where)
+    attempt = LostAttempt(
+        attempt=_integer(item.get("attempt"), f"{where}.attempt"),
+        status=_text(item.get("status"), f"{where}.status"),
+        reason=_optional_text(item.get("reason"), f"{where}.reason"),
+        last_evidence_at_utc=_optional_text(
+            item.get("last_evidence_at_utc"), f"{where}.last_evidence_at_utc"
+        ),
+        evidence=_text(item.get("evidence"), f"{where}.evidence"),
+    )
+    return describe_lost(attempt)
 
 
 def _stacks(value: object) -> Stacks | None:

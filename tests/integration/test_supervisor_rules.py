@@ -25,11 +25,11 @@ import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
 from sidecar.adapters.identity_files import identity_from_settings
-from sidecar.app.artifact import SAMPLES_FILE
 from sidecar.app.ports import Ports
 from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.app.wiring import build_ports
+from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.deadline import create_or_resume
 from sidecar.core.identity import new_run_id
 from sidecar.core.redaction import DEFAULT_RULES

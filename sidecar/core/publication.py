@@ -219,7 +219,9 @@ def parse_evidence(
     if not uri:
         return None
     at = annotations.get(f"{base}evidence-at") or ""
-    return EvidenceNote(sanitize(uri, URI_BYTES), int(at) if at.isdigit() and len(at) <= 11 else None)
+    return EvidenceNote(
+        sanitize(uri, URI_BYTES), int(at) if at.isascii() and at.isdigit() and len(at) <= 11 else None
+    )
 
 
 def parse_annotations(

@@ -218,3 +218,75 @@ def test_a_hard_stop_at_any_point_loses_nothing_before_the_last_flush(
         document = json.loads((runs / f"attempt-{number}" / "artifact.json").read_text())
         lost = {each["attempt"] for each in document["lost_attempts"]}
         assert lost == {n for n in provisional if n < number}, f"seed {seed}: attempt {number} names {lost}"
+
+
+def _report(target: str, out: Path, env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "report", target, "-o", str(out)],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out.read_text()
+
+
+def test_a_killed_attempt_reads_back_as_partial_and_the_next_attempt_names_it(
+    tmp_path: Path, spawn: Spawner, seaweedfs: SeaweedServer, s3_prefix: str
+) -> None:
+    run_id = str(uuid.uuid4())
+    (tmp_path / "progress").mkdir()
+    env = _env(seaweedfs, s3_prefix)
+    client, bucket = seaweedfs.client(), seaweedfs.bucket
+    folder = f"{s3_prefix}local/local/{run_id}/1-local/"
+
+    def names() -> set[str]:
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=folder).get("Contents", [])
+        return {item["Key"].removeprefix(folder) for item in listed}
+
+    proc = spawn(_argv(tmp_path, run_id), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until("two flushes of samples", lambda: "samples.jsonl.gz.seg-000002" in names(), 60)
+    family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    proc.send_signal(signal.SIGTERM)
+    termed = time.monotonic()
+    wait_until("the stopping record", lambda: "provisional-0002.json" in names(), 30, interval_s=0.005)
+    print(f"SIGTERM to the stopping record in S3: {(time.monotonic() - termed) * 1000:.0f} ms")
+    proc.kill()
+    proc.wait(timeout=30)
+    wait_until("the soak's processes gone", lambda: all(map(_dead, family)), 60)
+
+    page = _report(f"s3://{bucket}/{folder}", tmp_path / "s3.html", env)
+    assert "PARTIAL: no verdict (last evidence at " in page and '<span class="stopping">' in page
+    assert page.count('<path class="series"') >= 5 and "step " in page
+    local = _report(str(tmp_path / "out" / "runs" / run_id / "attempt-1"), tmp_path / "local.html", env)
+    assert "PARTIAL: no verdict" in local and local.count('<path class="series"') >= 5
+
+    # The next attempt says at once that attempt 1 ended without a verdict, and records it.
+    argv = _argv(tmp_path, run_id)
+    argv[argv.index("--stop-grace") + 1] = "0"
+    second = spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert second.stderr is not None
+    told = b""
+    while b"attempt 1 ended without a verdict" not in told:
+        line = second.stderr.readline()
+        assert line, told.decode()
+        told += line
+    assert b"it was stopping: soak was interrupted" in told and f"s3://{bucket}/{folder}".encode() in told
+    second_folder = folder.replace("/1-local/", "/2-local/")
+    wait_until(
+        "a segment of attempt 2",
+        lambda: client.list_objects_v2(Bucket=bucket, Prefix=f"{second_folder}samples.jsonl.gz.seg-").get(
+            "KeyCount"
+        ),
+        60,
+    )
+    second.send_signal(signal.SIGTERM)
+    second.communicate(timeout=60)
+    final = json.loads((tmp_path / "out" / "runs" / run_id / "attempt-2" / "artifact.json").read_text())
+    assert final["status"] == "failed" and final["failure_classification"] == "external_cancellation"
+    (lost,) = final["lost_attempts"]
+    assert lost["attempt"] == 1 and lost["status"] == "stopping" and lost["last_evidence_at_utc"]
+    # The final artifact lists the segments sent while the trainer ran, as the bucket holds them.
+    segments = final["upload"]["segments"]
+    assert any(segment["file"] == "samples.jsonl.gz" for segment in segments)
+    for segment in segments:
+        stored = client.get_object(Bucket=bucket, Key=f"{second_folder}{segment['name']}")["Body"].read()
+        assert hashlib.sha256(stored).hexdigest() == segment["sha256"] and len(stored) == segment["size"]

@@ -30,7 +30,13 @@ from sidecar.core.pod_facts import (
     JobFacts,
     PodFacts,
 )
-from sidecar.core.publication import DEFAULT_PREFIX, Publication, build_annotations, termination_message
+from sidecar.core.publication import (
+    DEFAULT_PREFIX,
+    Publication,
+    build_annotations,
+    build_evidence_annotations,
+    termination_message,
+)
 
 SIDECAR = "soak-sidecar"
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
@@ -318,3 +324,34 @@ def test_the_jobs_end_and_failure_from_its_conditions() -> None:
         "Failed: no message",
         None,
     ]
+
+
+EVIDENCE_URI = "s3://soaks/soak/ns/job/run/1-job-aaaaa/provisional-0002.json"
+
+
+def test_a_pod_whose_sidecar_died_shows_its_evidence_and_how_far_it_goes() -> None:
+    """The sidecar annotated where its provisional artifact is and when its evidence last reached
+    the bucket; it was then SIGKILLed (exit 137) and never published a verdict."""
+    annotations = build_evidence_annotations(EVIDENCE_URI, T0.timestamp() + 3600)
+    got = row(pod("job-aaaaa", sidecar(ended(137, "Error")), annotations=annotations))
+    assert got.verdict is None and not got.passed and got.artifact == EVIDENCE_URI
+    assert got.reason.startswith(
+        "attempt 1 ended without a verdict (last evidence at 2025-01-01T01:00:00Z): "
+        "sidecar container terminated without a verdict (exit 137, Error)"
+    ), got.reason
+
+
+def test_a_running_pod_shows_its_evidence_so_far_and_a_verdict_wins_over_it() -> None:
+    annotations = build_evidence_annotations(EVIDENCE_URI, T0.timestamp())
+    running = row(pod("job-aaaaa", sidecar(ContainerState("running")), annotations=annotations))
+    assert running.reason == "still running (last evidence at 2025-01-01T00:00:00Z)"
+    assert running.artifact == EVIDENCE_URI
+    done = row(pod("job-aaaaa", exited(FAILED), annotations={**annotations, **published(FAILED)}))
+    assert done.verdict == "failed" and done.reason == FAILED.reason and done.artifact != EVIDENCE_URI
+
+
+@pytest.mark.parametrize("at", ["", "soon", "-5", "9" * 12, "\u0663"])
+def test_an_evidence_time_that_is_no_time_is_left_out(at: str) -> None:
+    annotations = {**build_evidence_annotations(EVIDENCE_URI, 0.0), "soak.sidecar.io/evidence-at": at}
+    got = row(pod("job-aaaaa", sidecar(ended(137, "Error")), annotations=annotations))
+    assert got.reason.startswith("attempt 1 ended without a verdict: sidecar container"), got.reason

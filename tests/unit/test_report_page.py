@@ -4,6 +4,7 @@ time axis, how the trainer ended, the command, the console's tail, trends in hum
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -134,3 +135,33 @@ def test_a_malformed_stacks_entry_is_named() -> None:
     doc["stacks"] = {"processes": [{"pid": "7", "command": []}]}
     with pytest.raises(ConfigError, match=r"stacks.processes\[0\].pid"):
         page(doc)
+
+
+def test_a_provisional_artifact_is_marked_partial_with_how_far_its_evidence_goes() -> None:
+    doc = {**artifact(), "status": "stopping", "exit_code": None, "failure_reason": "the sidecar got SIGTERM"}
+    doc["lost_attempts"] = [
+        {
+            "attempt": 1,
+            "status": "running",
+            "reason": None,
+            "last_evidence_at_utc": "2023-11-14T22:15:00Z",
+            "evidence": "s3://soaks/run/1-a/provisional-0001.json",
+        }
+    ]
+    parsed = parse_artifact(json.dumps(doc).encode(), "provisional-0002.json")
+    assert parsed.partial
+    page = render_report(replace(parsed, last_evidence_unix=T0 + 90), [])
+    assert "PARTIAL: no verdict (last evidence at 2023-11-14T22:14:50Z)" in page
+    assert '<span class="stopping">STOPPING</span>' in page
+    assert (
+        "attempt 1 ended without a verdict (last evidence at 2023-11-14T22:15:00Z): "
+        "s3://soaks/run/1-a/provisional-0001.json" in page
+    )
+    final = render_report(parse_artifact(json.dumps(artifact()).encode(), "artifact.json"), [])
+    assert "PARTIAL" not in final and "ended without a verdict" not in final
+
+
+def test_a_malformed_lost_attempt_is_one_usage_error() -> None:
+    doc = {**artifact(), "lost_attempts": [{"attempt": "one", "status": "running", "evidence": "x"}]}
+    with pytest.raises(ConfigError, match=r"lost_attempts\[0\]\.attempt"):
+        parse_artifact(json.dumps(doc).encode(), "artifact.json")

@@ -97,6 +97,21 @@ def test_different_bytes_under_the_same_key_are_a_conflict(settings: S3Settings,
         sink.upload([path], "p/")
 
 
+def test_a_segment_from_memory_is_never_rewritten(settings: S3Settings) -> None:
+    """A segment or provisional record: a retry with the same bytes is accepted, other bytes are not."""
+    sink = S3ArtifactSink(settings, client_factory=_factory)
+    first = sink.upload_bytes("samples.jsonl.gz.seg-000001", b"\x1f\x8bsegment", "p/")
+    assert first.uri == f"s3://{BUCKET}/p/samples.jsonl.gz.seg-000001" and not first.already_present
+    again = sink.upload_bytes("samples.jsonl.gz.seg-000001", b"\x1f\x8bsegment", "p/")
+    assert again.already_present and again.sha256 == first.sha256
+    with pytest.raises(ObjectConflictError, match="nothing was overwritten"):
+        sink.upload_bytes("samples.jsonl.gz.seg-000001", b"other", "p/")
+    stored = _factory(settings).get_object(Bucket=BUCKET, Key="p/samples.jsonl.gz.seg-000001")
+    assert stored["Body"].read() == b"\x1f\x8bsegment"
+    with pytest.raises(UploadError, match="invalid artifact key"):
+        sink.upload_bytes("a/b", b"x", "p/")
+
+
 def test_upload_refuses_an_unsafe_prefix(settings: S3Settings, tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     path.write_bytes(b"{}")

@@ -271,11 +271,10 @@ def test_a_killed_attempt_reads_back_as_partial_and_the_next_attempt_names_it(
         told += line
     assert b"it was stopping: soak was interrupted" in told and f"s3://{bucket}/{folder}".encode() in told
     second_folder = folder.replace("/1-local/", "/2-local/")
+    segment_prefix = f"{second_folder}samples.jsonl.gz.seg-"
     wait_until(
         "a segment of attempt 2",
-        lambda: client.list_objects_v2(Bucket=bucket, Prefix=f"{second_folder}samples.jsonl.gz.seg-").get(
-            "KeyCount"
-        ),
+        lambda: bool(client.list_objects_v2(Bucket=bucket, Prefix=segment_prefix).get("Contents")),
         60,
     )
     second.send_signal(signal.SIGTERM)

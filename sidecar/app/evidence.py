@@ -33,6 +33,9 @@ from sidecar.core.ports import ArtifactSink, Clock, UploadedObject
 
 # One segment at most; what is left goes out in the next one, in the same flush.
 SEGMENT_LIMIT_BYTES = 8 * 1024 * 1024
+# The console sent in segments, in all: what the launcher keeps of it (launcher.console_log_bytes'
+# default) and what the final upload copies (sidecar.adapters.artifact_dir.COPY_LIMIT_BYTES).
+CONSOLE_LIMIT_BYTES = 64 * 1024 * 1024
 # How long the end of an attempt waits for an upload in flight (the final upload sends it all anyway).
 CLOSE_WAIT_S = 30.0
 
@@ -154,9 +157,13 @@ class _Segments:
 
         sent = False
         # A full segment means more is waiting; a short one is all there was (a trainer that keeps
-        # printing must not hold the flush forever).
+        # printing must not hold the flush forever). The run dir is the trainer's to write: whatever
+        # it puts at the console's name, at most CONSOLE_LIMIT_BYTES go out in all.
         full = True
-        while full and (span := self._read(log, offset_for, SEGMENT_LIMIT_BYTES)) is not None and span[2]:
+        while full and (left := CONSOLE_LIMIT_BYTES - sum(self._console_sent.values())) > 0:
+            span = self._read(log, offset_for, min(SEGMENT_LIMIT_BYTES, left))
+            if span is None or not span[2]:
+                break
             inode, offset, data = span
             if not self._send(CONSOLE_STEM, log.name, offset, data):
                 break

@@ -23,7 +23,7 @@ import pytest
 
 from sidecar.core.exitcodes import ExitCode
 from tests.cluster import images
-from tests.cluster.providers import NAMESPACE, E2ECluster, container, terminated
+from tests.cluster.providers import NAMESPACE, S3_BUCKET, E2ECluster, container, terminated
 from tests.components import absent, require
 from tests.fixtures import trainers
 from tests.waiting import wait_until
@@ -270,15 +270,28 @@ def test_gpu_fault_retries_on_the_same_deadline(e2e: E2ECluster, soak: Any) -> N
 
 
 def test_sidecar_killed_stops_the_trainer(e2e: E2ECluster, soak: Any) -> None:
-    job_name, _ = soak(
+    """The sidecar SIGKILLed mid-run: the launcher stops the trainer, and the evidence sent until
+    then stays in the bucket (the provisional artifact, segments), which ``verdict`` points at."""
+    job_name, run_id = soak(
         "sidecarkill",
         {
             "trainer": {"args": LONG_TRAINER},
             "job": {"backoffLimit": 0},
-            "sidecar": {"extraEnv": [{"name": "SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S", "value": "5"}]},
+            "sidecar": {
+                "extraEnv": [
+                    {"name": "SOAK_LAUNCHER__HEARTBEAT_TIMEOUT_S", "value": "5"},
+                    {"name": "SOAK_EVIDENCE__FLUSH_S", "value": "2"},
+                ]
+            },
         },
     )
     pod = wait_running(e2e, job_name)
+    wait_until(
+        "a segment of samples in the bucket",
+        lambda: any(".seg-" in key for key in artifacts_of(e2e, run_id)),
+        SOAK_TIMEOUT_S,
+        interval_s=1.0,
+    )
     kill_sidecar(e2e, pod["metadata"]["name"])
     killed_at = time.time()
     condition, _job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
@@ -291,6 +304,15 @@ def test_sidecar_killed_stops_the_trainer(e2e: E2ECluster, soak: Any) -> None:
     _, report = verdict(e2e, job_name)
     (attempt,) = report["attempts"]
     assert attempt["verdict"] is None and "heartbeat_lost" in attempt["reason"], attempt
+    assert attempt["reason"].startswith("attempt 1 ended without a verdict (last evidence at "), attempt
+    objects = artifacts_of(e2e, run_id)
+    assert not any(key.endswith("/artifact.json") for key in objects), sorted(objects)
+    (record_key,) = [key for key in objects if key.endswith("/provisional-0001.json")]
+    assert attempt["artifact"] == f"s3://{S3_BUCKET}/{record_key}", attempt
+    provisional = objects[record_key]["json"]
+    assert provisional["status"] == "running" and provisional["context"]["attempt"] == 1
+    assert provisional["deadline"]["run_id"] == run_id
+    assert any(key.endswith("/samples.jsonl.gz.seg-000001") for key in objects), sorted(objects)
 
 
 def test_pod_deleted_mid_run_is_cancelled_with_evidence(e2e: E2ECluster, soak: Any) -> None:

@@ -20,7 +20,11 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 300
 # The project's markers for what a benchmark starts, so `-m "not trainers"` leaves it out too.
-MARKS = {"real_trainers": [pytest.mark.trainers], "upload": [pytest.mark.s3]}
+MARKS = {
+    "real_trainers": [pytest.mark.trainers],
+    "upload": [pytest.mark.s3],
+    "evidence_segments": [pytest.mark.s3],
+}
 BENCHMARKS = [
     pytest.param(path, id=path.stem, marks=MARKS.get(path.stem, []))
     for path in sorted((REPO / "bench").glob("*.py"))
@@ -35,7 +39,7 @@ def needs(name: str) -> list[str]:
         return ["--seed", str(require("seed-sampler"))]
     if name == "real_trainers":
         return ["--python", str(require("trainer-venv"))]
-    if name == "upload":
+    if name in ("upload", "evidence_segments"):
         require("weed")  # run_seaweedfs finds the same one: SOAK_WEED_BIN, beside the interpreter, PATH
     if name == "gpu":
         require("gcc")  # build_mock_library compiles the mock NVML with the gcc on PATH

@@ -500,11 +500,13 @@ class MemoryArtifactDir:
         data = self._owner.dirs.get(self.path, {}).get(name)
         return None if data is None else hashlib.sha256(data).hexdigest()
 
-    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
+    def read_span(
+        self, source: Path, offset_for: Callable[[int, bytes], int], limit: int
+    ) -> tuple[int, bytes, int, bytes]:
         log = self._owner.samples.get(source.parent)
         data = "".join(line + "\n" for line in log.lines).encode() if log is not None else b""
-        offset = offset_for(1)
-        return 1, offset, data[offset : offset + limit]
+        offset = offset_for(1, data[:256])
+        return 1, data[:256], offset, data[offset : offset + limit]
 
 
 class FakeProvenance:

@@ -60,6 +60,8 @@ class SamplesFile:
         self._stream = self._file = None
 
 
+# What tells one console file from another that got its inode number after it was deleted.
+HEAD_BYTES = 256
 # The launcher keeps its console logs within console_log_bytes (64 MiB by default) in all.
 COPY_LIMIT_BYTES = 64 * 1024 * 1024
 
@@ -118,18 +120,22 @@ class ArtifactDir:
                 kept.append(copy)
         return kept
 
-    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
-        """(the file's inode, the offset read from, at most ``limit`` bytes from there), the offset
-        chosen by ``offset_for(inode)``: a rotated log keeps its inode. A regular file only, opened
-        without following a link or waiting on a FIFO (console logs are in the trainer's run dir);
-        OSError when it cannot be read."""
+    def read_span(
+        self, source: Path, offset_for: Callable[[int, bytes], int], limit: int
+    ) -> tuple[int, bytes, int, bytes]:
+        """(the file's inode, its first HEAD_BYTES, the offset read from, at most ``limit`` bytes
+        from there), the offset chosen by ``offset_for(inode, head)``: a rotated log keeps its
+        inode, a new file that got a freed inode number has other first bytes. A regular file only,
+        opened without following a link or waiting on a FIFO (console logs are in the trainer's run
+        dir); OSError when it cannot be read."""
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             found = os.fstat(fd)
             if not stat.S_ISREG(found.st_mode):
                 raise OSError(f"{source} is not a regular file")
-            offset = offset_for(found.st_ino)
-            return found.st_ino, offset, os.pread(fd, limit, offset) if limit > 0 else b""
+            head = os.pread(fd, HEAD_BYTES, 0)
+            offset = offset_for(found.st_ino, head)
+            return found.st_ino, head, offset, os.pread(fd, limit, offset) if limit > 0 else b""
         finally:
             os.close(fd)
 

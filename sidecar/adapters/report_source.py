@@ -25,9 +25,9 @@ from sidecar.adapters.s3_client import is_not_found, make_s3_client
 from sidecar.core.artifact.objects import (
     ARTIFACT_FILE,
     CONSOLE_STEM,
-    PROVISIONAL_PREFIX,
     SAMPLES_FILE,
     SEGMENT_MARK,
+    newest_provisional,
 )
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.report import CONSOLE_TAIL_BYTES, console_tail
@@ -238,10 +238,10 @@ def open_s3(uri: str, settings: S3Settings) -> S3Source:
         key = prefix + ARTIFACT_FILE
     else:  # no verdict there: the attempt's newest provisional record
         listing = _listing(client, bucket, prefix)
-        records = sorted(name for name in listing if name.startswith(PROVISIONAL_PREFIX))
-        if not records:
+        newest = newest_provisional(listing)
+        if newest is None:
             raise ConfigError(f"no {ARTIFACT_FILE} or provisional record under s3://{bucket}/{prefix}")
-        key = prefix + records[-1]
+        key = prefix + newest
         raw = _get(client, bucket, key)
     artifact = parse_artifact(raw, f"s3://{bucket}/{key}")
     segments: dict[str, int] = {}

@@ -28,7 +28,7 @@ from sidecar.core.artifact.objects import (
     provisional_name,
     segment_name,
 )
-from sidecar.core.errors import ConfigError, UploadError
+from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.core.ports import ArtifactSink, Clock, UploadedObject
 
 # One segment at most; what is left goes out in the next one, in the same flush.
@@ -36,6 +36,8 @@ SEGMENT_LIMIT_BYTES = 8 * 1024 * 1024
 # The console sent in segments, in all: what the launcher keeps of it (launcher.console_log_bytes'
 # default) and what the final upload copies (sidecar.adapters.artifact_dir.COPY_LIMIT_BYTES).
 CONSOLE_LIMIT_BYTES = 64 * 1024 * 1024
+# Names passed over in a row when each is taken by other bytes, before the flush gives up.
+MAX_TAKEN_NAMES = 16
 # How long the end of an attempt waits for an upload in flight (the final upload sends it all anyway).
 CLOSE_WAIT_S = 30.0
 
@@ -53,14 +55,23 @@ class _Outbox:
     announced: str | None = None  # the latest provisional record's URI
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def put(self, name: str, data: bytes) -> UploadedObject | None:
+    def put(
+        self, name_of: Callable[[int], str], number: int, data: bytes
+    ) -> tuple[UploadedObject | None, int]:
+        """(the object stored, else None; the number to use next). A name already taken by other
+        bytes (planted, or left by a sidecar before us) is passed over: the numbers only order the
+        objects, and nothing is overwritten. Any other failure keeps the number for the next try."""
         if self.sink is None:
-            return None
-        try:
-            return self.sink.upload_bytes(name, data, self.key_prefix)
-        except (UploadError, ConfigError) as exc:
-            self.note(f"{name}: {exc}")
-            return None
+            return None, number
+        for tried in range(number, number + MAX_TAKEN_NAMES):
+            try:
+                return self.sink.upload_bytes(name_of(tried), data, self.key_prefix), tried + 1
+            except ObjectConflictError as exc:
+                self.note(f"{name_of(tried)}: {exc}")
+            except (UploadError, ConfigError) as exc:
+                self.note(f"{name_of(tried)}: {exc}")
+                return None, tried
+        return None, number + MAX_TAKEN_NAMES
 
     def announce(self, record_uri: str | None = None) -> None:
         """Where the evidence is and when it last reached the store, for ``soak-sidecar verdict``."""
@@ -82,7 +93,7 @@ class _Records:
     def __init__(self, outbox: _Outbox) -> None:
         self._outbox = outbox
         self._doc: Artifact | None = None
-        self._sent = 0
+        self._next = 1
         self._lock = threading.Lock()
 
     def write(self, doc: Artifact) -> None:
@@ -111,14 +122,24 @@ class _Records:
 
     def upload(self) -> None:
         with self._lock:
-            doc, number = self._doc, self._sent + 1
+            doc, number = self._doc, self._next
         if doc is None:
             return
-        stored = self._outbox.put(provisional_name(number), dumps_artifact(doc).encode())
+        stored, following = self._outbox.put(provisional_name, number, dumps_artifact(doc).encode())
+        with self._lock:
+            self._next = following
         if stored is not None:
-            with self._lock:
-                self._sent = number
             self._outbox.announce(stored.uri)
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """How much of one console file went out, and how it began: an inode number the kernel gave
+    again to a new file (the launcher's rotation frees one) holds other first bytes."""
+
+    inode: int
+    size: int
+    head: bytes
 
 
 class _Segments:
@@ -129,8 +150,9 @@ class _Segments:
         self._console_logs = console_logs
         self.samples: SampleLog | None = None
         self._samples_sent = 0
-        self._console_sent: dict[int, int] = {}  # inode -> bytes sent: a rotated log keeps its inode
-        self._numbers: dict[str, int] = {}
+        self._console: dict[str, _Sent] = {}  # by name: console.log, console.log.1
+        self._console_total = 0
+        self._next: dict[str, int] = {}
         self.sent: list[Segment] = []
 
     def flush(self) -> None:
@@ -140,40 +162,50 @@ class _Segments:
             while self._samples_sent < upto:
                 limit = min(SEGMENT_LIMIT_BYTES, upto - self._samples_sent)
                 span = self._read(
-                    self._outbox.files.path / SAMPLES_FILE, lambda _inode: self._samples_sent, limit
+                    self._outbox.files.path / SAMPLES_FILE, lambda _i, _h: self._samples_sent, limit
                 )
-                if span is None or not self._send(SAMPLES_FILE, SAMPLES_FILE, span[1], span[2]):
+                if span is None or not self._send(SAMPLES_FILE, SAMPLES_FILE, span[2], span[3]):
                     break
-                self._samples_sent += len(span[2])
+                self._samples_sent += len(span[3])
                 sent = True
         for log in self._console_logs():
             sent = self._flush_console(log) or sent
         if sent:
             self._outbox.announce()
 
-    def _flush_console(self, log: Path) -> bool:
-        def offset_for(inode: int) -> int:
-            return self._console_sent.get(inode, 0)
+    def _console_offset(self, name: str, inode: int, head: bytes) -> int:
+        """Where this file's unsent bytes begin: after what went out of it under this name, or
+        under console.log before the launcher rotated it to console.log.1; else at 0."""
+        for known in (self._console.get(name), self._console.get(CONSOLE_STEM)):
+            if known is not None and known.inode == inode and _same_start(known.head, head):
+                return known.size
+        return 0
 
+    def _flush_console(self, log: Path) -> bool:
         sent = False
         # A full segment means more is waiting; a short one is all there was (a trainer that keeps
         # printing must not hold the flush forever). The run dir is the trainer's to write: whatever
         # it puts at the console's name, at most CONSOLE_LIMIT_BYTES go out in all.
         full = True
-        while full and (left := CONSOLE_LIMIT_BYTES - sum(self._console_sent.values())) > 0:
-            span = self._read(log, offset_for, min(SEGMENT_LIMIT_BYTES, left))
-            if span is None or not span[2]:
+        while full and (left := CONSOLE_LIMIT_BYTES - self._console_total) > 0:
+            span = self._read(
+                log,
+                lambda inode, head: self._console_offset(log.name, inode, head),
+                min(SEGMENT_LIMIT_BYTES, left),
+            )
+            if span is None or not span[3]:
                 break
-            inode, offset, data = span
+            inode, head, offset, data = span
             if not self._send(CONSOLE_STEM, log.name, offset, data):
                 break
-            self._console_sent[inode] = offset + len(data)
+            self._console[log.name] = _Sent(inode, offset + len(data), head)
+            self._console_total += len(data)
             sent, full = True, len(data) == SEGMENT_LIMIT_BYTES
         return sent
 
     def _read(
-        self, path: Path, offset_for: Callable[[int], int], limit: int
-    ) -> tuple[int, int, bytes] | None:
+        self, path: Path, offset_for: Callable[[int, bytes], int], limit: int
+    ) -> tuple[int, bytes, int, bytes] | None:
         try:
             return self._outbox.files.read_span(path, offset_for, limit)
         except OSError as exc:
@@ -181,15 +213,14 @@ class _Segments:
             return None
 
     def _send(self, stem: str, file: str, offset: int, data: bytes) -> bool:
-        number = self._numbers.get(stem, 0) + 1
-        name = segment_name(stem, number)
-        stored = self._outbox.put(name, data)
+        stored, self._next[stem] = self._outbox.put(
+            lambda number: segment_name(stem, number), self._next.get(stem, 1), data
+        )
         if stored is None:
             return False
-        self._numbers[stem] = number
         self.sent.append(
             Segment(
-                name=name,
+                name=stored.path.name,
                 file=file,
                 offset=offset,
                 size=len(data),
@@ -199,6 +230,11 @@ class _Segments:
             )
         )
         return True
+
+
+def _same_start(first: bytes, second: bytes) -> bool:
+    shared = min(len(first), len(second))
+    return first[:shared] == second[:shared]
 
 
 class EvidenceTrail:

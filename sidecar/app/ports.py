@@ -8,7 +8,7 @@ core may not import. Adapters implement them structurally.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,18 +112,20 @@ class ArtifactFiles(Protocol):
     def keep_copies(self, files: Sequence[Path]) -> list[Path]: ...
     def existing(self, names: Sequence[str]) -> list[Path]: ...
     def sha256(self, name: str) -> str | None: ...
-    def read_span(self, source: Path, offset_for: Callable[[int], int], limit: int) -> tuple[int, int, bytes]:
-        """(inode, offset, bytes) of a regular file from ``offset_for(inode)``, never through a
-        link; OSError when unreadable."""
+    def read_span(
+        self, source: Path, offset_for: Callable[[int, bytes], int], limit: int
+    ) -> tuple[int, bytes, int, bytes]:
+        """(inode, first bytes, offset, bytes) of a regular file from ``offset_for(inode, first
+        bytes)``, never through a link; OSError when unreadable."""
         ...
 
 
 class AttemptHistory(Protocol):
     """Where earlier attempts of a run left their evidence (the local output dir, the bucket)."""
 
-    def find(self, run_id: str, runs_prefix: str) -> list[FoundAttempt]:
-        """Each attempt location found for ``run_id`` (the bucket is listed under ``runs_prefix``);
-        TransientError when it cannot be read."""
+    def find(self, run_id: str, runs_prefix: str) -> Iterator[FoundAttempt]:
+        """Each attempt location found for ``run_id`` (the bucket is listed under ``runs_prefix``),
+        read as it is asked for; TransientError when it cannot be read."""
         ...
 
 

@@ -30,7 +30,7 @@ from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt, SampleRecorder
-from sidecar.core.artifact.lost import FoundAttempt, describe_lost, lost_attempts
+from sidecar.core.artifact.lost import describe_lost, lost_attempts
 from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.errors import (
     ConfigError,
@@ -44,6 +44,7 @@ from sidecar.core.errors import (
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.ports import GpuBackend
+from sidecar.core.publication import sanitize
 from sidecar.core.samples import GpuDevice
 from sidecar.settings import Settings
 
@@ -181,16 +182,19 @@ class Supervisor:
         """Earlier attempts of this slot that ended without a verdict: told now, kept in the artifact.
         Looking never stops the run."""
         request = self._started.request
-        found: list[FoundAttempt] = []
+        lost: dict[int, LostAttempt] = {}
         for history in self._ports.histories:
             try:
-                found += history.find(request.run_id, runs_prefix(self._settings, request))
-            except SoakError as exc:
-                print(f"soak-sidecar: earlier attempts not checked: {exc}", file=sys.stderr)
-        lost = lost_attempts(found, run_id=request.run_id, index=request.index, before=attempt)
-        for each in lost:
+                found = history.find(request.run_id, runs_prefix(self._settings, request))
+                for each in lost_attempts(found, run_id=request.run_id, index=request.index, before=attempt):
+                    lost.setdefault(each.attempt, each)
+            except Exception as exc:  # others can write what is read here: a record nothing foresaw
+                why = sanitize(f"{type(exc).__name__}: {exc}", 1024)
+                print(f"soak-sidecar: earlier attempts not all checked: {why}", file=sys.stderr)
+        ordered = tuple(lost[number] for number in sorted(lost))
+        for each in ordered:
             print(f"soak-sidecar: {describe_lost(each)}", file=sys.stderr)
-        return tuple(lost)
+        return ordered
 
     def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
         # Before anything touches the run dir: a second sidecar must not reset or abort the first

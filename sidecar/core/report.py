@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.core.artifact.models import utc_timestamp
+from sidecar.core.artifact.models import claimed_utc
 from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
 
 WIDTH, HEIGHT = 900, 200
@@ -271,7 +271,8 @@ def _partial(artifact: ReportArtifact) -> list[str]:
     if not artifact.partial:
         return []
     last = artifact.last_evidence_unix
-    when = "" if last is None else f" (last evidence at {utc_timestamp(last)})"
+    shown = claimed_utc(last)
+    when = "" if shown is None else f" (last evidence at {shown})"
     return [
         f'<p class="partial">PARTIAL: no verdict{html.escape(when)}. The attempt is still running, or it '
         "ended without one (its sidecar killed, its node lost): what follows is its evidence up to its "

@@ -8,14 +8,18 @@ and records them in its own artifact; ``soak-sidecar report`` renders one as a p
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt, utc_timestamp
+from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt, claimed_utc
+from sidecar.core.publication import sanitize
 
 # A provisional artifact holds no samples: anything larger is not one.
 PROVISIONAL_LIMIT_BYTES = 1024 * 1024
-REASON_CHARS = 1024
+# What a lost attempt's line may carry of what its location holds (its reason, where it is):
+# others could have written both, so they are made one printable line of bounded size.
+REASON_BYTES = 1024
+LOCATION_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -29,10 +33,11 @@ class FoundAttempt:
 
 
 def lost_attempts(
-    found: Sequence[FoundAttempt], *, run_id: str, index: int | None, before: int
+    found: Iterable[FoundAttempt], *, run_id: str, index: int | None, before: int
 ) -> list[LostAttempt]:
     """The attempts of ``run_id`` (and ``index``) numbered below ``before`` whose evidence holds a
-    provisional artifact and no final one, oldest first; one per attempt number."""
+    provisional artifact and no final one, oldest first; one per attempt number. ``found`` is
+    consumed one location at a time: a record is dropped once judged."""
     lost: dict[int, LostAttempt] = {}
     for place in found:
         doc = None if place.final else _provisional(place.record)
@@ -48,9 +53,9 @@ def lost_attempts(
         lost[attempt] = LostAttempt(
             attempt=attempt,
             status=str(doc["status"]),
-            reason=reason[:REASON_CHARS] if isinstance(reason, str) else None,
-            last_evidence_at_utc=None if place.last_unix is None else utc_timestamp(place.last_unix),
-            evidence=place.location,
+            reason=sanitize(reason, REASON_BYTES) if isinstance(reason, str) else None,
+            last_evidence_at_utc=claimed_utc(place.last_unix),
+            evidence=sanitize(place.location, LOCATION_BYTES),
         )
     return [lost[n] for n in sorted(lost)]
 
@@ -60,7 +65,7 @@ def _provisional(record: bytes | None) -> dict[str, object] | None:
         return None
     try:
         doc = json.loads(record)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON (UnicodeDecodeError is a ValueError), nested too deep
         return None
     if not isinstance(doc, dict) or doc.get("status") not in PROVISIONAL_STATUSES:
         return None
@@ -69,6 +74,12 @@ def _provisional(record: bytes | None) -> dict[str, object] | None:
 
 def describe_lost(attempt: LostAttempt) -> str:
     """One line: "attempt N ended without a verdict (last evidence at T)", and why it was stopping."""
-    when = f" (last evidence at {attempt.last_evidence_at_utc})" if attempt.last_evidence_at_utc else ""
-    why = f"; it was stopping: {attempt.reason}" if attempt.status == "stopping" and attempt.reason else ""
-    return f"attempt {attempt.attempt} ended without a verdict{when}{why}: {attempt.evidence}"
+    at, reason = attempt.last_evidence_at_utc, attempt.reason
+    when = f" (last evidence at {sanitize(at, 64)})" if at else ""
+    why = (
+        f"; it was stopping: {sanitize(reason, REASON_BYTES)}"
+        if attempt.status == "stopping" and reason
+        else ""
+    )
+    where = sanitize(attempt.evidence, LOCATION_BYTES)
+    return f"attempt {attempt.attempt} ended without a verdict{when}{why}: {where}"

@@ -23,6 +23,18 @@ def utc_timestamp(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# The last second datetime can show (9999-12-31T23:59:59Z).
+LAST_SHOWABLE_UNIX = 253_402_300_799
+
+
+def claimed_utc(epoch: float | None) -> str | None:
+    """A time read from something others could write (a file's mtime, a listed object's): as
+    ``utc_timestamp``, or None when it is no time that can be shown (before 1970, past year 9999)."""
+    if epoch is None or not 0 <= epoch <= LAST_SHOWABLE_UNIX:  # NaN fails both comparisons
+        return None
+    return utc_timestamp(epoch)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

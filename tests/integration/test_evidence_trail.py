@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -289,3 +290,75 @@ def test_a_killed_attempt_reads_back_as_partial_and_the_next_attempt_names_it(
     for segment in segments:
         stored = client.get_object(Bucket=bucket, Key=f"{second_folder}{segment['name']}")["Body"].read()
         assert hashlib.sha256(stored).hexdigest() == segment["sha256"] and len(stored) == segment["size"]
+
+
+ROTATING_TRAINER = (
+    "import os, time\n"
+    "progress = os.environ['SOAK_PROGRESS_DIR']\n"
+    "for i in range(400):\n"
+    "    print(f'line {i:06d} ' + 'z' * 1000, flush=True)\n"
+    "    if i % 8 == 7:\n"
+    "        with open(os.path.join(progress, 'progress'), 'a') as f:\n"
+    "            f.write('x')\n"
+    "        time.sleep(0.2)\n"
+    "time.sleep(1)\n"
+)
+
+
+def test_console_segments_follow_the_launchers_rotation(
+    tmp_path: Path, seaweedfs: SeaweedServer, s3_prefix: str
+) -> None:
+    """A 64 KiB console cap: the launcher rotates console.log to console.log.1 every 64 lines, and the
+    kernel gives a freed inode number to the next console.log. Every line still reaches the segments
+    (a segment of a file is never resumed at another file's offset)."""
+    (tmp_path / "progress").mkdir()
+    env = {
+        **_env(seaweedfs, s3_prefix),
+        "SOAK_EVIDENCE__FLUSH_S": "0.2",
+        "SOAK_LAUNCHER__CONSOLE_LOG_BYTES": "65536",
+    }
+    argv = _argv(tmp_path, str(uuid.uuid4()))
+    argv[argv.index("-c") + 1] = ROTATING_TRAINER
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=300, check=False)
+    (path,) = (tmp_path / "out" / "runs").glob("*/attempt-1/artifact.json")
+    artifact = json.loads(path.read_text())
+    client = seaweedfs.client()
+    printed: set[int] = set()
+    segments = [s for s in artifact["upload"]["segments"] if s["file"].startswith("console.log")]
+    assert any(s["file"] == "console.log.1" for s in segments), (done.stderr[-2000:], segments)
+    for segment in segments:
+        key = segment["uri"].removeprefix(f"s3://{seaweedfs.bucket}/")
+        body = client.get_object(Bucket=seaweedfs.bucket, Key=key)["Body"].read()
+        printed |= {int(n) for n in re.findall(rb"line (\d{6})", body)}
+    assert sorted(set(range(400)) - printed) == []
+
+
+def test_names_taken_by_other_bytes_are_passed_over(
+    tmp_path: Path, spawn: Spawner, seaweedfs: SeaweedServer, s3_prefix: str
+) -> None:
+    """Objects planted at the attempt's first record and segment names (by anyone who can write the
+    bucket) are kept as they are, and the evidence goes out under the next numbers."""
+    run_id = str(uuid.uuid4())
+    (tmp_path / "progress").mkdir()
+    client, bucket = seaweedfs.client(), seaweedfs.bucket
+    folder = f"{s3_prefix}local/local/{run_id}/1-local/"
+    planted = ("provisional-0001.json", "samples.jsonl.gz.seg-000001", "console.log.seg-000001")
+    for name in planted:
+        client.put_object(Bucket=bucket, Key=folder + name, Body=b"planted")
+    proc = spawn(_argv(tmp_path, run_id), env=_env(seaweedfs, s3_prefix), stdout=subprocess.DEVNULL)
+
+    def stored(name: str) -> bytes | None:
+        try:
+            data: bytes = client.get_object(Bucket=bucket, Key=folder + name)["Body"].read()
+        except client.exceptions.NoSuchKey:
+            return None
+        return data
+
+    wait_until(
+        "segments under the next numbers", lambda: stored("samples.jsonl.gz.seg-000002") is not None, 60
+    )
+    proc.kill()
+    proc.wait(timeout=30)
+    assert all(stored(name) == b"planted" for name in planted)
+    record = stored("provisional-0002.json")
+    assert record is not None and json.loads(record)["status"] == "running"

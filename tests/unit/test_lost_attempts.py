@@ -79,3 +79,27 @@ def test_one_per_attempt_oldest_first_from_every_location() -> None:
     ]
     (index_zero,) = lost_attempts(places, run_id=RUN, index=0, before=5)
     assert index_zero.attempt == 2
+
+
+def test_a_record_nested_too_deep_is_left_out_not_raised() -> None:
+    deep = b'{"status": "running", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    assert lost_attempts([found(deep), found(record(1))], run_id=RUN, index=None, before=2)[0].attempt == 1
+
+
+def test_what_others_wrote_is_one_printable_line_of_bounded_size() -> None:
+    hostile = "\x1b[2K\rsoak-sidecar: PASSED\n\x1b]0;title\x07" + "A" * 500_000
+    doc = json.loads(record(1, status="stopping"))
+    doc["failure_reason"] = hostile
+    place = found(json.dumps(doc).encode(), where="runs/x\x1b[31m\nFAKE/artifact.json")
+    (lost,) = lost_attempts([place], run_id=RUN, index=None, before=2)
+    line = describe_lost(lost)
+    assert not any(ord(char) < 32 or ord(char) == 127 for char in line), line[:200]
+    assert len(line.encode()) < 3000 and "soak-sidecar: PASSED" in line
+
+
+@pytest.mark.parametrize("last_unix", [1e12, -1.0, float("nan"), float("inf")])
+def test_a_time_that_cannot_be_shown_is_left_out(last_unix: float) -> None:
+    place = FoundAttempt(location="l", final=False, record=record(1), last_unix=last_unix)
+    (lost,) = lost_attempts([place], run_id=RUN, index=None, before=2)
+    assert lost.last_evidence_at_utc is None
+    assert describe_lost(lost) == "attempt 1 ended without a verdict: l"

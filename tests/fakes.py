@@ -72,6 +72,8 @@ class Script:
     forges_at_s: float = 0.0  # when the trainer rewrites trainer.json (the launcher's until then)
     # The kernel's OOM killer kills the trainer after runs_s (the launcher's cgroup counter rose).
     oom_killed: bool = False
+    # The trainer writes checkpoint.json ({"step": 7}) this long after its go-ahead.
+    checkpoint_at_s: float | None = None
 
 
 class World:
@@ -171,6 +173,7 @@ class World:
             soft_stop_sent=soft_stop_reason is not None,
             soft_stop_reason=soft_stop_reason,
             memory=memory,
+            ended_unix=self.wall(),
         )
 
 
@@ -370,6 +373,11 @@ class FakeProgress:
         return ProgressSample(file_count=1, bytes_total=100 + grown, max_mtime=self.world.wall())
 
     def read_file(self, name: str, max_bytes: int) -> tuple[bytes, float] | None:
+        if name == "checkpoint.json":
+            at, go_at = self.world.script.checkpoint_at_s, self.world.go_at
+            if at is None or go_at is None or self.world.now < go_at + at:
+                return None
+            return b'{"step": 7, "path": "ckpt/7"}', self.world.wall()
         if not self.world.script.writes_summary or self.world.exit_record is None:
             return None
         return self.world.summary[: max_bytes + 1], self.world.wall()

@@ -12,13 +12,18 @@ from sidecar.app.values import Launched, Preflight, Started
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import (
     Artifact,
+    AttemptPhasesInfo,
+    CheckpointInfo,
     DeadlineInfo,
     MonitorConfig,
+    PhaseInfo,
     PostShutdown,
     SampleRecorder,
     utc_timestamp,
 )
 from sidecar.core.artifact.objects import SAMPLES_FILE
+from sidecar.core.ledger.moments import ProgressMoments
+from sidecar.core.ledger.phases import AttemptMarks, attempt_phases
 from sidecar.core.redaction import redact_command
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
@@ -42,6 +47,8 @@ class Evidence:
     protocol_violations: tuple[str, ...] = ()
     deadline_end: verdicts.DeadlineEnd | None = None
     stacks: Mapping[str, Any] | None = None
+    go_unix: float | None = None
+    moments: ProgressMoments | None = None
 
 
 def build_artifact(
@@ -59,7 +66,45 @@ def build_artifact(
     artifact.console_log = str(console[-1].resolve()) if console else None
     if evidence.summary is not None:  # monitoring ran: the samples file is part of the evidence
         artifact.samples = recorder.series(SAMPLES_FILE, files.sha256(SAMPLES_FILE))
+        artifact.phases = _phases(evidence, passed=verdict.status == "passed", end=ports.clock.wall())
     return artifact
+
+
+def _phases(evidence: Evidence, *, passed: bool, end: float) -> AttemptPhasesInfo:
+    moments = evidence.moments or ProgressMoments()
+    record = evidence.exit_record
+    stops = dict(record.stop_times_unix) if record is not None else {}
+    marks = AttemptMarks(
+        start=evidence.started.wall,
+        start_kind="launcher",
+        end=end,
+        go=evidence.go_unix,
+        first_progress=moments.first_progress_unix,
+        last_checkpoint=moments.checkpoint_seen_unix,
+        stop_requested=stops.get("soft_stop", stops.get("term")),
+        soft_stop="soft_stop" in stops,
+        trainer_exit=None if record is None else record.ended_unix,
+        passed=passed,
+    )
+    split = attempt_phases(marks)
+    checkpoint = moments.checkpoint
+    return AttemptPhasesInfo(
+        phases=[
+            PhaseInfo(kind=p.kind, start_unix=p.start, seconds=round(p.seconds, 6)) for p in split.phases
+        ],
+        lost_work_known=split.lost_work_known,
+        checkpoint=None
+        if checkpoint is None or moments.checkpoint_seen_unix is None
+        else CheckpointInfo(
+            step=checkpoint.step,
+            path=checkpoint.path,
+            bytes=checkpoint.bytes,
+            duration_s=checkpoint.duration_s,
+            seen_at_unix=moments.checkpoint_seen_unix,
+            records_seen=moments.checkpoints_seen,
+        ),
+        checkpoint_problem=moments.checkpoint_problem,
+    )
 
 
 def provisional_artifact(settings: Settings, ports: Ports, evidence: Evidence) -> Artifact:

@@ -18,7 +18,14 @@ from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
-from sidecar.core.errors import LauncherError
+from sidecar.core.errors import ConfigError, LauncherError
+from sidecar.core.ledger.checkpoint import (
+    CHECKPOINT_FILE,
+    CHECKPOINT_LIMIT_BYTES,
+    CheckpointReport,
+    parse_checkpoint,
+)
+from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
@@ -63,6 +70,7 @@ class Sampler:
         self.trainer: ProcessInfo | None = None
         self.claim_mismatch: str | None = None
         self.duration_s = 0.0  # of the latest sample
+        self.moments = ProgressMoments()
 
     def take(self, now: float, started: Started) -> Sample:
         tree = self._ports.processes.sample(self._launcher_pid)
@@ -74,8 +82,20 @@ class Sampler:
             progress=self._ports.progress.sample(),
         )
         self.recorder.add(sample, steady=self._steady(sample))
+        self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample
+
+    def _checkpoint(self) -> CheckpointReport | str | None:
+        """The trainer's checkpoint record (a claim: only that it changed is taken), or why it
+        cannot be read."""
+        try:
+            found = self._ports.progress.read_file(CHECKPOINT_FILE, CHECKPOINT_LIMIT_BYTES)
+            return None if found is None else parse_checkpoint(found[0])
+        except OSError as exc:
+            return f"{CHECKPOINT_FILE}: {exc}"
+        except ConfigError as exc:
+            return str(exc)
 
     def _steady(self, sample: Sample) -> bool:
         """The trainer runs (not a zombie) and has made progress: growth is measured over these."""
@@ -130,6 +150,7 @@ def watch(
     )
     policy = MonitorPolicy(timings, started=going.started.monotonic)
     last_seen = session.last_seen
+    go_unix = ports.clock.wall()  # the go-ahead was just given
     try:
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled) as stop:
@@ -157,6 +178,8 @@ def watch(
         exit_record=record,
         protocol_violations=tuple(violations),
         stacks=stall_stacks(ports) if policy.stacks_requested else None,
+        go_unix=go_unix,
+        moments=sampler.moments,
     )
 
 

@@ -146,6 +146,8 @@ class Supervisor:
             protocol_violations=watched.protocol_violations,
             stacks=watched.stacks,
             deadline_end=concluded.conclusion.deadline,
+            go_unix=watched.go_unix,
+            moments=watched.moments,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 

@@ -11,6 +11,7 @@ from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
 from sidecar.core.identity import run_slot
+from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.samples import ProcessInfo
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.records import LauncherInfo
@@ -101,6 +102,9 @@ class Watched:
     protocol_violations: tuple[str, ...] = ()
     # The stall's stacks (stacks.json) or why they are missing; None when none were asked for.
     stacks: Mapping[str, Any] | None = None
+    # When the go-ahead was given, and the first progress and checkpoints the samples showed.
+    go_unix: float | None = None
+    moments: ProgressMoments | None = None
 
 
 @dataclass(frozen=True)

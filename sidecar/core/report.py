@@ -266,6 +266,19 @@ def _stacks_section(stacks: Stacks | None) -> list[str]:
     return section
 
 
+def _time_spent(artifact: ReportArtifact) -> list[str]:
+    """Where the attempt's time went, phase by phase."""
+    if not artifact.phases:
+        return []
+    total = sum(seconds for _, seconds in artifact.phases) or 1.0
+    rows = [
+        [kind.replace("_", " "), _clock(seconds), f"{seconds / total:.0%}"]
+        for kind, seconds in artifact.phases
+    ]
+    note = f"<p>{html.escape(artifact.checkpoint_note)}</p>" if artifact.checkpoint_note else ""
+    return ["<h2>Where the time went</h2>", _table(["phase", "time", "share"], rows), note]
+
+
 def _partial(artifact: ReportArtifact) -> list[str]:
     """A provisional artifact's marker: no verdict, and how far the evidence goes."""
     if not artifact.partial:
@@ -305,6 +318,7 @@ def render_report(
         f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
         *_partial(artifact),
         *(f"<p>{html.escape(line)}</p>" for line in artifact.lost_attempts),
+        *_time_spent(artifact),
         "<h2>Over time</h2>",
     ]
     if artifact.samples_file is None:

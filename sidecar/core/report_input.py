@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from sidecar.core.artifact.lost import describe_lost
 from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt
@@ -93,6 +94,10 @@ class ReportArtifact:
     stacks: Stacks | None = None  # None: no stall asked for them
     # Earlier attempts that ended without a verdict, one line each (sidecar.core.artifact.lost).
     lost_attempts: tuple[str, ...] = ()
+    # Where the attempt's time went: (phase, seconds) in order; None for an artifact without them.
+    phases: tuple[tuple[str, float], ...] | None = None
+    # What the phases say of the lost work: a checkpoint's step, or why it is not known.
+    checkpoint_note: str | None = None
     # When the newest piece of a partial attempt's evidence was written (set by the source).
     last_evidence_unix: float | None = None
 
@@ -198,10 +203,32 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         trainer_end=_trainer_end(launcher),
         console_file=_console_file(doc.get("console_log")),
         stacks=_stacks(doc.get("stacks")),
+        **_phases(doc.get("phases")),
         lost_attempts=tuple(
             _lost(item, n) for n, item in enumerate(_list(doc.get("lost_attempts", []), "lost_attempts"))
         ),
     )
+
+
+def _phases(value: object) -> dict[str, Any]:
+    if value is None:
+        return {}
+    info = _object(value, "phases")
+    items = [
+        _object(item, f"phases.phases[{n}]")
+        for n, item in enumerate(_list(info.get("phases"), "phases.phases"))
+    ]
+    checkpoint = info.get("checkpoint")
+    note = None
+    if checkpoint is not None:
+        step = _integer(_object(checkpoint, "phases.checkpoint").get("step"), "phases.checkpoint.step")
+        note = f"last checkpoint reported: step {step}"
+    elif info.get("lost_work_known") is False:
+        note = "no checkpoint reported: the work lost is not known"
+    phases = tuple(
+        (_text(i.get("kind"), "phases kind"), _number(i.get("seconds"), "phases seconds")) for i in items
+    )
+    return {"phases": phases, "checkpoint_note": note}
 
 
 def _lost(value: object, n: int) -> str:

@@ -191,3 +191,18 @@ def test_an_xid_the_application_caused_never_blames_the_gpu(
         assert artifact["failure_classification"] == "learner_failure"
         reason = artifact["failure_reason"]
         assert "the trainer caused GPU 0" in reason and "XID 31: GPU memory page fault" in reason
+
+
+def test_the_artifact_says_where_a_real_attempts_time_went(tmp_path: Path) -> None:
+    """A real local soak of the example trainer: the launcher's start to the go-ahead, the way to the
+    first progress, productive work, the teardown; they add up to the attempt, from the sidecar's
+    start to its verdict."""
+    code, artifact, stderr = run_cli(tmp_path, *trainer(), env={"SOAK_GPU__BACKEND": "none"})
+    assert code == 0, stderr
+    phases = artifact["phases"]["phases"]
+    assert [p["kind"] for p in phases] == ["launcher", "startup", "productive", "teardown"], phases
+    assert all(p["seconds"] > 0 for p in phases)
+    assert phases[2]["seconds"] >= 0.3  # six steps of 0.1 s, less the first sample's wait
+    span = phases[-1]["start_unix"] + phases[-1]["seconds"] - phases[0]["start_unix"]
+    assert abs(sum(p["seconds"] for p in phases) - span) < 1e-3
+    assert artifact["phases"]["lost_work_known"] and artifact["phases"]["checkpoint"] is None

@@ -165,3 +165,27 @@ def test_a_malformed_lost_attempt_is_one_usage_error() -> None:
     doc = {**artifact(), "lost_attempts": [{"attempt": "one", "status": "running", "evidence": "x"}]}
     with pytest.raises(ConfigError, match=r"lost_attempts\[0\]\.attempt"):
         parse_artifact(json.dumps(doc).encode(), "artifact.json")
+
+
+def test_the_page_says_where_the_attempts_time_went() -> None:
+    doc = {
+        **artifact(),
+        "phases": {
+            "phases": [
+                {"kind": "launcher", "start_unix": T0, "seconds": 3.0},
+                {"kind": "productive", "start_unix": T0 + 3, "seconds": 90.0},
+                {"kind": "lost_work", "start_unix": T0 + 93, "seconds": 7.0},
+            ],
+            "lost_work_known": True,
+            "checkpoint": {"step": 1200, "seen_at_unix": T0 + 93, "records_seen": 4},
+        },
+    }
+    page = render_report(parse_artifact(json.dumps(doc).encode(), "artifact.json"), [])
+    assert "<h2>Where the time went</h2>" in page and "lost work" in page and "90%" in page
+    assert "last checkpoint reported: step 1200" in page
+    unknown = {**doc, "phases": {"phases": doc["phases"]["phases"][:2], "lost_work_known": False}}
+    page = render_report(parse_artifact(json.dumps(unknown).encode(), "artifact.json"), [])
+    assert "no checkpoint reported: the work lost is not known" in page
+    assert "Where the time went" not in render_report(
+        parse_artifact(json.dumps(artifact()).encode(), "a"), []
+    )

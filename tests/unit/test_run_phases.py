@@ -495,3 +495,38 @@ def test_a_launcher_json_naming_another_process_is_not_the_local_launcher(tmp_pa
     assert result.verdict.classification == "launcher_missing"
     assert "names pid 4242, not the launcher started here" in (result.verdict.reason or "")
     assert world.world.go is None and not processes.groups_killed  # nothing started, nothing signalled
+
+
+def phases_of(artifact: dict[str, Any]) -> dict[str, float]:
+    return {phase["kind"]: phase["seconds"] for phase in artifact["phases"]["phases"]}
+
+
+def test_the_artifact_says_where_the_attempts_time_went(tmp_path: Path) -> None:
+    """Productive from the first progress to the trainer's exit, then teardown (the simulated launcher
+    starts the trainer at once: no launcher or startup phase here; tests/integration shows them); a
+    pass loses no work."""
+    _, _, artifact = run(tmp_path, Script(runs_s=5.0))
+    kinds = phases_of(artifact)
+    assert list(kinds) == ["productive", "teardown"], kinds
+    assert 4.0 <= kinds["productive"] <= 6.0 and artifact["phases"]["lost_work_known"]
+    assert artifact["phases"]["checkpoint"] is None
+
+
+def test_a_failed_attempt_loses_the_work_since_its_last_checkpoint(tmp_path: Path) -> None:
+    result, _, artifact = run(tmp_path, Script(runs_s=6.0, returncode=1, checkpoint_at_s=2.0))
+    assert result.verdict.status == "failed"
+    info = artifact["phases"]
+    kinds = phases_of(artifact)
+    assert list(kinds) == ["productive", "lost_work", "teardown"], kinds
+    assert 3.0 <= kinds["lost_work"] <= 5.0 and info["lost_work_known"]
+    assert info["checkpoint"]["step"] == 7 and info["checkpoint"]["path"] == "ckpt/7"
+    assert info["checkpoint"]["records_seen"] == 1
+    phases = info["phases"]
+    span = phases[-1]["start_unix"] + phases[-1]["seconds"] - phases[0]["start_unix"]
+    assert abs(sum(kinds.values()) - span) < 1e-3
+
+
+def test_without_a_checkpoint_the_lost_work_is_not_guessed(tmp_path: Path) -> None:
+    _, _, artifact = run(tmp_path, Script(runs_s=4.0, returncode=1))
+    assert artifact["phases"]["checkpoint"] is None and not artifact["phases"]["lost_work_known"]
+    assert "lost_work" not in phases_of(artifact)

@@ -199,6 +199,40 @@ class UploadInfo(_Model):
     )
 
 
+class PhaseInfo(_Model):
+    kind: str = Field(
+        description="scheduling, container_start, launcher, startup, productive, lost_work, "
+        "checkpointing or teardown (sidecar/core/ledger/phases.py)."
+    )
+    start_unix: float
+    seconds: float
+
+
+class CheckpointInfo(_Model):
+    """The trainer's latest checkpoint record (checkpoint.json in the progress dir), a claim: only
+    when the sidecar first saw it is the sidecar's."""
+
+    step: int
+    path: str | None = None
+    bytes: int | None = None
+    duration_s: float | None = None
+    seen_at_unix: float = Field(description="The sample that first showed this record (the sidecar's clock).")
+    records_seen: int = Field(description="How many different checkpoint records the samples showed.")
+
+
+class AttemptPhasesInfo(_Model):
+    """Where the attempt's wall time went, from its start to its verdict: phases with neither gap nor
+    overlap."""
+
+    phases: list[PhaseInfo]
+    lost_work_known: bool = Field(
+        description="False when the attempt did not pass and no checkpoint was reported: its lost work "
+        "is not guessed (no checkpoint reported)."
+    )
+    checkpoint: CheckpointInfo | None = Field(default=None, description="None: no checkpoint reported.")
+    checkpoint_problem: str | None = Field(default=None, description="Why checkpoint.json could not be read.")
+
+
 class LostAttempt(_Model):
     """An earlier attempt of the same run (and index) that ended without a verdict: its sidecar was
     killed, or its node lost. What its provisional artifact and segments say of it."""
@@ -248,6 +282,9 @@ class Artifact(_Model):
         description="A stall's evidence: the Python stacks of the trainer's processes, taken by the launcher "
         "(py-spy) before the TERM (stacks.json: per process a stack or why it is missing), or why there "
         "are none. Absent when no stall stopped the trainer.",
+    )
+    phases: AttemptPhasesInfo | None = Field(
+        default=None, description="Where the attempt's wall time went; None for an attempt that never ran."
     )
     lost_attempts: list[LostAttempt] = Field(
         default_factory=list,

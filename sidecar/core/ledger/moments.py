@@ -1,0 +1,28 @@
+"""What the samples show of the trainer's work (pure): its first progress and its checkpoints, each
+at the time of the sample that first showed it (the sidecar's clock)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sidecar.core.ledger.checkpoint import CheckpointReport
+
+
+@dataclass
+class ProgressMoments:
+    first_progress_unix: float | None = None
+    checkpoint: CheckpointReport | None = None
+    checkpoint_seen_unix: float | None = None
+    checkpoints_seen: int = 0
+    # Why the latest checkpoint record could not be read (it is then not counted).
+    checkpoint_problem: str | None = None
+
+    def observe(self, t_wall: float, progress_bytes: int, checkpoint: CheckpointReport | str | None) -> None:
+        """One sample: the progress dir's bytes and its checkpoint record (a problem as text)."""
+        if progress_bytes > 0 and self.first_progress_unix is None:
+            self.first_progress_unix = t_wall
+        if isinstance(checkpoint, str):
+            self.checkpoint_problem = checkpoint
+        elif checkpoint is not None and checkpoint != self.checkpoint:
+            self.checkpoint, self.checkpoint_seen_unix = checkpoint, t_wall
+            self.checkpoints_seen += 1

@@ -31,6 +31,7 @@ def test_only_attempt_directories_are_read(tmp_path: Path) -> None:
     provisional(tmp_path / "elsewhere", 4)
     (runs / RUN / "attempt-4").symlink_to(tmp_path / "elsewhere")  # a link is never followed
     os.mkfifo(runs / RUN / "attempt-1" / "samples.jsonl.gz")
+    (runs / RUN / "attempt-3" / "artifact.json").mkdir(parents=True)  # not a file: no record, no error
     found = list(LocalAttemptHistory(runs).find(RUN, ""))
     assert sorted(Path(f.location).parent.name for f in found) == ["attempt-1", "index-0-attempt-2-pod-abc12"]
     lost = lost_attempts(found, run_id=RUN, index=None, before=9)

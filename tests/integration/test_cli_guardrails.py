@@ -134,12 +134,31 @@ def test_a_bundled_gpu_scenario_by_name_from_any_directory(tmp_path: Path) -> No
 
 def test_an_artifact_that_cannot_be_written_is_said_so_and_loses_the_pass(tmp_path: Path) -> None:
     run_id = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
-    # A directory where artifact.json must go: the write fails after a passing soak.
-    (tmp_path / "soak-output" / "runs" / run_id / "attempt-1" / "artifact.json").mkdir(parents=True)
-    done = run_cli(tmp_path, "--run-id", run_id)
+    # While the trainer runs, a directory takes the place of the provisional artifact.json: the
+    # final write fails after a passing soak.
+    artifact = f"soak-output/runs/{run_id}/attempt-1/artifact.json"
+    trainer = (
+        f"rm {artifact} && mkdir {artifact} && exec {sys.executable} -m sidecar.examples.trainer --steps 4"
+    )
+    done = run_cli(tmp_path, "--run-id", run_id, "--", "sh", "-c", trainer)
     assert done.returncode == 16, done.stderr
     assert "the local artifact was not written" in done.stderr
     assert done.stderr.rstrip().endswith("artifact not written (the reason is above) (exit code 16)")
+
+
+def test_an_artifact_that_cannot_be_written_at_the_start_is_a_usage_error_before_the_trainer_starts(
+    tmp_path: Path,
+) -> None:
+    """The provisional artifact is written before the go-ahead: a directory where artifact.json
+    must go stops the run there, with no compute spent."""
+    run_id = "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"
+    runs = tmp_path / "soak-output" / "runs" / run_id
+    (runs / "attempt-1" / "artifact.json").mkdir(parents=True)
+    done = run_cli(tmp_path, "--run-id", run_id)
+    assert done.returncode == 64, done.stderr
+    assert "cannot write the provisional artifact" in done.stderr
+    assert "earlier attempts not all checked" not in done.stderr
+    assert not list(runs.glob("progress/*"))  # the trainer never started
 
 
 def test_an_unusable_artifact_directory_is_a_usage_error_before_the_trainer_starts(tmp_path: Path) -> None:

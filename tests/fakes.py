@@ -21,7 +21,7 @@ from sidecar.app.ports import LockLoss, Ports, StopRequest
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
-from sidecar.core.pod_facts import ContainerState
+from sidecar.core.pod_facts import ContainerState, PodMoments
 from sidecar.core.ports import UploadedObject
 from sidecar.core.publication import Publication
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
@@ -192,9 +192,12 @@ class FakePodStatus:
 
     cause_wait_s = 3.0
 
-    def __init__(self, *answers: StopEvidence, ended: ContainerState | None = None) -> None:
+    def __init__(
+        self, *answers: StopEvidence, ended: ContainerState | None = None, moments: PodMoments | None = None
+    ) -> None:
         self.answers = list(answers)
         self.ended = ended
+        self.pod_moments = moments
         self.reads = 0
 
     def stop_evidence(self, signal: str | None) -> StopEvidence:
@@ -204,6 +207,9 @@ class FakePodStatus:
 
     def trainer_ended(self) -> ContainerState | None:
         return self.ended
+
+    def moments(self) -> PodMoments | None:
+        return self.pod_moments
 
 
 class FakeChannel:

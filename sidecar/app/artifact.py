@@ -24,6 +24,7 @@ from sidecar.core.artifact import (
 from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.ledger.phases import AttemptMarks, attempt_phases
+from sidecar.core.pod_facts import PodMoments
 from sidecar.core.redaction import redact_command
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import GpuDevice, ResidualProcess
@@ -49,6 +50,8 @@ class Evidence:
     stacks: Mapping[str, Any] | None = None
     go_unix: float | None = None
     moments: ProgressMoments | None = None
+    # The pod's creation, scheduling and container starts (pod mode; a first sidecar only).
+    pod: PodMoments | None = None
 
 
 def build_artifact(
@@ -74,9 +77,12 @@ def _phases(evidence: Evidence, *, passed: bool, end: float) -> AttemptPhasesInf
     moments = evidence.moments or ProgressMoments()
     record = evidence.exit_record
     stops = dict(record.stop_times_unix) if record is not None else {}
+    pod = evidence.pod if evidence.pod is not None and evidence.pod.created is not None else None
     marks = AttemptMarks(
-        start=evidence.started.wall,
-        start_kind="launcher",
+        start=evidence.started.wall if pod is None or pod.created is None else pod.created,
+        start_kind="launcher" if pod is None else "scheduling",
+        scheduled=None if pod is None else pod.scheduled,
+        containers_started=None if pod is None else pod.containers_started,
         end=end,
         go=evidence.go_unix,
         first_progress=moments.first_progress_unix,

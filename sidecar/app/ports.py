@@ -17,7 +17,7 @@ from typing import IO, Any, Literal, Protocol
 from sidecar.core.artifact.lost import FoundAttempt
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.identity import RunIdentity
-from sidecar.core.pod_facts import ContainerState
+from sidecar.core.pod_facts import ContainerState, PodMoments
 from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
@@ -188,6 +188,11 @@ class PodStatus(Protocol):
     def trainer_ended(self) -> ContainerState | None:
         """The trainer container's terminated state as the kubelet reports it, None while it
         reports none (or the pod cannot be read; never raises)."""
+        ...
+
+    def moments(self) -> PodMoments | None:
+        """When the pod was created, scheduled and started its containers; None when the pod
+        cannot be read (never raises)."""
         ...
 
 

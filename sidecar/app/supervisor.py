@@ -43,6 +43,7 @@ from sidecar.core.errors import (
 )
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.gpu_health import GpuHealthTracker
+from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend
 from sidecar.core.publication import sanitize
 from sidecar.core.samples import GpuDevice
@@ -148,6 +149,7 @@ class Supervisor:
             deadline_end=concluded.conclusion.deadline,
             go_unix=watched.go_unix,
             moments=watched.moments,
+            pod=self._pod_moments(),
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 
@@ -179,6 +181,14 @@ class Supervisor:
         except OSError as exc:
             raise ConfigError(f"cannot write the provisional artifact in {files.path}: {exc}") from exc
         return files, trail
+
+    def _pod_moments(self) -> PodMoments | None:
+        """The pod's own moments, for the attempt's phases; a restarted sidecar's attempt began
+        long after its pod, so it has none."""
+        status = self._ports.pod_status
+        if status is None or self._started.already_going:
+            return None
+        return status.moments()
 
     def _lost_attempts(self, attempt: int) -> tuple[LostAttempt, ...]:
         """Earlier attempts of this slot that ended without a verdict: told now, kept in the artifact.

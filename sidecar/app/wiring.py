@@ -29,7 +29,7 @@ from sidecar.core.errors import (
     SoakError,
     TransientError,
 )
-from sidecar.core.pod_facts import ContainerState, PodFacts
+from sidecar.core.pod_facts import ContainerState, PodFacts, PodMoments, pod_moments
 from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
 from sidecar.core.publication import Publication
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
@@ -215,6 +215,10 @@ class _PodStatusReader:
         trainer = None if pod is None else pod.container(self._trainer)
         state = None if trainer is None else trainer.state
         return state if state is not None and state.kind == "terminated" else None
+
+    def moments(self) -> PodMoments | None:
+        pod = self._read_pod()
+        return None if pod is None else pod_moments(pod)
 
     def _read_pod(self) -> PodFacts | None:
         from sidecar.adapters.kube.reads import read_pod

@@ -23,6 +23,8 @@ class Condition:
     status: str
     reason: str | None = None
     message: str | None = None
+    # When it last changed (the API server's clock).
+    since: datetime | None = None
 
 
 JobCondition = Condition
@@ -36,6 +38,8 @@ class ContainerState:
     reason: str | None = None
     message: str | None = None
     exit_code: int | None = None
+    # When the container started (running, or terminated after running), as the kubelet says.
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -88,3 +92,26 @@ class JobFacts:
     suspended: bool = False
     # The Job has a deletion timestamp.
     deleting: bool = False
+
+
+@dataclass(frozen=True)
+class PodMoments:
+    """When the pod was created, scheduled and had all its containers started (Unix seconds; the
+    API server's and the kubelet's clocks); None where the pod does not say."""
+
+    created: float | None
+    scheduled: float | None
+    containers_started: float | None
+
+
+def pod_moments(pod: PodFacts) -> PodMoments:
+    scheduled = pod.condition("PodScheduled")
+    starts = [c.state.started_at for c in pod.containers if c.state is not None]
+    every_started = bool(starts) and all(start is not None for start in starts)
+    return PodMoments(
+        created=None if pod.created is None else pod.created.timestamp(),
+        scheduled=scheduled.since.timestamp()
+        if scheduled is not None and scheduled.status == "True" and scheduled.since is not None
+        else None,
+        containers_started=max(s.timestamp() for s in starts if s is not None) if every_started else None,
+    )

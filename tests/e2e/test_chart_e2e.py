@@ -161,6 +161,13 @@ def test_passing_soak(e2e: E2ECluster, soak: Any) -> None:
     artifact = objects[artifact_key]
     assert artifact["sha256"] == published["artifact-sha256"]
     assert artifact["json"]["status"] == "passed"
+    # Where the attempt's time went, from the pod's creation: its own phases first (the API's clock
+    # has whole seconds, so a quick scheduling may round to none).
+    kinds = [phase["kind"] for phase in artifact["json"]["phases"]["phases"]]
+    assert kinds[0] in ("scheduling", "container_start") and "container_start" in kinds, kinds
+    assert kinds[-3:] == ["startup", "productive", "teardown"] or kinds[-2:] == ["productive", "teardown"], (
+        kinds
+    )
     for key, obj in objects.items():
         assert obj["checksum_sha256"], f"{key} has no stored checksum"
         assert (

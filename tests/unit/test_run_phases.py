@@ -24,7 +24,7 @@ from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
-from sidecar.core.pod_facts import Condition, JobFacts, PodFacts
+from sidecar.core.pod_facts import Condition, JobFacts, PodFacts, PodMoments
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.records import LauncherInfo
 from sidecar.settings import Settings, load_settings
@@ -530,3 +530,20 @@ def test_without_a_checkpoint_the_lost_work_is_not_guessed(tmp_path: Path) -> No
     _, _, artifact = run(tmp_path, Script(runs_s=4.0, returncode=1))
     assert artifact["phases"]["checkpoint"] is None and not artifact["phases"]["lost_work_known"]
     assert "lost_work" not in phases_of(artifact)
+
+
+def test_a_pods_attempt_begins_at_its_pods_creation(tmp_path: Path) -> None:
+    """In a pod the attempt's first phases are the pod's own: scheduling and the containers' start."""
+    world = fakes(Script(runs_s=4.0), SUMMARY)
+    created = world.world.wall() - 30.0
+    moments = PodMoments(created=created, scheduled=created + 2.0, containers_started=created + 20.0)
+    ports = replace(world.ports(), pod_status=FakePodStatus(StopEvidence(None), moments=moments))
+    request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
+    Supervisor(settings(tmp_path), ports, request).run()
+    phases = world.files.artifact()["phases"]["phases"]
+    assert [(p["kind"], p["seconds"]) for p in phases[:3]] == [
+        ("scheduling", 2.0),
+        ("container_start", 18.0),
+        ("launcher", 10.0),
+    ]
+    assert phases[0]["start_unix"] == created

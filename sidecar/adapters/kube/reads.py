@@ -149,7 +149,13 @@ def read_pod(client: KubeClient, namespace: str, name: str) -> PodFacts:
 
 def _conditions(conditions: list[Any] | None) -> tuple[Condition, ...]:
     return tuple(
-        Condition(type=str(c.type), status=str(c.status), reason=c.reason, message=c.message)
+        Condition(
+            type=str(c.type),
+            status=str(c.status),
+            reason=c.reason,
+            message=c.message,
+            since=_when(getattr(c, "last_transition_time", None)),
+        )
         for c in conditions or []
     )
 
@@ -193,13 +199,21 @@ def _state(state: Any) -> ContainerState | None:
         ended = state.terminated
         code = ended.exit_code
         return ContainerState(
-            "terminated", ended.reason, ended.message, code if isinstance(code, int) else None
+            "terminated",
+            ended.reason,
+            ended.message,
+            code if isinstance(code, int) else None,
+            started_at=_when(ended.started_at),
         )
     if state.waiting is not None:
         return ContainerState("waiting", state.waiting.reason, state.waiting.message)
     if state.running is not None:
-        return ContainerState("running")
+        return ContainerState("running", started_at=_when(state.running.started_at))
     return None
+
+
+def _when(value: Any) -> datetime | None:
+    return value if isinstance(value, datetime) else None
 
 
 def _event_facts(event: Any) -> EventFacts:

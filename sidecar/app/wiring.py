@@ -153,11 +153,12 @@ def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:
 
 
 def _histories(settings: Settings) -> tuple[AttemptHistory, ...]:
-    """Where earlier attempts' evidence is: the local output dir (a pod's is new) and the bucket."""
+    """Where earlier attempts' evidence is: the bucket (named first: its copy outlives the node),
+    and the local output dir (a pod's is new unless its sidecar restarted)."""
     from sidecar.adapters.attempt_history import LocalAttemptHistory, S3AttemptHistory
 
     local = LocalAttemptHistory(settings.artifact.output_dir / "runs")
-    return (local, S3AttemptHistory(settings.s3)) if settings.s3.bucket else (local,)
+    return (S3AttemptHistory(settings.s3), local) if settings.s3.bucket else (local,)
 
 
 def _artifact_sink(settings: Settings) -> ArtifactSink | None:

@@ -17,10 +17,19 @@ from typing import Any
 from sidecar.core.artifact.lost import describe_lost
 from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt
 from sidecar.core.errors import ConfigError
+from sidecar.core.report_fields import (
+    MAX_NUMBER,
+    as_list,
+    as_object,
+    clip,
+    got,
+    integer,
+    number,
+    optional_number,
+    optional_text,
+    text,
+)
 
-# Every number the report uses lies within this bound (10**400 or 1e999 do not): the plots' scaling
-# and the labels' formatting stay finite. Times, counts, bytes and MiB are also never negative.
-MAX_NUMBER = 2.0**63
 # The launcher's stop_times_unix names, as the plots label them.
 STOP_LABELS = {"soft_stop": "soft stop", "term": "TERM", "kill": "KILL"}
 
@@ -135,7 +144,7 @@ def load_json(data: bytes, where: str) -> object:
     except RecursionError as exc:
         raise ConfigError(f"{where} is nested too deeply to parse") from exc
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integers over Python's digit limit
-        raise ConfigError(f"{where} is not valid JSON: {_clip(str(exc))}") from exc
+        raise ConfigError(f"{where} is not valid JSON: {clip(str(exc))}") from exc
 
 
 def parse_artifact(data: bytes, where: str) -> ReportArtifact:
@@ -151,61 +160,63 @@ def parse_artifact(data: bytes, where: str) -> ReportArtifact:
 
 def parse_sample(line: bytes) -> ReportSample:
     """One line of samples.jsonl.gz; a ConfigError for a line the report cannot draw."""
-    doc = _object(load_json(line, "sample"), "sample")
-    tree = _object(doc.get("process"), "process")
+    doc = as_object(load_json(line, "sample"), "sample")
+    tree = as_object(doc.get("process"), "process")
     gpu_used: list[tuple[str, float]] = []
-    for device in _list(_object(doc.get("gpu"), "gpu").get("devices"), "gpu.devices"):
-        reading = _device(_object(device, "gpu device"))
+    for device in as_list(as_object(doc.get("gpu"), "gpu").get("devices"), "gpu.devices"):
+        reading = _device(as_object(device, "gpu device"))
         if reading is not None:
             gpu_used.append(reading)
     return ReportSample(
-        t_wall=_number(doc.get("t_wall"), "t_wall"),
-        rss_kib=_number(tree.get("rss_kib_total", 0), "rss_kib_total"),
+        t_wall=number(doc.get("t_wall"), "t_wall"),
+        rss_kib=number(tree.get("rss_kib_total", 0), "rss_kib_total"),
         fd_classes=tuple(
-            (name, _number(count, "fd_classes_total"))
-            for name, count in _object(tree.get("fd_classes_total"), "fd_classes_total").items()
+            (name, number(count, "fd_classes_total"))
+            for name, count in as_object(tree.get("fd_classes_total"), "fd_classes_total").items()
         ),
-        processes=_number(tree.get("process_count", 0), "process_count"),
-        zombies=_number(tree.get("zombie_count", 0), "zombie_count"),
+        processes=number(tree.get("process_count", 0), "process_count"),
+        zombies=number(tree.get("zombie_count", 0), "zombie_count"),
         gpu_used_mib=tuple(gpu_used),
-        progress_bytes=_number(_object(doc.get("progress"), "progress").get("bytes_total", 0), "bytes_total"),
+        progress_bytes=number(
+            as_object(doc.get("progress"), "progress").get("bytes_total", 0), "bytes_total"
+        ),
     )
 
 
 def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
-    post = _object(doc.get("post_shutdown"), "post_shutdown")
-    launcher = _object(post.get("launcher_exit"), "post_shutdown.launcher_exit")
-    stops = _object(launcher.get("stop_times_unix"), "post_shutdown.launcher_exit.stop_times_unix")
-    summary = _object(doc.get("resource_summary"), "resource_summary")
-    trends = _list(summary.get("trends"), "resource_summary.trends")
-    residuals = _list(post.get("residual_processes"), "post_shutdown.residual_processes")
+    post = as_object(doc.get("post_shutdown"), "post_shutdown")
+    launcher = as_object(post.get("launcher_exit"), "post_shutdown.launcher_exit")
+    stops = as_object(launcher.get("stop_times_unix"), "post_shutdown.launcher_exit.stop_times_unix")
+    summary = as_object(doc.get("resource_summary"), "resource_summary")
+    trends = as_list(summary.get("trends"), "resource_summary.trends")
+    residuals = as_list(post.get("residual_processes"), "post_shutdown.residual_processes")
     return ReportArtifact(
-        status=_text(doc["status"], "status"),
-        run_id=_optional_text(_object(doc.get("context"), "context").get("run_id"), "context.run_id") or "",
-        classification=_optional_text(doc.get("failure_classification"), "failure_classification"),
-        exit_code=None if doc.get("exit_code") is None else _integer(doc["exit_code"], "exit_code"),
-        reason=_optional_text(doc.get("failure_reason"), "failure_reason"),
-        started_at=_optional_text(doc.get("started_at_utc"), "started_at_utc"),
-        duration_s=_optional_number(doc.get("duration_s"), "duration_s") or 0.0,
-        deadline_unix=_optional_number(
-            _object(doc.get("deadline"), "deadline").get("deadline_unix"), "deadline.deadline_unix"
+        status=text(doc["status"], "status"),
+        run_id=optional_text(as_object(doc.get("context"), "context").get("run_id"), "context.run_id") or "",
+        classification=optional_text(doc.get("failure_classification"), "failure_classification"),
+        exit_code=None if doc.get("exit_code") is None else integer(doc["exit_code"], "exit_code"),
+        reason=optional_text(doc.get("failure_reason"), "failure_reason"),
+        started_at=optional_text(doc.get("started_at_utc"), "started_at_utc"),
+        duration_s=optional_number(doc.get("duration_s"), "duration_s") or 0.0,
+        deadline_unix=optional_number(
+            as_object(doc.get("deadline"), "deadline").get("deadline_unix"), "deadline.deadline_unix"
         ),
         stop_times=tuple(
-            (name, _number(stops[name], f"post_shutdown.launcher_exit.stop_times_unix.{name}"))
+            (name, number(stops[name], f"post_shutdown.launcher_exit.stop_times_unix.{name}"))
             for name in STOP_LABELS
             if stops.get(name) is not None
         ),
         trends=tuple(_trend(trend, n) for n, trend in enumerate(trends)),
         residuals=tuple(_residual(process, n) for n, process in enumerate(residuals)),
         figures=tuple(sorted(_figures(summary.get("run_summary_figures")).items())),
-        samples_file=_samples_file(_object(doc.get("samples"), "samples").get("samples_file")),
-        command=tuple(_text(part, "command[]") for part in _list(doc.get("command"), "command")),
+        samples_file=_samples_file(as_object(doc.get("samples"), "samples").get("samples_file")),
+        command=tuple(text(part, "command[]") for part in as_list(doc.get("command"), "command")),
         trainer_end=_trainer_end(launcher),
         console_file=_console_file(doc.get("console_log")),
         stacks=_stacks(doc.get("stacks")),
         **_phases(doc.get("phases")),
         lost_attempts=tuple(
-            _lost(item, n) for n, item in enumerate(_list(doc.get("lost_attempts", []), "lost_attempts"))
+            _lost(item, n) for n, item in enumerate(as_list(doc.get("lost_attempts", []), "lost_attempts"))
         ),
     )
 
@@ -213,35 +224,33 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
 def _phases(value: object) -> dict[str, Any]:
     if value is None:
         return {}
-    info = _object(value, "phases")
+    info = as_object(value, "phases")
     items = [
-        _object(item, f"phases.phases[{n}]")
-        for n, item in enumerate(_list(info.get("phases"), "phases.phases"))
+        as_object(item, f"phases.phases[{n}]")
+        for n, item in enumerate(as_list(info.get("phases"), "phases.phases"))
     ]
     checkpoint = info.get("checkpoint")
     note = None
     if checkpoint is not None:
-        step = _integer(_object(checkpoint, "phases.checkpoint").get("step"), "phases.checkpoint.step")
+        step = integer(as_object(checkpoint, "phases.checkpoint").get("step"), "phases.checkpoint.step")
         note = f"last checkpoint reported: step {step}"
     elif info.get("lost_work_known") is False:
         note = "no checkpoint reported: the work lost is not known"
     phases = tuple(
-        (_text(i.get("kind"), "phases kind"), _number(i.get("seconds"), "phases seconds")) for i in items
+        (text(i.get("kind"), "phases kind"), number(i.get("seconds"), "phases seconds")) for i in items
     )
     return {"phases": phases, "checkpoint_note": note}
 
 
 def _lost(value: object, n: int) -> str:
     where = f"lost_attempts[{n}]"
-    item = _object(value, where)
+    item = as_object(value, where)
     attempt = LostAttempt(
-        attempt=_integer(item.get("attempt"), f"{where}.attempt"),
-        status=_text(item.get("status"), f"{where}.status"),
-        reason=_optional_text(item.get("reason"), f"{where}.reason"),
-        last_evidence_at_utc=_optional_text(
-            item.get("last_evidence_at_utc"), f"{where}.last_evidence_at_utc"
-        ),
-        evidence=_text(item.get("evidence"), f"{where}.evidence"),
+        attempt=integer(item.get("attempt"), f"{where}.attempt"),
+        status=text(item.get("status"), f"{where}.status"),
+        reason=optional_text(item.get("reason"), f"{where}.reason"),
+        last_evidence_at_utc=optional_text(item.get("last_evidence_at_utc"), f"{where}.last_evidence_at_utc"),
+        evidence=text(item.get("evidence"), f"{where}.evidence"),
     )
     return describe_lost(attempt)
 
@@ -249,21 +258,21 @@ def _lost(value: object, n: int) -> str:
 def _stacks(value: object) -> Stacks | None:
     if value is None:
         return None
-    stacks = _object(value, "stacks")
+    stacks = as_object(value, "stacks")
     views = []
-    for n, item in enumerate(_list(stacks.get("processes", []), "stacks.processes")):
+    for n, item in enumerate(as_list(stacks.get("processes", []), "stacks.processes")):
         where = f"stacks.processes[{n}]"
-        process = _object(item, where)
-        command = _list(process.get("command", []), f"{where}.command")
+        process = as_object(item, where)
+        command = as_list(process.get("command", []), f"{where}.command")
         views.append(
             StackView(
-                pid=_integer(process.get("pid"), f"{where}.pid"),
-                command=" ".join(_text(part, f"{where}.command[]") for part in command),
-                stack=_optional_text(process.get("stack"), f"{where}.stack"),
-                missing=_optional_text(process.get("missing"), f"{where}.missing"),
+                pid=integer(process.get("pid"), f"{where}.pid"),
+                command=" ".join(text(part, f"{where}.command[]") for part in command),
+                stack=optional_text(process.get("stack"), f"{where}.stack"),
+                missing=optional_text(process.get("missing"), f"{where}.missing"),
             )
         )
-    return Stacks(tuple(views), _optional_text(stacks.get("missing"), "stacks.missing"))
+    return Stacks(tuple(views), optional_text(stacks.get("missing"), "stacks.missing"))
 
 
 def _trainer_end(launcher: Mapping[str, object]) -> TrainerEnd | None:
@@ -272,51 +281,51 @@ def _trainer_end(launcher: Mapping[str, object]) -> TrainerEnd | None:
         return None
     returncode = launcher.get("returncode")
     return TrainerEnd(
-        reason=_text(launcher["reason"], f"{where}.reason"),
-        returncode=None if returncode is None else _integer(returncode, f"{where}.returncode"),
-        signal_name=_optional_text(launcher.get("signal_name"), f"{where}.signal_name"),
-        ended_unix=_optional_number(launcher.get("ended_unix"), f"{where}.ended_unix"),
+        reason=text(launcher["reason"], f"{where}.reason"),
+        returncode=None if returncode is None else integer(returncode, f"{where}.returncode"),
+        signal_name=optional_text(launcher.get("signal_name"), f"{where}.signal_name"),
+        ended_unix=optional_number(launcher.get("ended_unix"), f"{where}.ended_unix"),
     )
 
 
 def _console_file(path: object) -> str | None:
     """The name of the console log's copy in the attempt's directory (the artifact holds the path it
     had on the node); None when there is none or the name could leave that directory."""
-    name = _optional_text(path, "console_log")
+    name = optional_text(path, "console_log")
     base = None if name is None else name.rsplit("/", 1)[-1]
     return base if base and not base.startswith(".") else None
 
 
 def _trend(value: object, n: int) -> Trend:
     where = f"resource_summary.trends[{n}]"
-    trend = _object(value, where)
+    trend = as_object(value, where)
     return Trend(
-        series=_text(trend.get("series"), f"{where}.series"),
-        unit=_text(trend.get("unit"), f"{where}.unit"),
-        per_hour=_number(trend.get("per_hour"), f"{where}.per_hour", low=-MAX_NUMBER),
-        low_per_hour=_number(trend.get("low_per_hour"), f"{where}.low_per_hour", low=-MAX_NUMBER),
-        high_per_hour=_number(trend.get("high_per_hour"), f"{where}.high_per_hour", low=-MAX_NUMBER),
-        points=_integer(trend.get("points"), f"{where}.points"),
+        series=text(trend.get("series"), f"{where}.series"),
+        unit=text(trend.get("unit"), f"{where}.unit"),
+        per_hour=number(trend.get("per_hour"), f"{where}.per_hour", low=-MAX_NUMBER),
+        low_per_hour=number(trend.get("low_per_hour"), f"{where}.low_per_hour", low=-MAX_NUMBER),
+        high_per_hour=number(trend.get("high_per_hour"), f"{where}.high_per_hour", low=-MAX_NUMBER),
+        points=integer(trend.get("points"), f"{where}.points"),
     )
 
 
 def _residual(value: object, n: int) -> Residual:
     where = f"post_shutdown.residual_processes[{n}]"
-    process = _object(value, where)
+    process = as_object(value, where)
     return Residual(
-        pid=_integer(process.get("pid"), f"{where}.pid"),
-        fate=_text(process.get("fate"), f"{where}.fate"),
-        command=_text(process.get("command"), f"{where}.command"),
+        pid=integer(process.get("pid"), f"{where}.pid"),
+        fate=text(process.get("fate"), f"{where}.fate"),
+        command=text(process.get("command"), f"{where}.command"),
     )
 
 
 def _figures(value: object) -> dict[str, str | int | float | bool | None]:
     """The run summary figures: scalars only (the sidecar writes no others)."""
     figures: dict[str, str | int | float | bool | None] = {}
-    for name, figure in _object(value, "resource_summary.run_summary_figures").items():
+    for name, figure in as_object(value, "resource_summary.run_summary_figures").items():
         if figure is not None and not isinstance(figure, (str, int, float, bool)):
-            where = f"resource_summary.run_summary_figures[{_clip(name)!r}]"
-            raise ConfigError(f"{where} must be a number or text, got {_got(figure)}")
+            where = f"resource_summary.run_summary_figures[{clip(name)!r}]"
+            raise ConfigError(f"{where} must be a number or text, got {got(figure)}")
         figures[name] = figure
     return figures
 
@@ -326,7 +335,7 @@ def _samples_file(name: object) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"samples.samples_file must be a file name beside the artifact, got {_got(name)}")
+        raise ConfigError(f"samples.samples_file must be a file name beside the artifact, got {got(name)}")
     return name
 
 
@@ -335,66 +344,6 @@ def _device(device: Mapping[str, object]) -> tuple[str, float] | None:
     used = device.get("memory_used_mib")
     if used is None:
         return None
-    index = _integer(device.get("index"), "gpu device index")
-    uuid = _text(device.get("uuid", ""), "gpu device uuid")
-    return f"GPU {index} {uuid[:12]}", _number(used, "memory_used_mib")
-
-
-def _object(value: object, where: str) -> Mapping[str, object]:
-    """An optional object: absent or null reads as empty."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be an object, got {_got(value)}")
-    return value
-
-
-def _list(value: object, where: str) -> list[object]:
-    """An optional list: absent or null reads as empty."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(f"{where} must be a list, got {_got(value)}")
-    return value
-
-
-def _number(value: object, where: str, *, low: float = 0.0) -> float:
-    # A bool is no number here. Comparing is exact for ints of any size, and NaN compares false.
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= MAX_NUMBER:
-        return float(value)
-    raise ConfigError(f"{where} must be a number from {low:g} to {MAX_NUMBER:g}, got {_got(value)}")
-
-
-def _optional_number(value: object, where: str) -> float | None:
-    return None if value is None else _number(value, where)
-
-
-def _integer(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_NUMBER:
-        raise ConfigError(f"{where} must be an integer within {MAX_NUMBER:g}, got {_got(value)}")
-    return value
-
-
-def _text(value: object, where: str) -> str:
-    if not isinstance(value, str):
-        raise ConfigError(f"{where} must be text, got {_got(value)}")
-    return value
-
-
-def _optional_text(value: object, where: str) -> str | None:
-    return None if value is None else _text(value, where)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= 80 else f"{text[:77]}..."
-
-
-def _got(value: object) -> str:
-    """A value as an error shows it: short, and never a walk of a deeply nested one."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return repr(_clip(value))
-    return _clip(repr(value))
+    index = integer(device.get("index"), "gpu device index")
+    uuid = text(device.get("uuid", ""), "gpu device uuid")
+    return f"GPU {index} {uuid[:12]}", number(used, "memory_used_mib")

@@ -1,0 +1,72 @@
+"""Fields of a JSON document the report reads (pure): each checked for its type and bound, a
+ConfigError naming where and what was found otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sidecar.core.errors import ConfigError
+
+# Every number the report uses lies within this bound (10**400 or 1e999 do not): the plots' scaling
+# and the labels' formatting stay finite. Times, counts, bytes and MiB are also never negative.
+MAX_NUMBER = 2.0**63
+
+
+def as_object(value: object, where: str) -> Mapping[str, object]:
+    """An optional object: absent or null reads as empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} must be an object, got {got(value)}")
+    return value
+
+
+def as_list(value: object, where: str) -> list[object]:
+    """An optional list: absent or null reads as empty."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{where} must be a list, got {got(value)}")
+    return value
+
+
+def number(value: object, where: str, *, low: float = 0.0) -> float:
+    # A bool is no number here. Comparing is exact for ints of any size, and NaN compares false.
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and low <= value <= MAX_NUMBER:
+        return float(value)
+    raise ConfigError(f"{where} must be a number from {low:g} to {MAX_NUMBER:g}, got {got(value)}")
+
+
+def optional_number(value: object, where: str) -> float | None:
+    return None if value is None else number(value, where)
+
+
+def integer(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_NUMBER:
+        raise ConfigError(f"{where} must be an integer within {MAX_NUMBER:g}, got {got(value)}")
+    return value
+
+
+def text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be text, got {got(value)}")
+    return value
+
+
+def optional_text(value: object, where: str) -> str | None:
+    return None if value is None else text(value, where)
+
+
+def clip(text: str) -> str:
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def got(value: object) -> str:
+    """A value as an error shows it: short, and never a walk of a deeply nested one."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return repr(clip(value))
+    return clip(repr(value))

@@ -35,6 +35,7 @@ from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifa
 from sidecar.settings import S3Settings
 
 LISTING_LIMIT = 100_000
+RUN_ATTEMPTS_LIMIT = 10_000
 ARTIFACT_LIMIT = 64 * 1024 * 1024
 LINE_LIMIT = 4 * 1024 * 1024
 
@@ -114,6 +115,26 @@ class LocalSource(Source):
             start = max(0, size.st_size - CONSOLE_TAIL_BYTES)
             file.seek(start)
             return console_tail(file.read(CONSOLE_TAIL_BYTES), cut=start > 0)
+
+
+def is_run_dir(path: Path) -> bool:
+    """A run's directory (runs/<run-id>/): attempt directories, no artifact of its own."""
+    return path.is_dir() and not (path / ARTIFACT_FILE).exists() and bool(run_attempt_dirs(path))
+
+
+def run_attempt_dirs(path: Path) -> list[Path]:
+    """The run's attempt directories holding an artifact, at most RUN_ATTEMPTS_LIMIT, by name;
+    no link followed."""
+    found: list[Path] = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if len(found) >= RUN_ATTEMPTS_LIMIT:
+                break
+            if entry.is_dir(follow_symlinks=False) and os.path.isfile(
+                os.path.join(entry.path, ARTIFACT_FILE)
+            ):
+                found.append(Path(entry.path))
+    return sorted(found)
 
 
 def open_local(path: Path) -> LocalSource:

@@ -166,7 +166,7 @@ def _span(artifact: ReportArtifact, first: float, last: float) -> float:
     return max(reached, first + 1e-9)
 
 
-def _clock(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     seconds = max(0, int(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
@@ -192,8 +192,9 @@ def _svg(plot: Plot, t0: float, t1: float, marks: Sequence[tuple[float, str]]) -
         f'<rect x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" class="frame"/>',
         f'<text x="{LEFT - 6}" y="{TOP + 10}" class="axis" text-anchor="end">{_fmt(high)}</text>',
         f'<text x="{LEFT - 6}" y="{TOP + plot_h}" class="axis" text-anchor="end">{_fmt(low)}</text>',
-        f'<text x="{LEFT}" y="{HEIGHT - 10}" class="axis">{_clock(0)}</text>',
-        f'<text x="{LEFT + plot_w}" y="{HEIGHT - 10}" class="axis" text-anchor="end">{_clock(span)}</text>',
+        f'<text x="{LEFT}" y="{HEIGHT - 10}" class="axis">{duration_text(0)}</text>',
+        f'<text x="{LEFT + plot_w}" y="{HEIGHT - 10}" class="axis" text-anchor="end">'
+        f"{duration_text(span)}</text>",
     ]
     for t, label in marks:
         if t0 <= t <= t1:
@@ -230,7 +231,7 @@ def _marks(artifact: ReportArtifact) -> list[tuple[float, str]]:
     return sorted(marks)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape('' if c is None else str(c))}</td>" for c in row) + "</tr>"
@@ -270,13 +271,13 @@ def _time_spent(artifact: ReportArtifact) -> list[str]:
     """Where the attempt's time went, phase by phase."""
     if not artifact.phases:
         return []
-    total = sum(seconds for _, seconds in artifact.phases) or 1.0
+    total = sum(seconds for _, _, seconds in artifact.phases) or 1.0
     rows = [
-        [kind.replace("_", " "), _clock(seconds), f"{seconds / total:.0%}"]
-        for kind, seconds in artifact.phases
+        [kind.replace("_", " "), duration_text(seconds), f"{seconds / total:.0%}"]
+        for kind, _, seconds in artifact.phases
     ]
     note = f"<p>{html.escape(artifact.checkpoint_note)}</p>" if artifact.checkpoint_note else ""
-    return ["<h2>Where the time went</h2>", _table(["phase", "time", "share"], rows), note]
+    return ["<h2>Where the time went</h2>", html_table(["phase", "time", "share"], rows), note]
 
 
 def _partial(artifact: ReportArtifact) -> list[str]:
@@ -302,7 +303,7 @@ def render_report(
     body = [
         f"<h1>soak {html.escape(artifact.run_id)}: "
         f'<span class="{html.escape(status)}">{html.escape(status.upper())}</span></h1>',
-        _table(
+        html_table(
             ["classification", "exit code", "reason", "trainer", "started", "duration"],
             [
                 [
@@ -311,7 +312,7 @@ def render_report(
                     artifact.reason or "-",
                     describe_end(artifact.trainer_end),
                     artifact.started_at,
-                    _clock(artifact.duration_s),
+                    duration_text(artifact.duration_s),
                 ]
             ],
         ),
@@ -329,14 +330,14 @@ def render_report(
         body.extend(_svg(plot, t0, _span(artifact, t0, last), marks) for plot in plots)
     body += [
         "<h2>Leak trends (Theil-Sen, per hour, 95 % interval)</h2>",
-        _table(
+        html_table(
             ["series", "per hour", "low", "high", "points", "note"],
             [_trend_row(t, status == "passed") for t in artifact.trends],
         ),
         "<h2>Processes left after the trainer ended</h2>",
-        _table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
+        html_table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",
-        _table(["figure", "value"], artifact.figures),
+        html_table(["figure", "value"], artifact.figures),
         *_stacks_section(artifact.stacks),
         "<h2>Console (last lines)</h2>",
         f"<pre>{html.escape(console_tail)}</pre>" if console_tail else "<p>none kept</p>",

@@ -104,7 +104,12 @@ class ReportArtifact:
     # Earlier attempts that ended without a verdict, one line each (sidecar.core.artifact.lost).
     lost_attempts: tuple[str, ...] = ()
     # Where the attempt's time went: (phase, seconds) in order; None for an artifact without them.
-    phases: tuple[tuple[str, float], ...] | None = None
+    phases: tuple[tuple[str, float, float], ...] | None = None  # (kind, start_unix, seconds)
+    lost_work_known: bool = True
+    # Which attempt (and index) of which deadline: what a run's page orders and sums them by.
+    attempt: int | None = None
+    index: int | None = None
+    deadline_started_unix: float | None = None
     # What the phases say of the lost work: a checkpoint's step, or why it is not known.
     checkpoint_note: str | None = None
     # When the newest piece of a partial attempt's evidence was written (set by the source).
@@ -201,6 +206,11 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         deadline_unix=optional_number(
             as_object(doc.get("deadline"), "deadline").get("deadline_unix"), "deadline.deadline_unix"
         ),
+        deadline_started_unix=optional_number(
+            as_object(doc.get("deadline"), "deadline").get("started_unix"), "deadline.started_unix"
+        ),
+        attempt=_optional_integer(as_object(doc.get("context"), "context").get("attempt"), "context.attempt"),
+        index=_optional_integer(as_object(doc.get("context"), "context").get("index"), "context.index"),
         stop_times=tuple(
             (name, number(stops[name], f"post_shutdown.launcher_exit.stop_times_unix.{name}"))
             for name in STOP_LABELS
@@ -237,9 +247,22 @@ def _phases(value: object) -> dict[str, Any]:
     elif info.get("lost_work_known") is False:
         note = "no checkpoint reported: the work lost is not known"
     phases = tuple(
-        (text(i.get("kind"), "phases kind"), number(i.get("seconds"), "phases seconds")) for i in items
+        (
+            text(i.get("kind"), "phases kind"),
+            number(i.get("start_unix"), "phases start_unix"),
+            number(i.get("seconds"), "phases seconds"),
+        )
+        for i in items
     )
-    return {"phases": phases, "checkpoint_note": note}
+    return {
+        "phases": phases,
+        "checkpoint_note": note,
+        "lost_work_known": info.get("lost_work_known") is not False,
+    }
+
+
+def _optional_integer(value: object, where: str) -> int | None:
+    return None if value is None else integer(value, where)
 
 
 def _lost(value: object, n: int) -> str:

@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import pytest
 
 from sidecar.core.report import COLORS
 from tests.components import require
+from tests.fixtures.processes import Spawner
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -214,3 +217,42 @@ def test_the_page_is_never_written_through_a_link(tmp_path: Path, link: str) -> 
     assert victim.read_text(encoding="utf-8") == "precious" and not (tmp_path / "absent").exists()
     (attempt / "report.html").unlink()
     assert report(str(attempt)).returncode == 0 and (attempt / "report.html").stat().st_size > 1000
+
+
+def test_a_runs_page_shows_every_attempt_and_where_the_budget_went(tmp_path: Path, spawn: Spawner) -> None:
+    """Attempt 1 stopped from outside (SIGTERM: a soft stop, the example trainer checkpoints), attempt 2
+    resumes the same run and passes: one page for both, each linked to its own, in headless Chromium."""
+    run_id = "2f6e1a3b-8c4d-4e5f-9a0b-1c2d3e4f5a6b"
+    argv = [
+        sys.executable, "-m", "sidecar.cli", "run", "--local", "--run-id", run_id,
+        "--output", str(tmp_path / "out"), "--run-dir", str(tmp_path / "run"),
+        "--progress-dir", str(tmp_path / "progress"),
+        "--deadline-dir", str(tmp_path / "deadlines"), "--gpu-backend", "none", "--status", "off",
+        "--sample-interval", "0.1", "--post-shutdown-grace", "0.1", "--stop-grace", "5",
+        "--", sys.executable, "-m", "sidecar.examples.trainer", "--steps", "25", "--step-s", "0.1",
+    ]  # fmt: skip
+    first = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runs = tmp_path / "out" / "runs" / run_id
+    samples = runs / "attempt-1" / "samples.jsonl.gz"
+
+    def productive_samples() -> int:  # samples taken once the trainer made progress
+        if not samples.is_file():
+            return 0
+        text = zlib.decompressobj(wbits=31).decompress(samples.read_bytes()).decode()
+        lines = [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+        return sum(1 for line in lines if line.get("progress", {}).get("bytes_total", 0) > 0)
+
+    wait_until("five samples of progress in attempt 1", lambda: productive_samples() >= 5, 60)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(timeout=60) == 17
+    second = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert second.returncode == 0, second.stderr
+    done = report(str(runs))
+    assert done.returncode == 0, done.stderr
+    page = (runs / "report.html").read_text()
+    assert f"soak {run_id}: 2 attempts" in page and "goodput" in page
+    assert "external_cancellation" in page and page.count("<rect ") >= 6
+    for attempt in ("attempt-1", "attempt-2"):
+        assert f'<a href="{attempt}/report.html">' in page and (runs / attempt / "report.html").is_file()
+    dom = chromium("--dump-dom", (runs / "report.html").as_uri())
+    assert dom.returncode == 0 and b"Where the budget went" in dom.stdout

@@ -12,6 +12,7 @@ import pytest
 from sidecar.core.errors import ConfigError
 from sidecar.core.report import console_tail, describe_end, render_report
 from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact
+from sidecar.core.run_page import RunAttempt, render_run_report
 
 T0 = 1_700_000_000.0
 
@@ -189,3 +190,26 @@ def test_the_page_says_where_the_attempts_time_went() -> None:
     assert "Where the time went" not in render_report(
         parse_artifact(json.dumps(artifact()).encode(), "a"), []
     )
+
+
+def test_a_runs_page_escapes_what_artifacts_say_and_sums_the_budget() -> None:
+    hostile = "<script>alert(1)</script>"
+    doc = {
+        **artifact(),
+        "status": "failed",
+        "failure_classification": hostile,
+        "context": {"run_id": "r", "attempt": 1},
+        "deadline": {"deadline_unix": T0 + 200, "started_unix": T0},
+        "phases": {
+            "phases": [
+                {"kind": "launcher", "start_unix": T0, "seconds": 10.0},
+                {"kind": "productive", "start_unix": T0 + 10, "seconds": 80.0},
+                {"kind": "teardown", "start_unix": T0 + 90, "seconds": 10.0},
+            ],
+            "lost_work_known": False,
+        },
+    }
+    attempt = RunAttempt('a"><b>', parse_artifact(json.dumps(doc).encode(), "a"), 'a"><b>/report.html')
+    page = render_run_report(hostile, [attempt])
+    assert "<script>" not in page and "<b>" not in page
+    assert "productive 0:01:20; goodput 80.0%" in page

@@ -33,7 +33,8 @@ def register(sub: Subparsers[UsageParser]) -> None:
         "-o",
         "--output",
         type=Path,
-        help="where to write it (default: report.html beside a local artifact, ./report.html for S3)",
+        help="where to write it (default: report.html beside a local artifact or in a run's directory, "
+        "./report.html for S3)",
     )
     parser.set_defaults(handler=run)
 

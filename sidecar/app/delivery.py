@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from sidecar.app.artifact import apply_verdict
+from sidecar.app.ledger import LedgerNote, attempt_entry, record_attempt
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.core import verdict as verdicts
@@ -19,9 +20,20 @@ from sidecar.core.artifact import Artifact, Segment, UploadInfo, dumps_artifact
 from sidecar.core.artifact.objects import ARTIFACT_FILE, SAMPLES_FILE
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.keys import render_key_prefix
+from sidecar.core.ledger.record import LedgerEntry
 from sidecar.core.ports import ArtifactSink
 from sidecar.core.publication import Publication
 from sidecar.settings import Settings
+
+
+@dataclass(frozen=True)
+class LedgerPlace:
+    """Where the run's ledger is, and the earlier attempts this one found ended without a verdict."""
+
+    run_id: str
+    runs_prefix: str
+    deadline_started_unix: float | None
+    lost: tuple[LedgerEntry, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,7 @@ class Delivery:
     # Evidence sent while the trainer ran (sidecar.app.evidence): listed in the final artifact.
     segments: tuple[Segment, ...] = ()
     segments_error: str | None = None
+    ledger: LedgerPlace | None = None
 
 
 def deliver(
@@ -53,7 +66,8 @@ def deliver(
     final = verdict
     if ports.sink is not None:
         final = _upload(ports.sink, ports, files, artifact, verdict=verdict, delivery=delivery)
-    _publish(ports, files, final, artifact, delivery, written=True)
+    note = _add_to_ledger(ports, artifact, delivery, local=str(artifact_path))
+    _publish(ports, files, final, artifact, delivery, written=True, ledger=note)
     return RunResult(verdict=final, artifact_path=artifact_path, exit_code=int(final.exit_code))
 
 
@@ -89,6 +103,29 @@ def _upload(
     return final
 
 
+def _add_to_ledger(ports: Ports, artifact: Artifact, delivery: Delivery, *, local: str) -> LedgerNote | None:
+    place = delivery.ledger
+    uploaded = artifact.upload.uris.get(ARTIFACT_FILE) if artifact.upload else None
+    entry = attempt_entry(artifact, artifact_uri=uploaded or local, end=ports.clock.wall())
+    if place is None or entry is None:
+        return None
+    note = record_attempt(
+        ports,
+        [*place.lost, entry],
+        run_id=place.run_id,
+        runs_prefix=place.runs_prefix,
+        deadline_started_unix=place.deadline_started_unix,
+    )
+    if note is not None:
+        budget = note.budget
+        print(
+            f"soak-sidecar: goodput {budget.goodput:.1%} since the deadline's start (productive "
+            f"{budget.productive_s:.0f} s of {budget.wall_s:.0f} s); ledger {note.location}",
+            file=sys.stderr,
+        )
+    return note
+
+
 def _publish(
     ports: Ports,
     files: ArtifactFiles,
@@ -97,9 +134,13 @@ def _publish(
     delivery: Delivery,
     *,
     written: bool,
+    ledger: LedgerNote | None = None,
 ) -> None:
     if ports.metrics is not None:
         ports.metrics.verdict(final.status, final.classification, int(final.exit_code))
+        if ledger is not None:
+            budget = ledger.budget
+            ports.metrics.run_budget(budget.goodput, {"productive": budget.productive_s, **budget.badput_s})
     if ports.publisher is None:
         return
     upload = artifact.upload
@@ -117,6 +158,8 @@ def _publish(
             deadline_unix=delivery.deadline_unix,
             index=delivery.index,
             indexes=delivery.indexes,
+            goodput=None if ledger is None else ledger.budget.goodput,
+            ledger_uri=None if ledger is None else ledger.location,
         )
     )
     for problem in problems:

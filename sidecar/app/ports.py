@@ -22,6 +22,7 @@ from sidecar.core.ports import (
     ArtifactSink,
     DeadlineStore,
     GpuBackend,
+    LedgerStore,
     MetricsSink,
     NodeClock,
     ProcessTable,
@@ -241,5 +242,7 @@ class Ports:
     pod_status: PodStatus | None = None
     # Where to look for earlier attempts that ended without a verdict.
     histories: tuple[AttemptHistory, ...] = ()
+    # Where the run's ledger is kept (the bucket's first).
+    ledgers: tuple[LedgerStore, ...] = ()
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

@@ -20,8 +20,9 @@ from pathlib import Path
 from sidecar.app.artifact import Evidence, build_artifact, provisional_artifact
 from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
-from sidecar.app.delivery import Delivery, deliver, key_prefix, runs_prefix
+from sidecar.app.delivery import Delivery, LedgerPlace, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
+from sidecar.app.ledger import earlier_budget, lost_entry
 from sidecar.app.monitoring import Sampler, cancellation, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
@@ -175,12 +176,28 @@ class Supervisor:
             clock=self._ports.clock,
             console_logs=self._ports.channel.console_logs,
         )
+        self._tell_earlier_budget()
         evidence = Evidence(self._started, launched=launched, preflight=checked)
         try:
             trail.begin(provisional_artifact(self._settings, self._ports, evidence))
         except OSError as exc:
             raise ConfigError(f"cannot write the provisional artifact in {files.path}: {exc}") from exc
         return files, trail
+
+    def _tell_earlier_budget(self) -> None:
+        """The live endpoint's goodput and budget by cause, as the ledger says of the earlier attempts
+        (until now); this attempt's own part follows with its verdict."""
+        metrics, request = self._ports.metrics, self._started.request
+        if metrics is None:
+            return
+        found = earlier_budget(
+            self._ports,
+            run_id=request.run_id,
+            runs_prefix=runs_prefix(self._settings, request),
+            until=self._ports.clock.wall(),
+        )
+        if found is not None:
+            metrics.run_budget(found.goodput, {"productive": found.productive_s, **found.badput_s})
 
     def _pod_moments(self) -> PodMoments | None:
         """The pod's own moments, for the attempt's phases; a restarted sidecar's attempt began
@@ -319,7 +336,21 @@ class Supervisor:
                 indexes=None if self._started.request.index is None else self._started.request.indexes,
                 segments=segments,
                 segments_error=None if trail is None else trail.error,
+                ledger=self._ledger_place(evidence),
             ),
+        )
+
+    def _ledger_place(self, evidence: Evidence) -> LedgerPlace | None:
+        """Where the run's ledger is; None for a run that got no deadline record (it spent none)."""
+        if evidence.preflight is None:
+            return None
+        request = self._started.request
+        lost = (lost_entry(each, request.index) for each in self._started.lost_attempts)
+        return LedgerPlace(
+            run_id=request.run_id,
+            runs_prefix=runs_prefix(self._settings, request),
+            deadline_started_unix=evidence.preflight.record.started_unix,
+            lost=tuple(entry for entry in lost if entry is not None),
         )
 
     def _artifact_dir(self, attempt: int) -> Path:

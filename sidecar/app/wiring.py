@@ -30,7 +30,7 @@ from sidecar.core.errors import (
     TransientError,
 )
 from sidecar.core.pod_facts import ContainerState, PodFacts, PodMoments, pod_moments
-from sidecar.core.ports import ArtifactSink, DeadlineStore, GpuBackend, MetricsSink
+from sidecar.core.ports import ArtifactSink, Clock, DeadlineStore, GpuBackend, LedgerStore, MetricsSink
 from sidecar.core.publication import Publication
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
 from sidecar.nvml_mock.build import mock_library
@@ -58,6 +58,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
     run_dir = settings.launcher.run_dir
     lock_loss = LockLoss()
     channel = RunDir(run_dir, settings.redaction.rules())
+    clock = HostClock()
     ports = Ports(
         channel=channel,
         spawner=LocalLauncherSpawner(run_dir, keep_env=settings.launcher.keep_env),
@@ -74,7 +75,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         store=_deadline_store(settings, lock_loss),
         artifact_files=ArtifactDir,
         provenance=HostProvenance(Path.cwd()),
-        clock=HostClock(),
+        clock=clock,
         identity_files=IdentityFileReader(),
         workdirs=LocalWorkDirs(),
         sink=_artifact_sink(settings),
@@ -83,6 +84,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         status_stream=status_stream,
         metrics=_metrics(settings, pod=pod),
         histories=_histories(settings),
+        ledgers=_ledgers(settings, clock),
     )
     if not pod:
         return Wiring(ports)
@@ -159,6 +161,14 @@ def _histories(settings: Settings) -> tuple[AttemptHistory, ...]:
 
     local = LocalAttemptHistory(settings.artifact.output_dir / "runs")
     return (S3AttemptHistory(settings.s3), local) if settings.s3.bucket else (local,)
+
+
+def _ledgers(settings: Settings, clock: Clock) -> tuple[LedgerStore, ...]:
+    """The run's ledger in the bucket (named first: it outlives the node) and in the local output dir."""
+    from sidecar.adapters.ledger_store import LocalLedgerStore, S3LedgerStore
+
+    local = LocalLedgerStore(settings.artifact.output_dir / "runs", clock)
+    return (S3LedgerStore(settings.s3, clock), local) if settings.s3.bucket else (local,)
 
 
 def _artifact_sink(settings: Settings) -> ArtifactSink | None:

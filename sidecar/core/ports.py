@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
+from sidecar.core.ledger.record import Ledger
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
 
 
@@ -88,6 +89,10 @@ class MetricsSink(Protocol):
     def observe(
         self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
     ) -> None: ...
+    def run_budget(self, goodput: float, used_s: Mapping[str, float]) -> None:
+        """The run's goodput and the seconds spent by cause ("productive" among them), all attempts."""
+        ...
+
     def verdict(self, status: str, classification: str | None, exit_code: int) -> None: ...
     def close(self) -> None: ...
 
@@ -147,6 +152,22 @@ class UploadedObject:
     parts: int
     # True when the key already held exactly these bytes (an earlier attempt's upload).
     already_present: bool
+
+
+class LedgerStore(Protocol):
+    """Where a run's ledger lives (the bucket beside its attempts, or the run's local directory)."""
+
+    def location(self, run_id: str, runs_prefix: str) -> str: ...
+    def read(self, run_id: str, runs_prefix: str) -> Ledger | None:
+        """The ledger, None when there is none; ConfigError when it cannot be parsed, UploadError
+        when it cannot be read."""
+        ...
+
+    def update(self, run_id: str, runs_prefix: str, change: Callable[[Ledger | None], Ledger]) -> Ledger:
+        """``change`` applied to the ledger as it is now and written back only if nobody changed it
+        meanwhile (retried from a new read otherwise); the ledger written. UploadError or ConfigError
+        (an unreadable ledger, left as it is) on failure."""
+        ...
 
 
 class ArtifactSink(Protocol):

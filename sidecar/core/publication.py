@@ -57,6 +57,9 @@ KEY_BUDGETS: dict[str, int] = {
     "deadline": SHORT_BYTES,
     "index": SHORT_BYTES,
     "indexes": SHORT_BYTES,
+    # The run's goodput as the ledger says once this attempt is in it, and where the ledger is.
+    "goodput": SHORT_BYTES,
+    "ledger": URI_BYTES,
 }
 PROGRESS_KEY_BUDGETS: dict[str, int] = {
     "phase": SHORT_BYTES,
@@ -88,6 +91,8 @@ class Publication:
     # One pod of a multi-pod soak: its index, of how many (None for a single-pod soak).
     index: int | None = None
     indexes: int | None = None
+    goodput: float | None = None  # 0..1
+    ledger_uri: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -164,7 +169,23 @@ def _fields(pub: Publication) -> dict[str, str | bytes | None]:
         "deadline": _deadline_text(pub.deadline_unix),
         "index": None if pub.index is None else str(pub.index),
         "indexes": None if pub.indexes is None else str(pub.indexes),
+        "goodput": _goodput_text(pub.goodput),
+        "ledger": pub.ledger_uri,
     }
+
+
+def _goodput_text(goodput: float | None) -> str | None:
+    if goodput is None or not 0 <= goodput <= 1:
+        return None
+    return f"{goodput:.4f}"
+
+
+def _goodput_or_none(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None and len(text) <= 16 else math.nan
+    except ValueError:
+        return None
+    return value if 0 <= value <= 1 else None
 
 
 def build_annotations(pub: Publication, prefix: str = DEFAULT_PREFIX) -> dict[str, str | None]:
@@ -254,6 +275,8 @@ def parse_annotations(
         deadline_unix=None if deadline is None else float(deadline),
         index=_int_or_none(get("index")),
         indexes=_int_or_none(get("indexes")),
+        goodput=_goodput_or_none(get("goodput")),
+        ledger_uri=get("ledger"),
     )
 
 
@@ -291,7 +314,7 @@ def termination_message(pub: Publication) -> str:
 def _termination_budget(name: str, reason_budget: int, uri_budget: int) -> int:
     if name == "reason":
         return reason_budget
-    if name == "artifact":
+    if name in ("artifact", "ledger"):
         return uri_budget
     return KEY_BUDGETS[name]
 

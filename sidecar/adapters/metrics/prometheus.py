@@ -36,7 +36,19 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("soak_budget_remaining_seconds", "Seconds left before the total-job deadline.", ()),
     ("soak_progress_age_seconds", "Seconds since the trainer last made progress.", ()),
+    (
+        "soak_goodput_ratio",
+        "Productive share of the wall time since the deadline's start, all attempts (the run's ledger).",
+        (),
+    ),
+    (
+        "soak_budget_used_seconds",
+        "Seconds of the deadline's budget spent by cause: productive, or what cost the rest (the ledger).",
+        ("cause",),
+    ),
 )
+# Causes are classifications, but the ledger is read from a bucket others can write: bounded.
+CAUSE_SERIES = 32
 JOIN_LABELS = ("namespace", "pod", "container")
 _MIB = 1024.0 * 1024.0
 
@@ -120,6 +132,13 @@ class PrometheusMetrics:
             labels = {"gpu": str(index.get(process.device_uuid, "")), "UUID": process.device_uuid}
             used = (process.used_memory_mib or 0.0) * _MIB
             self._set("soak_gpu_process_memory_used_bytes", used, **labels, pid=str(process.pid))
+
+    def run_budget(self, goodput: float, used_s: Mapping[str, float]) -> None:
+        self._set("soak_goodput_ratio", goodput)
+        gauge = self._gauges["soak_budget_used_seconds"]
+        gauge.clear()
+        for cause, seconds in sorted(used_s.items(), key=lambda item: -item[1])[:CAUSE_SERIES]:
+            self._set("soak_budget_used_seconds", seconds, cause=cause[:64])
 
     def verdict(self, status: str, classification: str | None, exit_code: int) -> None:
         info = {"status": status, "classification": classification or "", "exit_code": str(exit_code)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from sidecar.core.artifact.models import PROVISIONAL_STATUSES, LostAttempt, claimed_utc
 from sidecar.core.publication import sanitize
@@ -56,8 +57,21 @@ def lost_attempts(
             reason=sanitize(reason, REASON_BYTES) if isinstance(reason, str) else None,
             last_evidence_at_utc=claimed_utc(place.last_unix),
             evidence=sanitize(place.location, LOCATION_BYTES),
+            started_unix=_unix(doc.get("started_at_utc")),
+            last_evidence_unix=place.last_unix,
         )
     return [lost[n] for n in sorted(lost)]
+
+
+def _unix(stamp: object) -> float | None:
+    """An ISO 8601 time with its offset (as ``utc_timestamp`` writes it), None for anything else."""
+    if not isinstance(stamp, str) or len(stamp) > 64:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return None if moment.tzinfo is None else moment.timestamp()
 
 
 def _provisional(record: bytes | None) -> dict[str, object] | None:

@@ -13,7 +13,7 @@ from sidecar.core.gpu_health import GpuHealthSummary
 from sidecar.core.samples import ResidualProcess, Sample
 from sidecar.core.trends import LeakTrend
 
-ARTIFACT_SCHEMA_VERSION = "2.2.0"
+ARTIFACT_SCHEMA_VERSION = "2.3.0"
 # An attempt still running, or stopping: its provisional artifact (no verdict yet).
 PROVISIONAL_STATUSES = ("running", "stopping")
 
@@ -242,6 +242,8 @@ class LostAttempt(_Model):
     reason: str | None = Field(default=None, description="Why it was stopping, when it got that far.")
     last_evidence_at_utc: str | None = Field(default=None, description="Its last record or segment.")
     evidence: str = Field(description="Where its provisional artifact is (s3:// URI or local path).")
+    started_unix: float | None = Field(default=None, description="When it started, as its record says.")
+    last_evidence_unix: float | None = Field(default=None, description="Its last record or segment (Unix s).")
 
 
 class PostShutdown(_Model):

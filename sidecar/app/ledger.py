@@ -1,0 +1,118 @@
+"""The attempt added to its run's ledger once its artifact is delivered (and the earlier attempts
+that ended without a verdict, as the attempt found them): the run's budget so far is what the
+publication and the metrics then tell.
+
+A ledger that cannot be written is told on stderr and changes no verdict: every attempt's
+artifact holds its own phases, and the next attempt adds what is missing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sidecar.app.ports import Ports
+from sidecar.core.artifact import Artifact
+from sidecar.core.artifact.models import LostAttempt
+from sidecar.core.errors import SoakError
+from sidecar.core.ledger.budget import RunBudget
+from sidecar.core.ledger.phases import PHASES, Phase
+from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, with_entry
+from sidecar.core.publication import sanitize
+
+
+@dataclass(frozen=True)
+class LedgerNote:
+    """The run's budget as the ledger written says, and where it is."""
+
+    budget: RunBudget
+    location: str
+
+
+def attempt_entry(artifact: Artifact, *, artifact_uri: str | None, end: float) -> LedgerEntry | None:
+    """The attempt as the ledger lists it; None for a run that got no attempt number."""
+    attempt, index = artifact.context.get("attempt"), artifact.context.get("index")
+    if not isinstance(attempt, int) or attempt < 1:
+        return None
+    info = artifact.phases
+    phases = tuple(
+        Phase(p.kind, p.start_unix, p.start_unix + p.seconds)
+        for p in (info.phases if info else ())
+        if p.kind in PHASES
+    )
+    start = phases[0].start if phases else end
+    return LedgerEntry(
+        attempt=attempt,
+        index=index if isinstance(index, int) else None,
+        status=artifact.status,
+        classification=artifact.failure_classification,
+        start=start,
+        end=max(start, phases[-1].end if phases else end),
+        phases=phases,
+        lost_work_known=info.lost_work_known if info else True,
+        artifact=artifact_uri,
+    )
+
+
+def lost_entry(lost: LostAttempt, index: int | None) -> LedgerEntry | None:
+    """An earlier attempt that ended without a verdict: from its start to its last evidence, no
+    phase guessed; None when its record says neither."""
+    start, end = lost.started_unix, lost.last_evidence_unix
+    if start is None or end is None:
+        return None
+    return LedgerEntry(
+        attempt=lost.attempt,
+        index=index,
+        status=LOST,
+        classification=None,
+        start=min(start, end),
+        end=end,
+        phases=(),
+        artifact=lost.evidence,
+    )
+
+
+def record_attempt(
+    ports: Ports,
+    entries: Sequence[LedgerEntry],
+    *,
+    run_id: str,
+    runs_prefix: str,
+    deadline_started_unix: float | None,
+) -> LedgerNote | None:
+    """``entries`` added to every ledger of the run (the bucket's first); the first one written."""
+    note: LedgerNote | None = None
+
+    if not entries:
+        return None
+    first, *rest = entries
+
+    def change(ledger: Ledger | None) -> Ledger:
+        updated = with_entry(ledger, first, run_id=run_id, deadline_started_unix=deadline_started_unix)
+        for entry in rest:
+            updated = with_entry(updated, entry, run_id=run_id, deadline_started_unix=deadline_started_unix)
+        return updated
+
+    for store in ports.ledgers:
+        try:
+            written = store.update(run_id, runs_prefix, change)
+        except SoakError as exc:
+            print(f"soak-sidecar: ledger: {sanitize(str(exc), 1024)}", file=sys.stderr)
+            continue
+        if note is None:
+            note = LedgerNote(written.budget(), store.location(run_id, runs_prefix))
+    return note
+
+
+def earlier_budget(ports: Ports, *, run_id: str, runs_prefix: str, until: float) -> RunBudget | None:
+    """The run's budget up to ``until`` as the first readable ledger says (before this attempt)."""
+    for store in ports.ledgers:
+        try:
+            found = store.read(run_id, runs_prefix)
+        except SoakError as exc:
+            print(f"soak-sidecar: ledger: {sanitize(str(exc), 1024)}", file=sys.stderr)
+            continue
+        if found is not None:
+            return found.budget(until)
+    return None

@@ -21,6 +21,8 @@ from pathlib import Path
 from sidecar.adapters.fsutil import write_fsync
 from sidecar.adapters.s3_client import (
     BotoErrors,
+    ClientFactory,
+    build_client,
     describe,
     is_conditional_conflict,
     is_not_found,
@@ -40,10 +42,12 @@ RACE_PAUSE_S = 0.25
 
 
 class S3LedgerStore:
-    def __init__(self, settings: S3Settings, clock: Clock) -> None:
+    def __init__(
+        self, settings: S3Settings, clock: Clock, *, client_factory: ClientFactory = make_s3_client
+    ) -> None:
         self._settings, self._clock = settings, clock
         self._bucket = settings.bucket or ""
-        self._client = make_s3_client(settings)
+        self._client, _ = build_client(settings, client_factory)
 
     def location(self, run_id: str, runs_prefix: str) -> str:
         return f"s3://{self._bucket}/{runs_prefix}{LEDGER_FILE}"

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sidecar.commands.parsing import Subparsers, UsageParser
+from sidecar.core.errors import ConfigError
 from sidecar.settings import load_settings
+
+if TYPE_CHECKING:
+    from sidecar.adapters.report_source.runs import RunSources
 
 
 def register(sub: Subparsers[UsageParser]) -> None:
@@ -20,31 +26,43 @@ def register(sub: Subparsers[UsageParser]) -> None:
         epilog="examples:\n  soak-sidecar report soak-output/runs/RUN_ID/attempt-1\n"
         "  soak-sidecar report soak-output/runs/RUN_ID\n"
         "  soak-sidecar report s3://soaks/soak-sidecar/NS/JOB/RUN_ID/attempt-1/artifact.json -o report.html\n"
+        "  soak-sidecar report s3://soaks/soak-sidecar/NS/JOB/RUN_ID/   (the whole run, into ./RUN_ID/)\n"
         "S3 reads use the SOAK_S3__* settings (endpoint, region, credentials) as the sidecar does.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "path",
         help="artifact.json, the attempt's directory, or an s3:// URI of either; or a run's directory "
-        "(soak-output/runs/RUN_ID): one page for all its attempts, where the budget went, each attempt's own "
-        "page beside it",
+        "(soak-output/runs/RUN_ID) or its s3:// prefix (where its ledger.json is): one page for all its "
+        "attempts, where the budget went, each attempt's own page beside it",
     )
     parser.add_argument(
         "-o",
         "--output",
         type=Path,
         help="where to write it (default: report.html beside a local artifact or in a run's directory, "
-        "./report.html for S3)",
+        "./report.html for an S3 attempt, ./RUN_ID/ for an S3 run: a directory, or its page's .html path)",
     )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from sidecar.adapters.report_source import LocalSource, is_run_dir, open_source, write_page
+    from sidecar.adapters.report_source.runs import open_local_run, open_s3_run, s3_run_prefix
     from sidecar.core.report import render_report
 
-    if not args.path.startswith("s3://") and is_run_dir(Path(args.path)):
-        return _run_page(Path(args.path), args.output)
+    if args.path.startswith("s3://"):
+        settings = load_settings().s3
+        if s3_run_prefix(args.path, settings):
+            run = open_s3_run(args.path, settings)
+            out: Path = args.output or Path(run.run_id)
+            if out.suffix == ".html":
+                return _run_page(run, out.parent, out, make_dirs=True)
+            return _run_page(run, out, out / "report.html", make_dirs=True)
+    elif is_run_dir(Path(args.path)):
+        directory = Path(args.path)
+        target = args.output or directory / "report.html"
+        return _run_page(open_local_run(directory), directory, target, make_dirs=False)
     source = open_source(args.path, load_settings().s3)
     page = render_report(source.artifact, source.samples(), source.console_tail())
     default = source.directory / "report.html" if isinstance(source, LocalSource) else Path("report.html")
@@ -55,26 +73,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_page(directory: Path, output: Path | None) -> int:
-    """The run's page beside its attempts, and each attempt's own page in its directory."""
-    from sidecar.adapters.report_source import open_local, run_attempt_dirs, write_page
+def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) -> int:
+    """The run's page at ``target``, each attempt's own page in ``pages``/<its name>/ (a local run's
+    attempt directories, or folders made for an S3 run's)."""
+    from sidecar.adapters.report_source import write_page
+    from sidecar.core.ledger.record import parse_ledger
     from sidecar.core.report import render_report
     from sidecar.core.run_page import RunAttempt, render_run_report
 
     attempts = []
-    for attempt_dir in run_attempt_dirs(directory):
-        source = open_local(attempt_dir)
-        write_page(
-            attempt_dir / "report.html",
-            render_report(source.artifact, source.samples(), source.console_tail()),
-        )
-        attempts.append(RunAttempt(attempt_dir.name, source.artifact, f"{attempt_dir.name}/report.html"))
+    for name, source in run.attempts:
+        folder = pages / name
+        if make_dirs:
+            folder.mkdir(parents=True, exist_ok=True)
+        page = render_report(source.artifact, source.samples(), source.console_tail())
+        write_page(folder / "report.html", page)
+        link = os.path.relpath(folder / "report.html", target.parent)
+        attempts.append(RunAttempt(name, source.artifact, Path(link).as_posix()))
     attempts.sort(
         key=lambda a: (a.artifact.index if a.artifact.index is not None else -1, a.artifact.attempt or 0)
     )
-    page = render_run_report(directory.name, attempts)
-    target = output or directory / "report.html"
+    ledger = None
+    if run.ledger is not None:
+        try:
+            ledger = parse_ledger(run.ledger, run.ledger_where)
+        except ConfigError as exc:
+            print(f"soak-sidecar: the ledger is not shown: {exc}", file=sys.stderr)
+    page = render_run_report(run.run_id, attempts, ledger)
     write_page(target, page)
+    for skipped in run.skipped:
+        print(f"soak-sidecar: skipped {skipped}", file=sys.stderr)
     print(
         f"soak-sidecar: report {target} ({len(attempts)} attempts, {len(page.encode()) / 1024:.0f} KiB)",
         file=sys.stderr,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sidecar.core.artifact.models import claimed_utc
 from sidecar.core.ledger.budget import AttemptEntry, RunBudget, run_budget
 from sidecar.core.ledger.phases import PHASES, AttemptPhases, Phase, PhaseKind
+from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
 from sidecar.core.report import STYLE, duration_text, html_table
 from sidecar.core.report_input import ReportArtifact
 
@@ -59,11 +60,18 @@ def entry_of(attempt: RunAttempt) -> AttemptEntry | None:
     )
 
 
-def render_run_report(run_id: str, attempts: Sequence[RunAttempt]) -> str:
+def render_run_report(run_id: str, attempts: Sequence[RunAttempt], ledger: Ledger | None = None) -> str:
+    """The run's page; ``ledger`` adds the attempts it lists that have no artifact here (an attempt
+    that ended without a verdict, one whose artifact was not found)."""
     entries = [e for e in map(entry_of, attempts) if e is not None]
+    seen = {(a.artifact.index, a.artifact.attempt) for a in attempts}
+    only = [e for e in ledger.entries if (e.index, e.attempt) not in seen] if ledger else []
+    entries += [e.as_attempt() for e in only]
     starts = [
         a.artifact.deadline_started_unix for a in attempts if a.artifact.deadline_started_unix is not None
     ]
+    if ledger is not None and ledger.deadline_started_unix is not None:
+        starts.append(ledger.deadline_started_unix)
     start = min(starts or [e.start for e in entries] or [0.0])
     until = max([e.end for e in entries] or [start])
     budget = run_budget(entries, deadline_start=start, until=until)
@@ -72,7 +80,7 @@ def render_run_report(run_id: str, attempts: Sequence[RunAttempt]) -> str:
         f"<h1>soak {html.escape(run_id)}: {len(attempts)} attempt{'s' if len(attempts) != 1 else ''}</h1>",
         f"<p>{html.escape(_budget_line(budget, start))}</p>",
         "<h2>Attempts</h2>",
-        _attempts_table(attempts),
+        _attempts_table(attempts, only),
         "<h2>Time line</h2>",
         _timeline(entries, start, until),
         "<h2>Where the budget went</h2>",
@@ -98,14 +106,27 @@ def _share(seconds: float, budget: RunBudget) -> str:
     return f"{seconds / whole:.1%}" if whole > 0 else "-"
 
 
-def _attempts_table(attempts: Sequence[RunAttempt]) -> str:
-    """The attempts, each linked to its own page: every cell escaped, the link built here."""
+def _attempts_table(attempts: Sequence[RunAttempt], only: Sequence[LedgerEntry]) -> str:
+    """The attempts, each linked to its own page (every cell escaped, the link built here); those
+    only the ledger lists name where their evidence is."""
     head = "".join(f"<th>{name}</th>" for name in ATTEMPT_COLUMNS)
     rows = []
     for attempt in attempts:
         cells = "".join(f"<td>{html.escape(cell)}</td>" for cell in _row(attempt, entry_of(attempt)))
         link = f'<a href="{html.escape(attempt.page, quote=True)}">{html.escape(attempt.name)}</a>'
         rows.append(f"<tr>{cells}<td>{link}</td></tr>")
+    for entry in only:
+        texts = [
+            str(entry.attempt),
+            "-" if entry.index is None else str(entry.index),
+            "no verdict" if entry.status == LOST else entry.status,
+            entry.classification or "-",
+            claimed_utc(entry.start) or "-",
+            duration_text(entry.end - entry.start),
+            duration_text(sum(p.seconds for p in entry.phases if p.kind == "productive")),
+            f"ledger: {entry.artifact or '-'}",
+        ]
+        rows.append(f"<tr>{''.join(f'<td>{html.escape(text)}</td>' for text in texts)}</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
@@ -134,6 +155,14 @@ def _timeline(entries: Sequence[AttemptEntry], start: float, until: float) -> st
         y = 10 + n * ROW
         label = f"attempt {entry.attempt}" + ("" if entry.index is None else f" (index {entry.index})")
         parts.append(f'<text x="4" y="{y + 14}" class="axis">{html.escape(label)}</text>')
+        if not entry.phases.phases:  # ended without a verdict: its span, no phase guessed
+            x = LEFT + (max(entry.start, start) - start) * scale
+            width = max(0.5, (min(entry.end, until) - max(entry.start, start)) * scale)
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{width:.1f}" height="{ROW - 6}" fill="none" '
+                f'stroke="#7f7f7f" stroke-dasharray="4 2"><title>{html.escape(entry.cause or "")}: '
+                f"{duration_text(entry.end - entry.start)}</title></rect>"
+            )
         for phase in entry.phases.phases:
             x = LEFT + (max(phase.start, start) - start) * scale
             width = max(0.5, (min(phase.end, until) - max(phase.start, start)) * scale)

@@ -53,7 +53,7 @@ class Source:
         raise NotImplementedError
 
 
-def _read_regular(path: Path, limit: int) -> bytes:
+def read_regular(path: Path, limit: int) -> bytes:
     """At most ``limit`` bytes of a regular file; no symlink followed, no FIFO waited on."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as file:
@@ -140,7 +140,7 @@ def run_attempt_dirs(path: Path) -> list[Path]:
 def open_local(path: Path) -> LocalSource:
     file = path / ARTIFACT_FILE if path.is_dir() else path
     try:
-        raw = _read_regular(file, ARTIFACT_LIMIT)
+        raw = read_regular(file, ARTIFACT_LIMIT)
     except OSError as exc:
         raise ConfigError(f"cannot read {file}: {exc}") from exc
     artifact = parse_artifact(raw, str(file))
@@ -254,7 +254,7 @@ def open_s3(uri: str, settings: S3Settings) -> S3Source:
     listing: dict[str, tuple[int, float]] | None = None
     raw = None if named else _get_if_present(client, bucket, prefix + ARTIFACT_FILE)
     if named:
-        raw = _get(client, bucket, key)
+        raw = get_bounded(client, bucket, key)
     elif raw is not None:
         key = prefix + ARTIFACT_FILE
     else:  # no verdict there: the attempt's newest provisional record
@@ -263,7 +263,7 @@ def open_s3(uri: str, settings: S3Settings) -> S3Source:
         if newest is None:
             raise ConfigError(f"no {ARTIFACT_FILE} or provisional record under s3://{bucket}/{prefix}")
         key = prefix + newest
-        raw = _get(client, bucket, key)
+        raw = get_bounded(client, bucket, key)
     artifact = parse_artifact(raw, f"s3://{bucket}/{key}")
     segments: dict[str, int] = {}
     if artifact.partial:
@@ -273,7 +273,7 @@ def open_s3(uri: str, settings: S3Settings) -> S3Source:
     return S3Source(artifact, client=client, bucket=bucket, prefix=prefix, segments=segments)
 
 
-def _get(client: Any, bucket: str, key: str) -> bytes:
+def get_bounded(client: Any, bucket: str, key: str) -> bytes:
     try:
         body = client.get_object(Bucket=bucket, Key=key)["Body"]
         raw: bytes = body.read(ARTIFACT_LIMIT + 1)
@@ -291,7 +291,7 @@ def _get_if_present(client: Any, bucket: str, key: str) -> bytes | None:
         if is_not_found(exc):
             return None
         raise SoakError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
-    return _get(client, bucket, key)
+    return get_bounded(client, bucket, key)
 
 
 def _listing(client: Any, bucket: str, prefix: str) -> dict[str, tuple[int, float]]:

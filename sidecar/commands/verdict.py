@@ -21,7 +21,7 @@ from sidecar.adapters.kube.connection import connect, default_namespace
 from sidecar.adapters.kube.reads import job_pods, read_job, verdict_events
 from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import SoakError
-from sidecar.core.job_pods import AttemptRow, end_condition, job_rows, outcomes
+from sidecar.core.job_pods import AttemptRow, end_condition, job_rows, outcomes, run_goodput
 from sidecar.core.job_verdict import JobVerdict, job_verdict
 from sidecar.core.pod_facts import EventFacts
 from sidecar.core.publication import DEFAULT_PREFIX, normalize_prefix
@@ -104,18 +104,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], job: JobVerdict) -> None:
+    goodput = run_goodput(rows)
     if output == "json":
         doc = {
             "job": name,
             "namespace": namespace,
             "passed": job.passed,
             "reason": job.reason,
+            "goodput": None if goodput is None else goodput[0],
+            "ledger": None if goodput is None else goodput[1].ledger,
             "attempts": [asdict(r) for r in rows],
         }
         print(json.dumps(doc, indent=2))
     elif rows:
         print(render_table(rows))
         print(f"job: {'PASSED' if job.passed else 'NOT PASSED'}: {job.reason}")
+        if goodput is not None:
+            ratio, told = goodput
+            where = f"; ledger {told.ledger}" if told.ledger else ""
+            print(
+                f"goodput: {ratio:.1%} of the time since the deadline's start, by attempt {told.attempt}{where}"
+            )
     if not rows:
         print(f"soak-sidecar verdict: no pods of Job {namespace}/{name}", file=sys.stderr)
 

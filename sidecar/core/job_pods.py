@@ -53,6 +53,9 @@ class AttemptRow:
     # What the kubelet recorded for the sidecar container: the check on what the pod says of itself.
     sidecar_exit_code: int | None = None
     indexes: int | None = None
+    # The run's goodput once this attempt was in its ledger, and where the ledger is.
+    goodput: float | None = None
+    ledger: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -113,6 +116,8 @@ def attempt_rows(pods: Sequence[PodFacts], *, prefix: str, sidecar_container: st
                 source=source,
                 created=pod.created.isoformat() if pod.created is not None else None,
                 sidecar_exit_code=kubelet,
+                goodput=pub.goodput if pub is not None else None,
+                ledger=_shown(pub.ledger_uri if pub is not None else None),
             )
         )
     return rows
@@ -149,9 +154,20 @@ def gone_rows(
             artifact_sha256=_shown(pub.artifact_sha256),
             source="event",
             created=None,
+            goodput=pub.goodput,
+            ledger=_shown(pub.ledger_uri),
         )
         for name, pub in latest.values()
     ]
+
+
+def run_goodput(rows: Sequence[AttemptRow]) -> tuple[float, AttemptRow] | None:
+    """The goodput the newest attempt that tells one published (every attempt before it is in its
+    figure), and that attempt."""
+    told = [(r.goodput, r) for r in rows if r.goodput is not None]
+    if not told:
+        return None
+    return max(told, key=lambda found: (found[1].created or "", found[1].attempt))
 
 
 def _with_evidence(why: str, attempt: int, evidence: EvidenceNote, *, ended: str | None) -> str:

@@ -122,9 +122,8 @@ def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], j
         if goodput is not None:
             ratio, told = goodput
             where = f"; ledger {told.ledger}" if told.ledger else ""
-            print(
-                f"goodput: {ratio:.1%} of the time since the deadline's start, by attempt {told.attempt}{where}"
-            )
+            since = "of the time since the deadline's start"
+            print(f"goodput: {ratio:.1%} {since}, as attempt {told.attempt} left it{where}")
     if not rows:
         print(f"soak-sidecar verdict: no pods of Job {namespace}/{name}", file=sys.stderr)
 

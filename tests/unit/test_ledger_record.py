@@ -29,14 +29,22 @@ RUN = "0b6f3f3e-0d6c-4c7e-9d0e-2f1f3a6b7c8d"
 
 def entry(attempt: int, start: float, *, index: int | None = None, status: str = "passed") -> LedgerEntry:
     marks = AttemptMarks(
-        start=start, scheduled=start + 1, containers_started=start + 5, go=start + 6, first_progress=start + 10,
-        last_checkpoint=start + 50, stop_requested=start + 80, soft_stop=True, trainer_exit=start + 85,
-        end=start + 90, passed=status == "passed",
+        start=start, scheduled=start + 1, containers_started=start + 5, go=start + 6,
+        first_progress=start + 10, last_checkpoint=start + 50, stop_requested=start + 80, soft_stop=True,
+        trainer_exit=start + 85, end=start + 90, passed=status == "passed",
     )  # fmt: skip
     split = attempt_phases(marks)
     classification = None if status == "passed" else "evicted"
     return LedgerEntry(
-        attempt, index, status, classification, start, start + 90, split.phases, split.lost_work_known, "s3://b/k"
+        attempt,
+        index,
+        status,
+        classification,
+        start,
+        start + 90,
+        split.phases,
+        split.lost_work_known,
+        "s3://b/k",
     )
 
 

@@ -1,0 +1,172 @@
+"""The run's ledger on a real S3 server (SeaweedFS): conditional writes that never lose an attempt
+when two race, a damaged ledger left as it is, and two real local attempts of one run joined in
+it, its budget published and its whole run rendered from the bucket."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sidecar.adapters.ledger_store import LocalLedgerStore, S3LedgerStore
+from sidecar.core.errors import ConfigError
+from sidecar.core.ledger.record import LEDGER_FILE, Ledger, LedgerEntry, with_entry
+from tests.fixtures.s3 import SeaweedServer
+from tests.integration.test_run_full import s3_env
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_700_000_000.0
+
+
+class FixedClock:
+    def wall(self) -> float:
+        return T0 + 1000
+
+    def monotonic(self) -> float:
+        return 0.0
+
+
+def entry(attempt: int, status: str = "passed") -> LedgerEntry:
+    return LedgerEntry(attempt, None, status, None, T0 + 100 * attempt, T0 + 100 * attempt + 50, ())
+
+
+def adding(run_id: str, each: LedgerEntry) -> Callable[[Ledger | None], Ledger]:
+    return lambda ledger: with_entry(ledger, each, run_id=run_id, deadline_started_unix=T0)
+
+
+@pytest.mark.s3
+def test_two_attempts_racing_for_the_ledger_both_land(seaweedfs: SeaweedServer) -> None:
+    run_id, prefix = str(uuid.uuid4()), f"race-{uuid.uuid4().hex[:8]}/"
+    first = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+    second = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+    calls = []
+
+    def first_change(ledger: Ledger | None) -> Ledger:
+        calls.append(ledger)
+        if len(calls) == 1:  # between our read and our write, another attempt writes
+            second.update(run_id, prefix, adding(run_id, entry(2)))
+        return with_entry(ledger, entry(1, "failed"), run_id=run_id, deadline_started_unix=T0)
+
+    written = first.update(run_id, prefix, first_change)
+    assert calls[0] is None and calls[1] is not None  # read again after losing the race
+    assert [e.attempt for e in written.entries] == [1, 2]
+    stored = first.read(run_id, prefix)
+    assert stored is not None and [e.attempt for e in stored.entries] == [1, 2] and stored.revision == 2
+    doc = json.loads(
+        seaweedfs.client().get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read()
+    )
+    # attempt 1 (no phases told: all of it) and the wait until attempt 2, charged to what ended it
+    assert doc["budget"]["badput_s"]["failed"] == pytest.approx(100)
+
+
+@pytest.mark.s3
+def test_a_damaged_ledger_is_left_as_it_is(seaweedfs: SeaweedServer) -> None:
+    run_id, prefix = str(uuid.uuid4()), f"damaged-{uuid.uuid4().hex[:8]}/"
+    client = seaweedfs.client()
+    client.put_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE, Body=b'{"schema": "forged"}')
+    store = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+    with pytest.raises(ConfigError, match="schema"):
+        store.update(run_id, prefix, adding(run_id, entry(1)))
+    assert (
+        client.get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read()
+        == b'{"schema": "forged"}'
+    )
+
+
+def test_the_local_ledger_is_never_written_through_a_link(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    (tmp_path / run_id).mkdir()
+    target = tmp_path / "elsewhere.json"
+    target.write_text("{}")
+    (tmp_path / run_id / LEDGER_FILE).symlink_to(target)
+    with pytest.raises(ConfigError):
+        LocalLedgerStore(tmp_path, FixedClock()).update(run_id, "", adding(run_id, entry(1)))
+    assert target.read_text() == "{}"
+
+
+def soak(tmp: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sidecar.examples.trainer", "--steps", "6", "--step-s", "0.1"]
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "run",
+            "--local",
+            "--run-id",
+            run_id,
+            "--budget",
+            "600",
+            "--",
+            *command,
+        ],
+        cwd=tmp,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.s3
+def test_two_real_attempts_of_one_run_share_one_ledger_and_one_page(
+    tmp_path: Path, seaweedfs: SeaweedServer
+) -> None:
+    run_id = str(uuid.uuid4())
+    env = {
+        **s3_env(seaweedfs),
+        "SOAK_GPU__BACKEND": "none",
+        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
+        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
+        "SOAK_MONITOR__STATUS_LINE": "off",
+    }
+    failed = soak(tmp_path, run_id, {**env, "SOAK_MONITOR__MIN_DURATION_S": "100"})
+    assert failed.returncode != 0, failed.stderr
+    passed = soak(tmp_path, run_id, env)
+    assert passed.returncode == 0, passed.stderr
+    told = re.search(r"goodput ([0-9.]+)% since the deadline's start .*; ledger (s3://\S+)", passed.stderr)
+    assert told is not None, passed.stderr
+    key = told.group(2).removeprefix(f"s3://{seaweedfs.bucket}/")
+    assert key == f"soak/local/local/{run_id}/{LEDGER_FILE}"
+    doc = json.loads(seaweedfs.client().get_object(Bucket=seaweedfs.bucket, Key=key)["Body"].read())
+    assert [(a["attempt"], a["status"], a["classification"]) for a in doc["attempts"]] == [
+        (1, "failed", "trainer_failure"),
+        (2, "passed", None),
+    ]
+    assert abs(doc["budget"]["goodput"] * 100 - float(told.group(1))) < 0.1
+    assert doc["budget"]["badput_s"]["trainer_failure"] > 0  # the restart, charged to what ended attempt 1
+    local = json.loads((tmp_path / "soak-output" / "runs" / run_id / LEDGER_FILE).read_text())
+    assert [a["attempt"] for a in local["attempts"]] == [1, 2]
+
+    out = tmp_path / "from-s3"
+    page = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sidecar.cli",
+            "report",
+            told.group(2).removesuffix(LEDGER_FILE),
+            "-o",
+            str(out),
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert page.returncode == 0, page.stderr
+    html = (out / "report.html").read_text()
+    links = re.findall(r'href="([^"]+)"', html)
+    assert links == ["1-local/report.html", "2-local/report.html"], links
+    assert all((out / link).is_file() for link in links)
+    assert f"goodput {float(told.group(1)):.1f}%" in html

@@ -136,11 +136,11 @@ def _publish(
     written: bool,
     ledger: LedgerNote | None = None,
 ) -> None:
-    if ports.metrics is not None:
-        ports.metrics.verdict(final.status, final.classification, int(final.exit_code))
+    if ports.metrics is not None:  # the budget first: a scrape that shows the verdict shows it too
         if ledger is not None:
             budget = ledger.budget
             ports.metrics.run_budget(budget.goodput, {"productive": budget.productive_s, **budget.badput_s})
+        ports.metrics.verdict(final.status, final.classification, int(final.exit_code))
     if ports.publisher is None:
         return
     upload = artifact.upload

@@ -101,6 +101,19 @@ def artifacts_of(e2e: E2ECluster, run_id: str) -> dict[str, dict[str, Any]]:
     return {key: obj for key, obj in e2e.list_objects().items() if f"/{run_id}/" in key}
 
 
+def ledger_key(e2e: E2ECluster, run_id: str) -> str:
+    (key,) = [key for key in artifacts_of(e2e, run_id) if key.endswith(f"/{run_id}/ledger.json")]
+    return key
+
+
+def ledger_of(e2e: E2ECluster, run_id: str) -> dict[str, Any]:
+    """The run's ledger in the bucket (one object beside its attempts)."""
+    objects = artifacts_of(e2e, run_id)
+    (ledger,) = [obj["json"] for key, obj in objects.items() if key.endswith(f"/{run_id}/ledger.json")]
+    assert isinstance(ledger, dict)
+    return ledger
+
+
 def wait_running(e2e: E2ECluster, job: str) -> dict[str, Any]:
     """The soak's pod once the trainer has started (the sidecar has logged a sample)."""
     found: dict[str, Any] = {}
@@ -417,6 +430,20 @@ def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> 
     assert "EvictionByEvictionAPI" in first["failure_reason"], first["failure_reason"]
     events = e2e.events(pod["metadata"]["name"])
     assert any("evicted through the Eviction API" in (e.get("message") or "") for e in events), events
+    ledger = ledger_of(e2e, run_id)
+    drained, resumed = ledger["attempts"]
+    assert (drained["attempt"], drained["classification"], resumed["status"]) == (1, "evicted", "passed")
+    kinds = [kind for kind, _, _ in drained["phases"]]
+    # the pod's way to the trainer's first progress, the work, the checkpoint the soft stop asked for
+    assert kinds[:4] == ["scheduling", "container_start", "launcher", "startup"], kinds
+    assert "productive" in kinds and "checkpointing" in kinds, kinds
+    assert drained["lost_work_known"], drained  # the trainer checkpointed on the soft stop
+    budget = ledger["budget"]
+    assert 0 < budget["goodput"] < 1 and budget["badput_s"]["evicted"] > 0, budget
+    _, report = verdict(e2e, job_name)
+    assert report["goodput"] == pytest.approx(budget["goodput"], abs=1e-4), report
+    assert report["ledger"] == f"s3://{S3_BUCKET}/{ledger_key(e2e, run_id)}", report
+    print(f"drained soak: ledger {json.dumps(budget)}; {len(json.dumps(ledger))} bytes for 2 attempts")
 
 
 def test_a_suspended_soak_says_so_and_resumes(e2e: E2ECluster, soak: Any) -> None:
@@ -738,6 +765,14 @@ def test_one_index_is_retried_alone_on_the_same_deadline(e2e: E2ECluster, soak: 
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True, report
     assert [(a["index"], a["attempt"]) for a in report["attempts"]] == [(0, 1), (1, 1), (1, 2)]
+    # One time line for both indexes: index 1's first attempt, without a verdict, as its second found it.
+    ledger = ledger_of(e2e, run_id)
+    assert [(a["index"], a["attempt"], a["status"]) for a in ledger["attempts"]] == [
+        (0, 1, "passed"),
+        (1, 1, "lost"),
+        (1, 2, "passed"),
+    ], ledger["attempts"]
+    assert 0 < ledger["budget"]["goodput"] < 1 and ledger["budget"]["badput_s"]["ended without a verdict"] > 0
 
 
 # The torch of the trainer venv (.ci/run), mounted read-only into the trainer container; the image's

@@ -130,6 +130,12 @@ def test_a_local_run_serves_its_samples_and_then_its_verdict(tmp_path: Path, spa
     assert (labels["status"], labels["exit_code"], labels["classification"]) == ("passed", "0", ""), (
         err.decode()
     )
+    # The run's budget as its ledger says once this attempt is in it: every second counted once.
+    ((_, goodput),) = verdict["soak_goodput_ratio"]
+    used = {labels["cause"]: seconds for labels, seconds in verdict["soak_budget_used_seconds"]}
+    assert 0 < goodput < 1 and used["productive"] > 0, used
+    assert goodput == pytest.approx(used["productive"] / sum(used.values()), rel=1e-6)
+    assert "soak_goodput_ratio" not in during  # no earlier attempt: nothing to tell before the verdict
 
 
 IDLE_CLIENTS = 200

@@ -20,6 +20,7 @@ from sidecar.core.job_pods import (
     job_failure,
     job_rows,
     outcomes,
+    run_goodput,
 )
 from sidecar.core.job_verdict import job_verdict
 from sidecar.core.pod_facts import (
@@ -355,3 +356,17 @@ def test_an_evidence_time_that_is_no_time_is_left_out(at: str) -> None:
     annotations = {**build_evidence_annotations(EVIDENCE_URI, 0.0), "soak.sidecar.io/evidence-at": at}
     got = row(pod("job-aaaaa", sidecar(ended(137, "Error")), annotations=annotations))
     assert got.reason.startswith("attempt 1 ended without a verdict: sidecar container"), got.reason
+
+
+def test_the_runs_goodput_is_the_newest_attempt_that_tells_one() -> None:
+    first = replace(FAILED, attempt=1, goodput=0.5, ledger_uri="s3://b/run/ledger.json")
+    second = replace(PASSED, goodput=0.75, ledger_uri="s3://b/run/ledger.json")
+    rows = [
+        row(pod("job-aaaaa", exited(first), phase="Failed", annotations=published(first))),
+        row(pod("job-bbbbb", exited(second), minutes=5, phase="Succeeded", annotations=published(second))),
+        row(pod("job-ccccc", exited(PASSED), minutes=9, phase="Succeeded", annotations=published(PASSED))),
+    ]
+    found = run_goodput(rows)
+    assert found is not None and found[0] == 0.75 and found[1].pod == "job-bbbbb"
+    assert found[1].ledger == "s3://b/run/ledger.json"
+    assert run_goodput(rows[2:]) is None

@@ -263,3 +263,16 @@ def test_hand_edited_attempt_reads_as_absent() -> None:
 @pytest.mark.parametrize("text", [None, "", "not json", "[1, 2]", '{"verdict": "passed"}'])
 def test_foreign_termination_messages_are_ignored(text: str | None) -> None:
     assert parse_termination_message(text) is None
+
+
+def test_the_runs_goodput_and_ledger_round_trip_and_nonsense_reads_as_absent() -> None:
+    told = pub(goodput=0.87654, ledger_uri="s3://b/soak/ns/job/run/ledger.json")
+    annotations = build_annotations(told)
+    assert annotations[f"{DEFAULT_PREFIX}goodput"] == "0.8765"
+    back = parse_annotations({k: v for k, v in annotations.items() if v is not None})
+    assert back is not None and back.goodput == 0.8765 and back.ledger_uri == told.ledger_uri
+    assert build_annotations(pub(goodput=float("nan")))[f"{DEFAULT_PREFIX}goodput"] is None
+    for hand_edited in ("1.5", "-0.1", "nan", "x", "0." + "9" * 40):
+        edited = {**annotations, f"{DEFAULT_PREFIX}goodput": hand_edited}
+        back = parse_annotations({k: v for k, v in edited.items() if v is not None})
+        assert back is not None and back.goodput is None, hand_edited

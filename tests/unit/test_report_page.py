@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from sidecar.core.errors import ConfigError
+from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
 from sidecar.core.report import console_tail, describe_end, render_report
 from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact
 from sidecar.core.run_page import RunAttempt, render_run_report
@@ -213,3 +214,26 @@ def test_a_runs_page_escapes_what_artifacts_say_and_sums_the_budget() -> None:
     page = render_run_report(hostile, [attempt])
     assert "<script>" not in page and "<b>" not in page
     assert "productive 0:01:20; goodput 80.0%" in page
+
+
+def test_a_runs_page_shows_the_attempts_only_its_ledger_lists() -> None:
+    """An attempt that ended without a verdict has no artifact: the ledger's entry puts it in the
+    table and on the time line (a dashed span, no phase guessed), its time charged to that end."""
+    doc = {
+        **artifact(),
+        "status": "passed",
+        "context": {"run_id": "r", "attempt": 2},
+        "deadline": {"deadline_unix": T0 + 900, "started_unix": T0},
+        "phases": {"phases": [{"kind": "productive", "start_unix": T0 + 100, "seconds": 100.0}]},
+    }
+    attempt = RunAttempt("attempt-2", parse_artifact(json.dumps(doc).encode(), "a"), "attempt-2/report.html")
+    lost = LedgerEntry(1, None, LOST, None, T0, T0 + 60, (), artifact="s3://b/<i>/provisional-0001.json")
+    ledger = Ledger("r", T0, (lost,))
+    page = render_run_report("r", [attempt], ledger)
+    assert "no verdict" in page and "ledger: s3://b/&lt;i&gt;/provisional-0001.json" in page
+    assert 'stroke-dasharray="4 2"><title>ended without a verdict: 0:01:00' in page
+    assert "goodput 50.0%" in page  # 100 s productive of the 200 s since the deadline's start
+    same = LedgerEntry(2, None, "passed", None, T0 + 100, T0 + 200, ())
+    assert "ledger:" not in render_run_report(
+        "r", [attempt], Ledger("r", T0, (same,))
+    )  # its artifact is here

@@ -39,6 +39,8 @@ Change = Callable[[Ledger | None], Ledger]
 # costs one read and one write, after a random pause that spreads the next round.
 RACE_RETRIES = 32
 RACE_PAUSE_S = 0.25
+LOCK_WAIT_S = 10.0
+LOCK_POLL_S = 0.05
 
 
 class S3LedgerStore:
@@ -96,8 +98,8 @@ class S3LedgerStore:
 class LocalLedgerStore:
     """``<runs>/<run-id>/ledger.json`` (the local output dir's runs)."""
 
-    def __init__(self, runs: Path, clock: Clock) -> None:
-        self._runs, self._clock = runs, clock
+    def __init__(self, runs: Path, clock: Clock, *, lock_wait_s: float = LOCK_WAIT_S) -> None:
+        self._runs, self._clock, self._lock_wait_s = runs, clock, lock_wait_s
 
     def location(self, run_id: str, runs_prefix: str) -> str:
         return str(self._runs / run_id / LEDGER_FILE)
@@ -111,7 +113,7 @@ class LocalLedgerStore:
         directory = self._runs / run_id
         path = directory / LEDGER_FILE
         try:
-            with _locked(directory):
+            with _locked(directory, self._lock_wait_s):
                 data = _read_regular(path)
                 current = None if data is None else parse_ledger(data, str(path))
                 changed = change(current)
@@ -132,10 +134,22 @@ class LocalLedgerStore:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path, wait_s: float) -> Iterator[None]:
+    """An exclusive lock on the run's directory, waited for ``wait_s`` at most: whoever else can
+    open the directory (a local trainer runs as the same user) may hold it forever."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        give_up = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise UploadError(
+                        f"{directory} stayed locked by another process for {wait_s:g} s"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
         yield
     finally:
         os.close(fd)

@@ -4,6 +4,7 @@ it, its budget published and its whole run rendered from the bucket."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.adapters.ledger_store import LocalLedgerStore, S3LedgerStore
-from sidecar.core.errors import ConfigError
+from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ledger.record import LEDGER_FILE, Ledger, LedgerEntry, with_entry
 from tests.fixtures.s3 import SeaweedServer
 from tests.integration.test_run_full import s3_env
@@ -90,6 +91,21 @@ def test_the_local_ledger_is_never_written_through_a_link(tmp_path: Path) -> Non
     with pytest.raises(ConfigError):
         LocalLedgerStore(tmp_path, FixedClock()).update(run_id, "", adding(run_id, entry(1)))
     assert target.read_text() == "{}"
+
+
+def test_a_run_directory_locked_by_someone_else_is_given_up_on_not_waited_for(tmp_path: Path) -> None:
+    run_id = str(uuid.uuid4())
+    (tmp_path / run_id).mkdir()
+    fd = os.open(tmp_path / run_id, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a trainer running as the same user could, forever
+        store = LocalLedgerStore(tmp_path, FixedClock(), lock_wait_s=0.3)
+        with pytest.raises(UploadError, match="stayed locked"):
+            store.update(run_id, "", adding(run_id, entry(1)))
+    finally:
+        os.close(fd)
+    written = LocalLedgerStore(tmp_path, FixedClock()).update(run_id, "", adding(run_id, entry(1)))
+    assert [e.attempt for e in written.entries] == [1]
 
 
 def soak(tmp: Path, run_id: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

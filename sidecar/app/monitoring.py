@@ -86,6 +86,10 @@ class Sampler:
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample
 
+    def final_look(self) -> None:
+        """Once the trainer has exited: a checkpoint it wrote after the last sample (on a soft stop)."""
+        self.moments.observe_checkpoint(self._ports.clock.wall(), self._checkpoint())
+
     def _checkpoint(self) -> CheckpointReport | str | None:
         """The trainer's checkpoint record (a claim: only that it changed is taken), or why it
         cannot be read."""
@@ -171,6 +175,7 @@ def watch(
     if (forged := session.unconfirmed(record)) is not None:
         violations.append(forged)
         record = None  # judged as a launcher that left no record: never a pass
+    sampler.final_look()
     return Watched(
         failure=policy.failure,
         gpu_fault=policy.gpu_fault,

@@ -57,3 +57,19 @@ def test_a_checkpoint_counts_when_its_record_changes_at_the_sample_that_showed_i
         2,
     )
     assert moments.checkpoint_problem == "checkpoint.json is not JSON"
+
+
+def test_a_checkpoint_written_after_the_last_sample_counts_when_the_trainer_has_exited() -> None:
+    """A soft stop's checkpoint often lands between the last sample and the trainer's exit: the
+    look once it has exited counts it (seen then), and a record unchanged since adds nothing."""
+    moments = ProgressMoments()
+    moments.observe(100.0, 10, CheckpointReport(step=1))
+    moments.observe_checkpoint(107.0, CheckpointReport(step=1))
+    assert (moments.checkpoint_seen_unix, moments.checkpoints_seen) == (100.0, 1)
+    moments.observe_checkpoint(108.0, CheckpointReport(step=9))
+    assert (moments.checkpoint, moments.checkpoint_seen_unix, moments.checkpoints_seen) == (
+        CheckpointReport(step=9),
+        108.0,
+        2,
+    )
+    assert moments.first_progress_unix == 100.0

@@ -162,3 +162,12 @@ def test_the_written_budget_is_what_the_entries_add_up_to() -> None:
     assert sum(doc["budget"]["badput_s"].values()) + doc["budget"]["productive_s"] == pytest.approx(190)
     assert doc["attempts"][0]["phases"][0] == ["scheduling", T0, 1.0]
     assert Phase("scheduling", T0, T0 + 1) == ledger.entries[0].phases[0]
+
+
+def test_a_ledger_readers_would_refuse_is_never_written() -> None:
+    long = "s3://b/" + "k" * 1000
+    entries = tuple(
+        LedgerEntry(n, None, "passed", None, T0, T0 + 1, (), artifact=long) for n in range(1, 17_001)
+    )
+    with pytest.raises(ConfigError, match="larger than"):
+        dumps_ledger(Ledger(RUN, T0, entries), now=T0)

@@ -21,6 +21,11 @@ class ProgressMoments:
         """One sample: the progress dir's bytes and its checkpoint record (a problem as text)."""
         if progress_bytes > 0 and self.first_progress_unix is None:
             self.first_progress_unix = t_wall
+        self.observe_checkpoint(t_wall, checkpoint)
+
+    def observe_checkpoint(self, t_wall: float, checkpoint: CheckpointReport | str | None) -> None:
+        """The checkpoint record alone: also read once more when the trainer has exited, so a checkpoint
+        written on a soft stop after the last sample counts (seen then: up to one sample interval late)."""
         if isinstance(checkpoint, str):
             self.checkpoint_problem = checkpoint
         elif checkpoint is not None and checkpoint != self.checkpoint:

@@ -123,7 +123,10 @@ def dumps_ledger(ledger: Ledger, *, now: float) -> bytes:
         },
         "attempts": [_entry_doc(e) for e in ledger.entries],
     }
-    return json.dumps(doc, indent=1, sort_keys=False).encode() + b"\n"
+    data = json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+    if len(data) > LEDGER_LIMIT_BYTES:  # readers would refuse it: every later attempt's update too
+        raise ConfigError(f"the ledger would be larger than {LEDGER_LIMIT_BYTES} bytes")
+    return data
 
 
 def _entry_doc(entry: LedgerEntry) -> dict[str, object]:

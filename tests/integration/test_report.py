@@ -256,3 +256,12 @@ def test_a_runs_page_shows_every_attempt_and_where_the_budget_went(tmp_path: Pat
         assert f'<a href="{attempt}/report.html">' in page and (runs / attempt / "report.html").is_file()
     dom = chromium("--dump-dom", (runs / "report.html").as_uri())
     assert dom.returncode == 0 and b"Where the budget went" in dom.stdout
+    # The run's ledger lists both; the checkpoint of the soft stop counts (no lost work guessed).
+    ledger = json.loads((runs / "ledger.json").read_text())
+    stopped, resumed = ledger["attempts"]
+    assert (stopped["classification"], stopped["lost_work_known"], resumed["status"]) == (
+        "external_cancellation",
+        True,
+        "passed",
+    ), stopped
+    assert f"goodput {ledger['budget']['goodput']:.1%}" in page

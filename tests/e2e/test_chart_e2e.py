@@ -446,7 +446,11 @@ def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> 
     _, report = verdict(e2e, job_name)
     assert report["goodput"] == pytest.approx(budget["goodput"], abs=1e-4), report
     assert report["ledger"] == f"s3://{S3_BUCKET}/{ledger_key(e2e, run_id)}", report
-    print(f"drained soak: ledger {json.dumps(budget)}; {len(json.dumps(ledger))} bytes for 2 attempts")
+    size = artifacts_of(e2e, run_id)[ledger_key(e2e, run_id)]["size"]
+    for attempt in (drained, resumed):
+        spent = ", ".join(f"{kind} {seconds:.1f} s" for kind, _, seconds in attempt["phases"])
+        print(f"drained soak: attempt {attempt['attempt']} ({attempt['status']}): {spent}")
+    print(f"drained soak: budget {json.dumps(budget)}; ledger.json {size} bytes for 2 attempts")
 
 
 def test_a_suspended_soak_says_so_and_resumes(e2e: E2ECluster, soak: Any) -> None:

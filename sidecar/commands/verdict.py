@@ -15,16 +15,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sidecar.adapters.kube.client import KubeClient
-from sidecar.adapters.kube.connection import connect, default_namespace
-from sidecar.adapters.kube.reads import job_pods, read_job, verdict_events
 from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import SoakError
 from sidecar.core.job_pods import AttemptRow, end_condition, job_rows, outcomes, run_goodput
 from sidecar.core.job_verdict import JobVerdict, job_verdict
 from sidecar.core.pod_facts import EventFacts
 from sidecar.core.publication import DEFAULT_PREFIX, normalize_prefix
+
+if TYPE_CHECKING:
+    from sidecar.adapters.kube.client import KubeClient
 
 REASON_COLUMN = 60
 NOT_PASSED = 1
@@ -77,6 +78,11 @@ def _seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    # The Kubernetes client loads here, not with the CLI: `run --local` never needs it.
+    from sidecar.adapters.kube.client import KubeClient
+    from sidecar.adapters.kube.connection import connect, default_namespace
+    from sidecar.adapters.kube.reads import job_pods
+
     try:
         prefix = normalize_prefix(args.prefix)
         api = connect(kubeconfig=args.kubeconfig, prefer_in_cluster=False)
@@ -129,6 +135,8 @@ def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], j
 
 
 def _wait_for_job(client: KubeClient, namespace: str, job: str, timeout_s: float) -> None:
+    from sidecar.adapters.kube.reads import read_job
+
     deadline = time.monotonic() + timeout_s
     while end_condition(read_job(client, namespace, job)) is None:
         if time.monotonic() >= deadline:
@@ -142,6 +150,8 @@ def _wait_for_job(client: KubeClient, namespace: str, job: str, timeout_s: float
 
 def _job_condition(client: KubeClient, namespace: str, job: str) -> str | None:
     """The Job's end condition; None (with a note) when it cannot be read (RBAC: jobs get)."""
+    from sidecar.adapters.kube.reads import read_job
+
     try:
         return end_condition(read_job(client, namespace, job))
     except SoakError as exc:
@@ -151,6 +161,8 @@ def _job_condition(client: KubeClient, namespace: str, job: str) -> str | None:
 
 def _verdict_events(client: KubeClient, namespace: str) -> list[EventFacts]:
     """The verdict Events of the namespace; none (with a note) when they cannot be listed."""
+    from sidecar.adapters.kube.reads import verdict_events
+
     try:
         return verdict_events(client, namespace)
     except SoakError as exc:

@@ -24,6 +24,7 @@ MARKS = {
     "real_trainers": [pytest.mark.trainers],
     "upload": [pytest.mark.s3],
     "evidence_segments": [pytest.mark.s3],
+    "gpu_device_check": [pytest.mark.trainers],
 }
 BENCHMARKS = [
     pytest.param(path, id=path.stem, marks=MARKS.get(path.stem, []))
@@ -38,6 +39,9 @@ def needs(name: str) -> list[str]:
     if name == "sampler":
         return ["--seed", str(require("seed-sampler"))]
     if name == "real_trainers":
+        return ["--python", str(require("trainer-venv"))]
+    if name == "gpu_device_check":
+        require("gcc")  # the mock NVML the check runs on in CI is built with it
         return ["--python", str(require("trainer-venv"))]
     if name in ("upload", "evidence_segments"):
         require("weed")  # run_seaweedfs finds the same one: SOAK_WEED_BIN, beside the interpreter, PATH

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar.core.exitcodes import ExitCode
+from sidecar.nvml_mock.bundled import DIRECTORY
 from sidecar.settings import Settings
 
-BUNDLED_SCENARIOS = Path(__file__).resolve().parents[1] / "nvml_mock"
+BUNDLED_SCENARIOS = DIRECTORY
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -152,7 +153,7 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "--gpu-scenario",
         "gpu.mock_scenario",
         scenario_path,
-        "mock NVML scenario: a JSON file, or a bundled one by name (two_gpus_growing, old_driver_host_pids)",
+        "mock NVML scenario: a JSON file, or a bundled one by name",
     ),
     "s3_bucket": ("--s3-bucket", "s3.bucket", str, "upload the artifact to this bucket"),
     "s3_endpoint": ("--s3-endpoint", "s3.endpoint_url", str, "S3-compatible endpoint URL"),

@@ -261,8 +261,10 @@ class GpuSettings(Group):
     )
     mock_scenario: Path | None = Field(
         None,
-        description="Scenario JSON for the mock library (docs/nvml-mock.md); required by backend "
-        "mock, and implies it when no backend is set. Default none.",
+        description="Scenario JSON for the mock library (docs/nvml-mock.md); --gpu-scenario also takes a "
+        "bundled one by name: two_gpus_growing, old_driver_host_pids, xid79_fallen_off_bus, gpu_lost, "
+        "reset_required, hw_slowdown, gpu_memory_leak, xid31_trainer_fault (docs/gpu-health.md). Required "
+        "by backend mock, and implies it when no backend is set. Default none.",
     )
     max_memory_growth_mib: float | None = Field(
         None,

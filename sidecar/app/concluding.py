@@ -9,6 +9,7 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.values import Going, Started, Watched
 from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
 from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
+from sidecar.core.gpu_trends import correctable_growth, degradation_trends
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
@@ -48,7 +49,7 @@ def conclude_run(
     conclusion = conclude(
         RunFacts(
             monitor_failure=watched.failure,
-            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault,
+            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault or _degrading(settings, recorder),
             exit_record=watched.exit_record,
             trainer_program=launched.command[0],
             duration_s=duration,
@@ -68,6 +69,14 @@ def conclude_run(
     recorder.summary.residual_process_count = len(conclusion.residual_pids)
     recorder.summary.run_summary_figures = run_summary_figures(summary.data)
     return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
+
+
+def _degrading(settings: Settings, recorder: SampleRecorder) -> str | None:
+    """A device whose correctable errors grow, as a GPU fault: only when the user opted in."""
+    if not settings.gpu.fail_on_correctable_growth:
+        return None
+    growing = correctable_growth(degradation_trends(recorder.gpu_trends))
+    return f"correctable errors grow: {'; '.join(growing)}" if growing else None
 
 
 def _container_oom_killed(ports: Ports, watched: Watched) -> bool:

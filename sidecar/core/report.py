@@ -125,6 +125,28 @@ def _trend_row(trend: Trend, passed: bool) -> list[Any]:
     ]
 
 
+def _gpu_trends_section(trends: Sequence[Trend]) -> list[str]:
+    """Per-GPU degradation trends; a correctable error count whose whole interval is above zero is
+    flagged (SOAK_GPU__FAIL_ON_CORRECTABLE_GROWTH fails it)."""
+    if not trends:
+        return []
+    rows = [
+        [
+            t.series,
+            f"{_fmt(t.per_hour)} {t.unit} per hour",
+            _fmt(t.low_per_hour),
+            _fmt(t.high_per_hour),
+            t.points,
+            "grows steadily" if t.low_per_hour > 0 else "",
+        ]
+        for t in trends
+    ]
+    return [
+        "<h2>GPU degradation trends (Theil-Sen, per hour, 95 % interval)</h2>",
+        html_table(["series", "per hour", "low", "high", "points", "note"], rows),
+    ]
+
+
 def describe_end(end: TrainerEnd | None) -> str:
     """How the trainer ended, in words."""
     if end is None:
@@ -334,6 +356,7 @@ def render_report(
             ["series", "per hour", "low", "high", "points", "note"],
             [_trend_row(t, status == "passed") for t in artifact.trends],
         ),
+        *_gpu_trends_section(artifact.gpu_trends),
         "<h2>Processes left after the trainer ended</h2>",
         html_table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",

@@ -94,6 +94,7 @@ class ReportArtifact:
     # When the soft stop, the first TERM and the first KILL went to the trainer: (name, Unix time).
     stop_times: tuple[tuple[str, float], ...]
     trends: tuple[Trend, ...]
+    gpu_trends: tuple[Trend, ...]  # per-GPU degradation (sidecar/core/gpu_trends.py)
     residuals: tuple[Residual, ...]
     figures: tuple[tuple[str, str | int | float | bool | None], ...]
     samples_file: str | None  # None: the trainer never ran, no samples
@@ -194,6 +195,7 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
     stops = as_object(launcher.get("stop_times_unix"), "post_shutdown.launcher_exit.stop_times_unix")
     summary = as_object(doc.get("resource_summary"), "resource_summary")
     trends = as_list(summary.get("trends"), "resource_summary.trends")
+    gpu_trends = as_list(summary.get("gpu_trends"), "resource_summary.gpu_trends")
     residuals = as_list(post.get("residual_processes"), "post_shutdown.residual_processes")
     return ReportArtifact(
         status=text(doc["status"], "status"),
@@ -216,7 +218,10 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
             for name in STOP_LABELS
             if stops.get(name) is not None
         ),
-        trends=tuple(_trend(trend, n) for n, trend in enumerate(trends)),
+        trends=tuple(_trend(trend, f"resource_summary.trends[{n}]") for n, trend in enumerate(trends)),
+        gpu_trends=tuple(
+            _trend(trend, f"resource_summary.gpu_trends[{n}]") for n, trend in enumerate(gpu_trends)
+        ),
         residuals=tuple(_residual(process, n) for n, process in enumerate(residuals)),
         figures=tuple(sorted(_figures(summary.get("run_summary_figures")).items())),
         samples_file=_samples_file(as_object(doc.get("samples"), "samples").get("samples_file")),
@@ -319,8 +324,7 @@ def _console_file(path: object) -> str | None:
     return base if base and not base.startswith(".") else None
 
 
-def _trend(value: object, n: int) -> Trend:
-    where = f"resource_summary.trends[{n}]"
+def _trend(value: object, where: str) -> Trend:
     trend = as_object(value, where)
     return Trend(
         series=text(trend.get("series"), f"{where}.series"),

@@ -44,6 +44,12 @@ BUNDLED: tuple[BundledScenario, ...] = (
         {"SOAK_GPU__MAX_MEMORY_GROWTH_MIB": "1000"},
     ),
     BundledScenario(
+        "correctable_errors_growing",
+        "GPU 0's PCIe replays (correctable) grow 100 a second (reported; a fault with the setting)",
+        150,
+        {"SOAK_GPU__FAIL_ON_CORRECTABLE_GROWTH": "true", "SOAK_GPU__PROCESS_INTERVAL_S": "0.2"},
+    ),
+    BundledScenario(
         "xid31_trainer_fault", "XID 31 (a page fault) caused by the trainer: never blames the GPU, passes", 0
     ),
 )

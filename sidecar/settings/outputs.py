@@ -263,7 +263,8 @@ class GpuSettings(Group):
         None,
         description="Scenario JSON for the mock library (docs/nvml-mock.md); --gpu-scenario also takes a "
         "bundled one by name: two_gpus_growing, old_driver_host_pids, xid79_fallen_off_bus, gpu_lost, "
-        "reset_required, hw_slowdown, gpu_memory_leak, xid31_trainer_fault (docs/gpu-health.md). Required "
+        "reset_required, hw_slowdown, gpu_memory_leak, correctable_errors_growing, xid31_trainer_fault "
+        "(docs/gpu-health.md). Required "
         "by backend mock, and implies it when no backend is set. Default none.",
     )
     max_memory_growth_mib: float | None = Field(
@@ -285,6 +286,11 @@ class GpuSettings(Group):
         le=DAY_S,
         description="Seconds of unbroken hardware slowdown (HW slowdown, HW thermal, power brake) that "
         "make a GPU fault (150, retried on another node). Default none: reported, never a failure.",
+    )
+    fail_on_correctable_growth: bool = Field(
+        False,
+        description="Make a GPU fault (150, retried on another node) of a device whose correctable errors "
+        "(remapped rows, PCIe replays) grow steadily during the soak. Default false: reported only.",
     )
 
     @model_validator(mode="after")

@@ -52,7 +52,11 @@ def test_the_package_keeps_its_layers() -> None:
         ("adapters/nvml/loader.py", "import sidecar.nvml_mock.build", "never build it"),
         ("settings/model.py", "import sidecar.app.supervisor", "no import cycles"),
         ("app/preflight.py", "import sidecar.adapters.workdirs", "only app.wiring imports adapters"),
-        ("adapters/report_source/__init__.py", "import sidecar.adapters.procfs", "adapters do not import each other"),
+        (
+            "adapters/report_source/__init__.py",
+            "import sidecar.adapters.procfs",
+            "adapters do not import each other",
+        ),
         ("launcher/output.py", "import prometheus_client", "standard library only"),
         ("launcher/protocol/files.py", "import sidecar.commands.run", "standard library only"),
     ],

@@ -121,6 +121,15 @@ class ResourceSummary(_Model):
         description="Theil-Sen slopes (per hour, 95 % interval) of RSS, fds and GPU memory over the "
         "steady samples.",
     )
+    gpu_trends: list[LeakTrend] = Field(
+        default_factory=list,
+        description="Per-GPU degradation trends over every sample: correctable remapped rows, PCIe "
+        "replays, temperature per 100 W (sidecar/core/gpu_trends.py).",
+    )
+    gpu_degradation: list[str] = Field(
+        default_factory=list,
+        description="Devices whose correctable errors grow steadily (the whole 95 % interval above zero).",
+    )
     gpu_health: GpuHealthSummary | None = Field(
         default=None, description="XID/ECC events, row remapping, clock-event reasons, link errors."
     )

@@ -405,6 +405,9 @@ class FakeGpu:
             return GpuSample(fault="GPU 0 fell off the bus")
         return GpuSample()
 
+    def look(self, tree_pids: set[int]) -> GpuSample:
+        return GpuSample()
+
     def close(self) -> None:
         self.closed = True
 

@@ -9,8 +9,11 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.values import Going, Started, Watched
 from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
 from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
+from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
 from sidecar.core.gpu_trends import correctable_growth, degradation_trends
+from sidecar.core.ports import GpuBackend
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
+from sidecar.core.samples import GpuSample
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
 
@@ -23,7 +26,13 @@ class Concluded:
 
 
 def conclude_run(
-    going: Going, watched: Watched, *, session: LaunchSession, recorder: SampleRecorder
+    going: Going,
+    watched: Watched,
+    *,
+    session: LaunchSession,
+    recorder: SampleRecorder,
+    gpu: GpuBackend,
+    gpu_before: GpuSample,
 ) -> Concluded:
     settings, ports, launched = going.settings, going.ports, going.launched
     clock, mset = ports.clock, settings.monitor
@@ -35,21 +44,14 @@ def conclude_run(
     # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
     session.kill_remembered(still_alive, tree=watched.last_seen)
     summary = read_summary(settings, ports, going.started)
-    leaks = leak_failures(
-        recorder.summary,
-        max_rss_growth_mib=mset.max_rss_growth_mib,
-        max_fd_growth=mset.max_fd_growth,
-        max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
-    )
-    limit = quantity_bytes(mset.memory_limit) if mset.memory_limit else None
-    budget_left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
-    too_fast = project_memory(recorder.summary, recorder.trends, limit, budget_left)
-    if too_fast and mset.fail_on_projected_memory_limit:
-        leaks.append(too_fast)
+    run_pids = {p.pid for p in watched.last_seen} | {launcher_pid}
+    left = gpu_leftovers(gpu_before, gpu.look(run_pids), run_pids, settings.gpu.clean_tolerance_mib)
+    recorder.summary.gpu_left = list(left.findings)
+    leaks = [*_leaks(going, recorder), *_gpu_leaks(settings, left)]
     conclusion = conclude(
         RunFacts(
             monitor_failure=watched.failure,
-            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault or _degrading(settings, recorder),
+            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault or _gpu_wear(settings, recorder, left),
             exit_record=watched.exit_record,
             trainer_program=launched.command[0],
             duration_s=duration,
@@ -71,8 +73,33 @@ def conclude_run(
     return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
 
 
-def _degrading(settings: Settings, recorder: SampleRecorder) -> str | None:
-    """A device whose correctable errors grow, as a GPU fault: only when the user opted in."""
+def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
+    """Growth beyond the configured limits, and the memory limit reached before the deadline."""
+    settings, clock, mset = going.settings, going.ports.clock, going.settings.monitor
+    leaks = leak_failures(
+        recorder.summary,
+        max_rss_growth_mib=mset.max_rss_growth_mib,
+        max_fd_growth=mset.max_fd_growth,
+        max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
+    )
+    limit = quantity_bytes(mset.memory_limit) if mset.memory_limit else None
+    budget_left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
+    too_fast = project_memory(recorder.summary, recorder.trends, limit, budget_left)
+    if too_fast and mset.fail_on_projected_memory_limit:
+        leaks.append(too_fast)
+    return leaks
+
+
+def _gpu_leaks(settings: Settings, left: GpuLeftover) -> list[str]:
+    """Processes of the run still on a GPU, as leaks: only when the user opted in."""
+    return [f"GPU left dirty: {held}" for held in left.held_by_run] if settings.gpu.fail_on_dirty_gpu else []
+
+
+def _gpu_wear(settings: Settings, recorder: SampleRecorder, left: GpuLeftover) -> str | None:
+    """A device left dirty, or whose correctable errors grow, as a GPU fault (retried on another
+    node): each only when the user opted in."""
+    if settings.gpu.fail_on_dirty_gpu and left.on_device:
+        return f"GPU left dirty: {'; '.join(left.on_device)}"
     if not settings.gpu.fail_on_correctable_growth:
         return None
     growing = correctable_growth(degradation_trends(recorder.gpu_trends))

@@ -130,9 +130,12 @@ class Supervisor:
             trainer_env = dict(launched.launcher.gpu_env if environ is None else environ)
             gpu = self._ports.open_gpu(trainer_env or None)
             going = Going(self._settings, self._ports, self._started, launched, checked)
-            with self._stopping_on_failure():
+            with self._stopping_on_failure(), contextlib.closing(gpu):
+                before = gpu.look(set())  # what the node's GPUs held before the trainer started
                 watched, recorder, devices = self._watch(going, gpu, files, trail)
-                concluded = conclude_run(going, watched, session=self._session, recorder=recorder)
+                concluded = conclude_run(
+                    going, watched, session=self._session, recorder=recorder, gpu=gpu, gpu_before=before
+                )
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
         evidence = Evidence(
@@ -268,7 +271,6 @@ class Supervisor:
                 )
             finally:
                 devices = _devices(gpu)
-                gpu.close()
                 samples.close()
         if samples.error is not None and watched.failure is None:
             watched = replace(watched, failure=("monitor_failure", f"soak monitor failed: {samples.error}"))

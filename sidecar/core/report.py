@@ -147,6 +147,12 @@ def _gpu_trends_section(trends: Sequence[Trend]) -> list[str]:
     ]
 
 
+def _gpu_left_section(findings: Sequence[str]) -> list[str]:
+    if not findings:
+        return []
+    return ["<h2>What the run left on its GPUs</h2>", html_table(["finding"], [[f] for f in findings])]
+
+
 def describe_end(end: TrainerEnd | None) -> str:
     """How the trainer ended, in words."""
     if end is None:
@@ -357,6 +363,7 @@ def render_report(
             [_trend_row(t, status == "passed") for t in artifact.trends],
         ),
         *_gpu_trends_section(artifact.gpu_trends),
+        *_gpu_left_section(artifact.gpu_left),
         "<h2>Processes left after the trainer ended</h2>",
         html_table(["pid", "fate", "command"], [[p.pid, p.fate, p.command] for p in artifact.residuals]),
         "<h2>Run summary figures</h2>",

@@ -95,6 +95,7 @@ class ReportArtifact:
     stop_times: tuple[tuple[str, float], ...]
     trends: tuple[Trend, ...]
     gpu_trends: tuple[Trend, ...]  # per-GPU degradation (sidecar/core/gpu_trends.py)
+    gpu_left: tuple[str, ...]  # what the run left on its GPUs (sidecar/core/gpu_clean.py)
     residuals: tuple[Residual, ...]
     figures: tuple[tuple[str, str | int | float | bool | None], ...]
     samples_file: str | None  # None: the trainer never ran, no samples
@@ -221,6 +222,10 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         trends=tuple(_trend(trend, f"resource_summary.trends[{n}]") for n, trend in enumerate(trends)),
         gpu_trends=tuple(
             _trend(trend, f"resource_summary.gpu_trends[{n}]") for n, trend in enumerate(gpu_trends)
+        ),
+        gpu_left=tuple(
+            text(item, "resource_summary.gpu_left[]")
+            for item in as_list(summary.get("gpu_left"), "resource_summary.gpu_left")
         ),
         residuals=tuple(_residual(process, n) for n, process in enumerate(residuals)),
         figures=tuple(sorted(_figures(summary.get("run_summary_figures")).items())),

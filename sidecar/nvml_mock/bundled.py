@@ -50,6 +50,12 @@ BUNDLED: tuple[BundledScenario, ...] = (
         {"SOAK_GPU__FAIL_ON_CORRECTABLE_GROWTH": "true", "SOAK_GPU__PROCESS_INTERVAL_S": "0.2"},
     ),
     BundledScenario(
+        "gpu_left_dirty",
+        "GPU 0 keeps 5 GiB in use after the trainer is gone (reported; a fault with the setting)",
+        150,
+        {"SOAK_GPU__FAIL_ON_DIRTY_GPU": "true"},
+    ),
+    BundledScenario(
         "xid31_trainer_fault", "XID 31 (a page fault) caused by the trainer: never blames the GPU, passes", 0
     ),
 )

@@ -263,8 +263,8 @@ class GpuSettings(Group):
         None,
         description="Scenario JSON for the mock library (docs/nvml-mock.md); --gpu-scenario also takes a "
         "bundled one by name: two_gpus_growing, old_driver_host_pids, xid79_fallen_off_bus, gpu_lost, "
-        "reset_required, hw_slowdown, gpu_memory_leak, correctable_errors_growing, xid31_trainer_fault "
-        "(docs/gpu-health.md). Required "
+        "reset_required, hw_slowdown, gpu_memory_leak, correctable_errors_growing, gpu_left_dirty, "
+        "xid31_trainer_fault (docs/gpu-health.md). Required "
         "by backend mock, and implies it when no backend is set. Default none.",
     )
     max_memory_growth_mib: float | None = Field(
@@ -286,6 +286,18 @@ class GpuSettings(Group):
         le=DAY_S,
         description="Seconds of unbroken hardware slowdown (HW slowdown, HW thermal, power brake) that "
         "make a GPU fault (150, retried on another node). Default none: reported, never a failure.",
+    )
+    clean_tolerance_mib: float = Field(
+        256.0,
+        ge=0,
+        le=MAX_MIB,
+        description="MiB of device memory above its level before the soak that a GPU may still hold, with "
+        "no process listed, once the trainer's tree is gone. Default 256.",
+    )
+    fail_on_dirty_gpu: bool = Field(
+        False,
+        description="Fail a soak that left a GPU dirty: a process of the run still listed (a leak, 13), "
+        "memory not returned or a reset pending (a GPU fault, 150). Default false: reported only.",
     )
     fail_on_correctable_growth: bool = Field(
         False,

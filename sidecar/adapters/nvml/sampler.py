@@ -29,6 +29,9 @@ class NullGpuBackend:
     def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample:
         return GpuSample(available=False, reason=self.reason)
 
+    def look(self, tree_pids: set[int]) -> GpuSample:
+        return GpuSample(available=False, reason=self.reason)
+
     def close(self) -> None:
         return None
 
@@ -122,13 +125,18 @@ class NvmlGpuBackend:
             for d in self._devices
         ]
 
-    def sample(self, tree_pids: set[int], now_monotonic: float) -> GpuSample:
+    def look(self, tree_pids: set[int]) -> GpuSample:
+        return self.sample(tree_pids, time.monotonic(), look=True)
+
+    def sample(self, tree_pids: set[int], now_monotonic: float, *, look: bool = False) -> GpuSample:
         if self._closed:
             return GpuSample(available=False, reason="GPU backend closed")
         started = time.perf_counter()
-        slow_due = self._last_slow is None or now_monotonic - self._last_slow >= self._process_interval_s
+        slow_due = (
+            look or self._last_slow is None or now_monotonic - self._last_slow >= self._process_interval_s
+        )
         records = [sample_device(dev, slow_due) for dev in self._devices]
-        if slow_due:
+        if slow_due and not look:  # a look leaves the cadence as it was
             self._last_slow = now_monotonic
         nvml_time_ms = (time.perf_counter() - started) * 1000.0
 
@@ -173,7 +181,7 @@ class NvmlGpuBackend:
             nvml_time_ms=nvml_time_ms,
             processes_age_s=None if self._last_slow is None else max(0.0, now_monotonic - self._last_slow),
             driver_version=self._driver_version,
-            events=self._events.drain(),
+            events=[] if look else self._events.drain(),
             events_unavailable=self._events.unavailable,
         )
 

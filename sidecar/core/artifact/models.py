@@ -126,6 +126,11 @@ class ResourceSummary(_Model):
         description="Per-GPU degradation trends over every sample: correctable remapped rows, PCIe "
         "replays, temperature per 100 W (sidecar/core/gpu_trends.py).",
     )
+    gpu_left: list[str] = Field(
+        default_factory=list,
+        description="What the run left on its GPUs once its tree was gone: processes of the run still "
+        "listed, memory not returned, resets pending (sidecar/core/gpu_clean.py).",
+    )
     gpu_degradation: list[str] = Field(
         default_factory=list,
         description="Devices whose correctable errors grow steadily (the whole 95 % interval above zero).",

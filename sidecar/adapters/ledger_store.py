@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -119,10 +120,7 @@ class LocalLedgerStore:
                 changed = change(current)
                 if current is not None and changed.revision == current.revision:
                     return current
-                staged = directory / f".{LEDGER_FILE}.{os.getpid()}.tmp"
-                fd = os.open(
-                    staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644
-                )
+                staged, fd = _new_file(directory)
                 try:
                     write_fsync(fd, dumps_ledger(changed, now=self._clock.wall()))
                 finally:
@@ -131,6 +129,19 @@ class LocalLedgerStore:
         except OSError as exc:
             raise UploadError(f"cannot write {path}: {exc}") from exc
         return changed
+
+
+def _new_file(directory: Path) -> tuple[Path, int]:
+    """A new file of a random name: whatever else is in the directory (a FIFO, a link to another
+    file) is never opened, waited on or truncated (O_EXCL)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    for _ in range(8):
+        staged = directory / f".{LEDGER_FILE}.{secrets.token_hex(8)}.tmp"
+        try:
+            return staged, os.open(staged, flags, 0o644)
+        except FileExistsError:
+            continue
+    raise OSError(f"no new file could be made in {directory}")
 
 
 @contextmanager

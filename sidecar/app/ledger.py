@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from sidecar.app.ports import Ports
 from sidecar.core.artifact import Artifact
 from sidecar.core.artifact.models import LostAttempt
-from sidecar.core.errors import SoakError
+from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.ledger.budget import RunBudget
 from sidecar.core.ledger.phases import PHASES, Phase
-from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, with_entry
+from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, check_entry, with_entry
 from sidecar.core.publication import sanitize
 
 
@@ -61,7 +61,7 @@ def lost_entry(lost: LostAttempt, index: int | None) -> LedgerEntry | None:
     start, end = lost.started_unix, lost.last_evidence_unix
     if start is None or end is None:
         return None
-    return LedgerEntry(
+    entry = LedgerEntry(
         attempt=lost.attempt,
         index=index,
         status=LOST,
@@ -71,6 +71,11 @@ def lost_entry(lost: LostAttempt, index: int | None) -> LedgerEntry | None:
         phases=(),
         artifact=lost.evidence,
     )
+    try:  # its record is anyone's claim: a time the ledger's readers refuse leaves it out
+        check_entry(entry)
+    except ConfigError:
+        return None
+    return entry
 
 
 def record_attempt(

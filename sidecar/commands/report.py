@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sidecar.commands.parsing import Subparsers, UsageParser
-from sidecar.core.errors import ConfigError
+from sidecar.core.errors import ConfigError, SoakError
 from sidecar.settings import load_settings
 
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
         if s3_run_prefix(args.path, settings):
             run = open_s3_run(args.path, settings)
             out: Path = args.output or Path(run.run_id)
-            if out.suffix == ".html":
-                return _run_page(run, out.parent, out, make_dirs=True)
-            return _run_page(run, out, out / "report.html", make_dirs=True)
+            target = out if out.suffix == ".html" else out / "report.html"
+            # Folder names come from the bucket: all under attempts/, none can be the run's page.
+            return _run_page(run, target.parent / "attempts", target, make_dirs=True)
     elif is_run_dir(Path(args.path)):
         directory = Path(args.path)
         target = args.output or directory / "report.html"
@@ -84,12 +84,16 @@ def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) ->
     attempts = []
     for name, source in run.attempts:
         folder = pages / name
-        if make_dirs:
-            folder.mkdir(parents=True, exist_ok=True)
-        page = render_report(source.artifact, source.samples(), source.console_tail())
-        write_page(folder / "report.html", page)
+        try:
+            if make_dirs:
+                folder.mkdir(parents=True, exist_ok=True)
+            page = render_report(source.artifact, source.samples(), source.console_tail())
+            write_page(folder / "report.html", page)
+        except (SoakError, OSError) as exc:  # one damaged attempt leaves the others their page
+            run.skipped.append(f"{name} ({exc})")
+            continue
         link = os.path.relpath(folder / "report.html", target.parent)
-        attempts.append(RunAttempt(name, source.artifact, Path(link).as_posix()))
+        attempts.append(RunAttempt(name, source.artifact, f"./{Path(link).as_posix()}"))
     attempts.sort(
         key=lambda a: (a.artifact.index if a.artifact.index is not None else -1, a.artifact.attempt or 0)
     )
@@ -99,6 +103,9 @@ def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) ->
             ledger = parse_ledger(run.ledger, run.ledger_where)
         except ConfigError as exc:
             print(f"soak-sidecar: the ledger is not shown: {exc}", file=sys.stderr)
+        if ledger is not None and ledger.run_id != run.run_id:
+            print(f"soak-sidecar: the ledger is not shown: it is run {ledger.run_id}'s", file=sys.stderr)
+            ledger = None
     page = render_run_report(run.run_id, attempts, ledger)
     write_page(target, page)
     for skipped in run.skipped:

@@ -180,12 +180,12 @@ def _goodput_text(goodput: float | None) -> str | None:
     return f"{goodput:.4f}"
 
 
+_GOODPUT = re.compile(r"0(?:\.[0-9]{1,6})?|1(?:\.0{1,6})?")
+
+
 def _goodput_or_none(text: str | None) -> float | None:
-    try:
-        value = float(text) if text is not None and len(text) <= 16 else math.nan
-    except ValueError:
-        return None
-    return value if 0 <= value <= 1 else None
+    """A ratio as _goodput_text writes it (ASCII digits, 0 to 1); anything else reads as absent."""
+    return float(text) if text is not None and _GOODPUT.fullmatch(text) else None
 
 
 def build_annotations(pub: Publication, prefix: str = DEFAULT_PREFIX) -> dict[str, str | None]:

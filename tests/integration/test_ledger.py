@@ -8,6 +8,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import uuid
@@ -183,6 +184,57 @@ def test_two_real_attempts_of_one_run_share_one_ledger_and_one_page(
     assert page.returncode == 0, page.stderr
     html = (out / "report.html").read_text()
     links = re.findall(r'href="([^"]+)"', html)
-    assert links == ["1-local/report.html", "2-local/report.html"], links
+    assert links == ["./attempts/1-local/report.html", "./attempts/2-local/report.html"], links
     assert all((out / link).is_file() for link in links)
     assert f"goodput {float(told.group(1)):.1f}%" in html
+
+
+def test_nothing_planted_in_the_run_directory_is_opened_waited_on_or_truncated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FIFO or a hard link to another file where the ledger's new file would go: a local trainer
+    could plant both. The write takes another name: no hang, the other file untouched."""
+    run_id = str(uuid.uuid4())
+    directory = tmp_path / run_id
+    directory.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    os.mkfifo(directory / f".{LEDGER_FILE}.aaaa.tmp")
+    os.link(victim, directory / f".{LEDGER_FILE}.bbbb.tmp")
+    names = iter(["aaaa", "bbbb", "cccc"])
+    monkeypatch.setattr("sidecar.adapters.ledger_store.secrets.token_hex", lambda _: next(names))
+    written = LocalLedgerStore(tmp_path, FixedClock()).update(run_id, "", adding(run_id, entry(1)))
+    assert [e.attempt for e in written.entries] == [1] and victim.read_text() == "mine"
+    assert LocalLedgerStore(tmp_path, FixedClock()).read(run_id, "") is not None
+
+
+def test_a_run_page_skips_what_it_cannot_trust_and_names_it(tmp_path: Path) -> None:
+    """A run directory a local trainer could write: an attempt folder named as a link scheme, a
+    damaged attempt, another run's ledger. Each is skipped and named; the page is still written."""
+    run_id = str(uuid.uuid4())
+    env = {
+        "SOAK_GPU__BACKEND": "none",
+        "SOAK_MONITOR__STATUS_LINE": "off",
+        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
+    }
+    assert soak(tmp_path, run_id, env).returncode == 0
+    runs = tmp_path / "soak-output" / "runs" / run_id
+    shutil.copytree(runs / "attempt-1", runs / "javascript:alert(1)")
+    shutil.copytree(runs / "attempt-1", runs / "attempt-9")
+    (runs / "attempt-9" / "samples.jsonl.gz").unlink()
+    ledger = json.loads((runs / LEDGER_FILE).read_text())
+    (runs / LEDGER_FILE).write_text(json.dumps({**ledger, "run_id": "another"}))
+    done = subprocess.run(
+        [sys.executable, "-m", "sidecar.cli", "report", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    html = (runs / "report.html").read_text()
+    assert re.findall(r'href="([^"]+)"', html) == ["./attempt-1/report.html"]
+    assert "skipped javascript:alert(1) (not a plain name)" in done.stderr
+    assert (
+        "skipped attempt-9 (" in done.stderr and "the ledger is not shown: it is run another's" in done.stderr
+    )

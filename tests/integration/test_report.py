@@ -253,7 +253,7 @@ def test_a_runs_page_shows_every_attempt_and_where_the_budget_went(tmp_path: Pat
     assert f"soak {run_id}: 2 attempts" in page and "goodput" in page
     assert "external_cancellation" in page and page.count("<rect ") >= 6
     for attempt in ("attempt-1", "attempt-2"):
-        assert f'<a href="{attempt}/report.html">' in page and (runs / attempt / "report.html").is_file()
+        assert f'<a href="./{attempt}/report.html">' in page and (runs / attempt / "report.html").is_file()
     dom = chromium("--dump-dom", (runs / "report.html").as_uri())
     assert dom.returncode == 0 and b"Where the budget went" in dom.stdout
     # The run's ledger lists both; the checkpoint of the soft stop counts (no lost work guessed).

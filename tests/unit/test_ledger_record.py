@@ -171,3 +171,8 @@ def test_a_ledger_readers_would_refuse_is_never_written() -> None:
     )
     with pytest.raises(ConfigError, match="larger than"):
         dumps_ledger(Ledger(RUN, T0, entries), now=T0)
+
+
+def test_an_attempt_its_readers_would_refuse_is_never_added() -> None:
+    with pytest.raises(ConfigError, match="start_unix"):
+        add(None, LedgerEntry(1, None, LOST, None, -62135596800.0, T0, ()))

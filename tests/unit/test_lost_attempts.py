@@ -103,3 +103,23 @@ def test_a_time_that_cannot_be_shown_is_left_out(last_unix: float) -> None:
     (lost,) = lost_attempts([place], run_id=RUN, index=None, before=2)
     assert lost.last_evidence_at_utc is None
     assert describe_lost(lost) == "attempt 1 ended without a verdict: l"
+
+
+@pytest.mark.parametrize(
+    ("stamp", "started"),
+    [
+        ("2023-11-14T22:13:20Z", 1_700_000_000.0),
+        ("2023-11-14T22:13:20+00:00", 1_700_000_000.0),
+        ("0001-01-01T00:00:00Z", None),  # before 1970: no attempt of ours (the ledger refuses it)
+        ("2023-11-14T22:13:20", None),  # no offset: which zone is unknown
+        ("not a time", None),
+        (12, None),
+    ],
+)
+def test_a_lost_attempts_start_is_its_records_claim_taken_only_when_it_can_be_placed(
+    stamp: object, started: float | None
+) -> None:
+    data = json.loads(record(1))
+    data["started_at_utc"] = stamp
+    (lost,) = lost_attempts([found(json.dumps(data).encode())], run_id=RUN, index=None, before=2)
+    assert lost.started_unix == started and lost.last_evidence_unix == 1_700_000_000.0

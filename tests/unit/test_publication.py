@@ -272,7 +272,17 @@ def test_the_runs_goodput_and_ledger_round_trip_and_nonsense_reads_as_absent() -
     back = parse_annotations({k: v for k, v in annotations.items() if v is not None})
     assert back is not None and back.goodput == 0.8765 and back.ledger_uri == told.ledger_uri
     assert build_annotations(pub(goodput=float("nan")))[f"{DEFAULT_PREFIX}goodput"] is None
-    for hand_edited in ("1.5", "-0.1", "nan", "x", "0." + "9" * 40):
+    for hand_edited in (
+        "1.5",
+        "-0.1",
+        "-0",
+        "nan",
+        "x",
+        "0." + "9" * 40,
+        "\u0661",
+        "\uff10.\uff15",
+        "1_0e-1",
+    ):
         edited = {**annotations, f"{DEFAULT_PREFIX}goodput": hand_edited}
         back = parse_annotations({k: v for k, v in edited.items() if v is not None})
         assert back is not None and back.goodput is None, hand_edited

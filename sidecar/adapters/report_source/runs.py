@@ -24,7 +24,7 @@ from sidecar.adapters.report_source import (
 )
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.core.artifact.objects import ARTIFACT_FILE, newest_provisional
-from sidecar.core.errors import ConfigError, SoakError
+from sidecar.core.errors import SoakError
 from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES
 from sidecar.core.publication import sanitize
 from sidecar.settings import S3Settings
@@ -45,14 +45,24 @@ class RunSources:
 
 
 def open_local_run(directory: Path) -> RunSources:
-    attempts: list[tuple[str, Source]] = [(d.name, open_local(d)) for d in run_attempt_dirs(directory)]
+    """The run directory's attempts (a name that is no plain name, or an attempt that cannot be read,
+    is skipped and named) and its ledger (an unreadable one is named, not shown)."""
+    run = RunSources(directory.name, [], None, str(directory / LEDGER_FILE))
+    for attempt in run_attempt_dirs(directory):
+        if not SAFE_NAME.fullmatch(attempt.name):
+            run.skipped.append(f"{sanitize(attempt.name, 200)} (not a plain name)")
+            continue
+        try:
+            run.attempts.append((attempt.name, open_local(attempt)))
+        except SoakError as exc:
+            run.skipped.append(f"{attempt.name} ({exc})")
     try:
-        ledger = read_regular(directory / LEDGER_FILE, LEDGER_LIMIT_BYTES)
+        run.ledger = read_regular(directory / LEDGER_FILE, LEDGER_LIMIT_BYTES)
     except FileNotFoundError:
-        ledger = None
+        pass
     except OSError as exc:
-        raise ConfigError(f"cannot read {directory / LEDGER_FILE}: {exc}") from exc
-    return RunSources(directory.name, attempts, ledger, str(directory / LEDGER_FILE))
+        run.skipped.append(f"{LEDGER_FILE} ({exc})")
+    return run
 
 
 def s3_run_prefix(uri: str, settings: S3Settings) -> bool:
@@ -88,7 +98,7 @@ def open_s3_run(uri: str, settings: S3Settings) -> RunSources:
             continue
         try:
             run.attempts.append((folder, open_s3(f"s3://{bucket}/{prefix}{folder}/", settings)))
-        except ConfigError as exc:
+        except SoakError as exc:
             run.skipped.append(f"{folder} ({exc})")
     return run
 

@@ -71,7 +71,9 @@ def _unix(stamp: object) -> float | None:
         moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return None if moment.tzinfo is None else moment.timestamp()
+    if moment.tzinfo is None or moment.timestamp() < 0:  # before 1970: no attempt of ours
+        return None
+    return moment.timestamp()
 
 
 def _provisional(record: bytes | None) -> dict[str, object] | None:

@@ -33,6 +33,7 @@ LEDGER_SCHEMA = "soak-sidecar/ledger/1"
 LEDGER_LIMIT_BYTES = 16 * 1024 * 1024
 LEDGER_ENTRIES_LIMIT = 20_000
 TEXT_LIMIT = 1024
+PHASES_LIMIT = 64  # an attempt has at most eight kinds of phase
 # A lost attempt's status: it ended without a verdict (sidecar killed, node lost).
 LOST = "lost"
 LOST_CAUSE = "ended without a verdict"
@@ -92,6 +93,7 @@ def with_entry(
 ) -> Ledger:
     """``ledger`` (None: a new one) with ``entry`` added; an entry of the same index and attempt is
     replaced, except that a lost attempt never replaces one that ended with a verdict."""
+    check_entry(entry)  # never written unless its readers would take it
     base = ledger or Ledger(run_id, deadline_started_unix, ())
     if base.run_id != run_id:
         raise ConfigError(f"the ledger is run {base.run_id!r}'s, not {run_id!r}'s")
@@ -103,6 +105,11 @@ def with_entry(
     started = base.deadline_started_unix if base.deadline_started_unix is not None else deadline_started_unix
     entries = tuple(sorted([*kept, entry], key=lambda e: e.key))
     return replace(base, deadline_started_unix=started, entries=entries, revision=base.revision + 1)
+
+
+def check_entry(entry: LedgerEntry) -> None:
+    """ConfigError unless :func:`parse_ledger` would read ``entry`` back."""
+    _entry(_entry_doc(entry), f"attempt {entry.attempt}")
 
 
 def dumps_ledger(ledger: Ledger, *, now: float) -> bytes:
@@ -201,9 +208,11 @@ def _entry(doc: Mapping[str, object], where: str) -> LedgerEntry:
 
 def _phases(items: Sequence[object], start: float, end: float, where: str) -> tuple[Phase, ...]:
     """Phases in order, within the attempt, never overlapping."""
+    if len(items) > PHASES_LIMIT:
+        raise ConfigError(f"{where}.phases: more than {PHASES_LIMIT}")
     phases: list[Phase] = []
     at = start
-    for n, item in enumerate(as_list(items, f"{where}.phases")):
+    for n, item in enumerate(items):
         if not isinstance(item, list) or len(item) != 3 or item[0] not in PHASES:
             raise ConfigError(f"{where}.phases[{n}] must be [kind, start_unix, seconds] of a known kind")
         kind: PhaseKind = item[0]

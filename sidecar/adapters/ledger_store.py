@@ -10,6 +10,7 @@ on the run's directory, replaced atomically. A ledger that cannot be parsed is l
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import random
 import secrets
@@ -18,17 +19,20 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sidecar.adapters.fsutil import write_fsync
 from sidecar.adapters.s3_client import (
     BotoErrors,
     ClientFactory,
+    b64_digest,
     build_client,
     describe,
     is_conditional_conflict,
     is_not_found,
     is_precondition_failed,
     make_s3_client,
+    write_args,
 )
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES, Ledger, dumps_ledger, parse_ledger
@@ -68,11 +72,17 @@ class S3LedgerStore:
             if current is not None and changed.revision == current.revision:
                 return current  # nothing to add
             body = dumps_ledger(changed, now=self._clock.wall())
+            digest = hashlib.sha256(body)
+            args: dict[str, Any] = {
+                **write_args(self._settings, digest.hexdigest()),
+                "ChecksumSHA256": b64_digest(digest.digest()),  # the store verifies the bytes
+                "ContentType": "application/json",
+            }
             try:
                 if found is None:
-                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*")
+                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*", **args)
                 else:
-                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfMatch=found[1])
+                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfMatch=found[1], **args)
             except BotoErrors as exc:
                 if not (is_precondition_failed(exc) or is_conditional_conflict(exc)):
                     raise UploadError(f"cannot write {where}: {describe(exc, self._settings)}") from exc

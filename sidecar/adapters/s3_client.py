@@ -204,6 +204,19 @@ class FileCredentialProvider(CredentialProvider):
         return text
 
 
+def write_args(settings: S3Settings, sha256_hex: str | None) -> dict[str, Any]:
+    """What every object written carries: encryption and storage class as configured, and its sha256
+    as metadata (for people; the server-verified checksum is what is trusted)."""
+    args: dict[str, Any] = {"Metadata": {"sha256": sha256_hex}} if sha256_hex else {}
+    if settings.sse:
+        args["ServerSideEncryption"] = settings.sse
+    if settings.sse_kms_key_id:
+        args["SSEKMSKeyId"] = settings.sse_kms_key_id
+    if settings.storage_class:
+        args["StorageClass"] = settings.storage_class
+    return args
+
+
 def b64_digest(digest: bytes) -> str:
     return base64.b64encode(digest).decode("ascii")
 

@@ -32,6 +32,7 @@ from sidecar.adapters.s3_client import (
     is_precondition_failed,
     make_s3_client,
     retry_conflicts,
+    write_args,
 )
 from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.core.keys import object_key
@@ -198,15 +199,7 @@ class S3ArtifactSink:
         )
 
     def _write_args(self, sha256_hex: str | None) -> dict[str, Any]:
-        # The sha256 as metadata is for people; the server-verified checksum is what we trust.
-        args: dict[str, Any] = {"Metadata": {"sha256": sha256_hex}} if sha256_hex else {}
-        if self._settings.sse:
-            args["ServerSideEncryption"] = self._settings.sse
-        if self._settings.sse_kms_key_id:
-            args["SSEKMSKeyId"] = self._settings.sse_kms_key_id
-        if self._settings.storage_class:
-            args["StorageClass"] = self._settings.storage_class
-        return args
+        return write_args(self._settings, sha256_hex)
 
     def _put_single(self, path: Path, key: str) -> tuple[_Digests, int, bool]:
         """PutObject If-None-Match; ``present`` is True when the key already held our bytes."""

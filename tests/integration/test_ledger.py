@@ -65,6 +65,10 @@ def test_two_attempts_racing_for_the_ledger_both_land(seaweedfs: SeaweedServer) 
     doc = json.loads(
         seaweedfs.client().get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read()
     )
+    head = seaweedfs.client().head_object(
+        Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE, ChecksumMode="ENABLED"
+    )
+    assert head["ChecksumSHA256"] and head["ContentType"] == "application/json"  # the store checked the bytes
     # attempt 1 (no phases told: all of it) and the wait until attempt 2, charged to what ended it
     assert doc["budget"]["badput_s"]["failed"] == pytest.approx(100)
 

@@ -10,7 +10,7 @@ from sidecar.app.values import Going, Started, Watched
 from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
 from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
-from sidecar.core.gpu_trends import correctable_growth, degradation_trends
+from sidecar.core.gpu_trends import correctable_growth
 from sidecar.core.ports import GpuBackend
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import GpuSample
@@ -102,7 +102,7 @@ def _gpu_wear(settings: Settings, recorder: SampleRecorder, left: GpuLeftover) -
         return f"GPU left dirty: {'; '.join(left.on_device)}"
     if not settings.gpu.fail_on_correctable_growth:
         return None
-    growing = correctable_growth(degradation_trends(recorder.gpu_trends))
+    growing = correctable_growth(recorder.gpu_trends.trends())
     return f"correctable errors grow: {'; '.join(growing)}" if growing else None
 
 

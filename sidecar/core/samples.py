@@ -79,6 +79,7 @@ class GpuDevice(_Model):
     sm_clock_mhz: float | None = None
     mem_clock_mhz: float | None = None
     ecc_uncorrected: int | None = None
+    ecc_corrected: int | None = Field(default=None, description="Single-bit ECC errors corrected (volatile).")
     retired_pages: int | None = None
     unavailable: list[str] = Field(default_factory=list, description="Metrics NVML does not support here.")
     errors: dict[str, str] = Field(

@@ -45,7 +45,7 @@ BUNDLED: tuple[BundledScenario, ...] = (
     ),
     BundledScenario(
         "correctable_errors_growing",
-        "GPU 0's PCIe replays (correctable) grow 100 a second (reported; a fault with the setting)",
+        "GPU 0's single-bit ECC errors and PCIe replays grow (reported; a fault with the setting)",
         150,
         {"SOAK_GPU__FAIL_ON_CORRECTABLE_GROWTH": "true", "SOAK_GPU__PROCESS_INTERVAL_S": "0.2"},
     ),

@@ -164,6 +164,7 @@ typedef struct mock_device {
     unsigned int util_gpu, util_mem, temperature_c, power_mw;
     unsigned int clock_graphics, clock_sm, clock_mem;
     series ecc_uncorrected; /* errors counted so far: a soak's new ones are a GPU fault */
+    series ecc_corrected;   /* single-bit errors the hardware corrected, counted so far */
     unsigned int retired_sbe, retired_dbe;
     injected_error errors[F_COUNT];
     double lost_at, reset_at; /* < 0: never */
@@ -390,6 +391,7 @@ static int apply_device_key(mock_device *dev, const char *key, const char *value
     if (strcmp(key, "retired_sbe") == 0) return parse_uint(value, &dev->retired_sbe);
     if (strcmp(key, "retired_dbe") == 0) return parse_uint(value, &dev->retired_dbe);
     if (strcmp(key, "ecc_uncorrected") == 0) return parse_series(value, &dev->ecc_uncorrected);
+    if (strcmp(key, "ecc_corrected") == 0) return parse_series(value, &dev->ecc_corrected);
     if (strcmp(key, "lost_at") == 0) return parse_double(value, &dev->lost_at);
     if (strcmp(key, "reset_at") == 0) return parse_double(value, &dev->reset_at);
     return -1;
@@ -788,8 +790,9 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int error_type, in
     if (count == NULL || error_type < 0 || error_type > 1 || counter_type < 0 || counter_type > 1) {
         return leave(NVML_ERROR_INVALID_ARGUMENT);
     }
-    /* Corrected errors are not modelled; uncorrected ones are the same for volatile and aggregate. */
-    *count = error_type == 1 ? (unsigned long long)step_at(&device->ecc_uncorrected, device_time(device)) : 0;
+    /* The same counts for volatile and aggregate: error_type 1 uncorrected, 0 corrected. */
+    *count = (unsigned long long)step_at(error_type == 1 ? &device->ecc_uncorrected : &device->ecc_corrected,
+                                         device_time(device));
     return leave(NVML_SUCCESS);
 }
 

@@ -180,6 +180,9 @@ class MockDevice(_Model):
     ecc_uncorrected: Series = Field(
         0.0, description="Uncorrected ECC errors counted so far; points step, they do not ramp."
     )
+    ecc_corrected: Series = Field(
+        0.0, description="Corrected (single-bit) ECC errors counted so far; points step, they do not ramp."
+    )
     retired_pages_sbe: int = Field(0, ge=0, le=10_000)
     retired_pages_dbe: int = Field(0, ge=0, le=10_000)
     errors: dict[str, str | InjectedError] = Field(default_factory=dict)
@@ -301,6 +304,7 @@ def render(scenario: Scenario, index: int | None = None) -> str:
             f"{d}clock_sm={dev.sm_clock_mhz}",
             f"{d}clock_mem={dev.mem_clock_mhz}",
             f"{d}ecc_uncorrected={_series(dev.ecc_uncorrected)}",
+            f"{d}ecc_corrected={_series(dev.ecc_corrected)}",
             f"{d}retired_sbe={dev.retired_pages_sbe}",
             f"{d}retired_dbe={dev.retired_pages_dbe}",
         ]

@@ -3,7 +3,7 @@ every sample; a device whose correctable errors grow over the whole interval is 
 
 from __future__ import annotations
 
-from sidecar.core.gpu_trends import correctable_growth, degradation_trends, degradation_values
+from sidecar.core.gpu_trends import GpuTrends, correctable_growth, degradation_trends, degradation_values
 from sidecar.core.samples import GpuDevice, GpuSample
 from sidecar.core.trends import TrendWindow
 
@@ -44,5 +44,20 @@ def test_one_jump_between_flat_stretches_is_not_steady_growth() -> None:
 
 def test_counters_a_driver_does_not_give_and_idle_power_make_no_series() -> None:
     values = degradation_values(sample(0, replays=None, rows=None, power=5.0))
-    assert values == {f"remapped_correctable|GPU 0 ({UUID})": None, f"pcie_replays|GPU 0 ({UUID})": None}
+    assert values == {
+        f"ecc_corrected|GPU 0 ({UUID})": None,
+        f"remapped_correctable|GPU 0 ({UUID})": None,
+        f"pcie_replays|GPU 0 ({UUID})": None,
+    }
     assert degradation_trends(window([(t, sample(t, replays=None, rows=None)) for t in range(2)])) == []
+
+
+def test_time_in_hardware_slowdown_is_counted_between_samples_and_trended_per_hour() -> None:
+    trends = GpuTrends()
+    for n in range(20):  # every other minute in hardware slowdown
+        reasons = ["hw_slowdown"] if n % 2 else ["gpu_idle"]
+        device = GpuDevice(index=0, uuid=UUID, name="H100", clock_event_reasons=reasons)
+        trends.add(n * 60.0, GpuSample(available=True, devices=[device]))
+    (slowdown,) = [t for t in trends.trends() if t.series.endswith("time in hardware slowdown")]
+    assert slowdown.unit == "s" and 1500 < slowdown.per_hour < 2100  # half of each hour
+    assert correctable_growth(trends.trends()) == []  # time, not an error count: reported, never flagged

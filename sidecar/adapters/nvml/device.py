@@ -221,6 +221,16 @@ def _read_health(dev: Device, record: GpuDevice) -> None:
     )
     if pending_pages is not None:
         health["retired_pages_pending"] = bool(pending_pages)
+    corrected = _query(
+        dev,
+        record,
+        "ecc_corrected",
+        lambda: pynvml.nvmlDeviceGetTotalEccErrors(
+            handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC
+        ),
+    )
+    if corrected is not None:
+        health["ecc_corrected"] = int(corrected)
     replays = _query(dev, record, "pcie_replay", lambda: pynvml.nvmlDeviceGetPcieReplayCounter(handle))
     if replays is not None:
         health["pcie_replay_count"] = int(replays)

@@ -12,7 +12,7 @@ from typing import Any
 from sidecar.core.artifact.analysis import leak_trends, trend_values
 from sidecar.core.artifact.models import DeviceSummary, ResourceSummary, SeriesInfo, SeriesPoint
 from sidecar.core.gpu_health import GpuHealthTracker
-from sidecar.core.gpu_trends import correctable_growth, degradation_trends, degradation_values
+from sidecar.core.gpu_trends import GpuTrends, correctable_growth
 from sidecar.core.samples import GpuSample, ProcessTreeSample, Sample
 from sidecar.core.trends import Thinned, TrendWindow
 
@@ -45,7 +45,7 @@ class SampleRecorder:
         self.health = health or GpuHealthTracker()
         self._series: Thinned[SeriesPoint] = Thinned(max(16, series_points))
         self.trends = TrendWindow()
-        self.gpu_trends = TrendWindow()
+        self.gpu_trends = GpuTrends()
         self._count = 0
         self.summary = ResourceSummary()
         self._first_steady: Sample | None = None
@@ -90,7 +90,7 @@ class SampleRecorder:
     def resource_summary(self) -> ResourceSummary:
         """The summary for the artifact: with the leak trends, and the GPU health figures once GPUs
         were sampled."""
-        gpu_trends = degradation_trends(self.gpu_trends)
+        gpu_trends = self.gpu_trends.trends()
         update: dict[str, Any] = {
             "trends": leak_trends(self.trends),
             "gpu_trends": gpu_trends,
@@ -106,7 +106,7 @@ class SampleRecorder:
             s.gpu_unavailable_reason = s.gpu_unavailable_reason or gpu.reason
             return
         health_fault = self.health.observe(gpu, t)
-        self.gpu_trends.add(t, degradation_values(gpu))
+        self.gpu_trends.add(t, gpu)
         if health_fault and s.gpu_fault is None:
             s.gpu_fault = health_fault
         s.max_gpu_used_memory_mib = _max(s.max_gpu_used_memory_mib, gpu.used_memory_mib_total)

@@ -138,8 +138,8 @@ def test_not_supported_metric_is_listed_and_the_rest_is_sampled(mock_gpu_backend
     )
     for t in range(2):
         dev0 = backend.sample(set(), float(t)).devices[0]
-        assert dev0.power_w is None and dev0.ecc_uncorrected is None
-        assert dev0.unavailable == ["ecc", "power"]
+        assert dev0.power_w is None and dev0.ecc_uncorrected is None and dev0.ecc_corrected is None
+        assert dev0.unavailable == ["ecc", "ecc_corrected", "power"]  # one NVML call reads both ECC counts
         assert dev0.temperature_c == 61 and dev0.memory_used_mib is not None
         assert dev0.errors == {}
 

@@ -56,6 +56,7 @@ METRICS = (
     "mem_clock_mhz",
     "clock_event_reasons",
     "ecc_uncorrected",
+    "ecc_corrected",
     "retired_pages",
     "retired_pages_pending",
     "remapped_rows_correctable",

@@ -63,6 +63,7 @@ METRICS = (
     "remapped_rows_uncorrectable",
     "row_remap_pending",
     "pcie_replay_count",
+    "recovery_action",
     "nvlink_active_links",
     "nvlink_crc_errors",
 )

@@ -52,6 +52,8 @@ def gpu_leftovers(
             device.append(f"{name}: a row remapping is pending (the GPU needs a reset)")
         if d.retired_pages_pending:
             device.append(f"{name}: a page retirement is pending (the GPU needs a reset)")
+        if d.recovery_action not in (None, "none"):
+            device.append(f"{name}: NVML's recovery action is {d.recovery_action}")
     return GpuLeftover(held, tuple(device))
 
 

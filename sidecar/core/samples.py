@@ -96,6 +96,10 @@ class GpuDevice(_Model):
     row_remap_failure: bool | None = None
     retired_pages_pending: bool | None = None
     pcie_replay_count: int | None = None
+    recovery_action: str | None = Field(
+        default=None,
+        description="What NVML says the GPU needs (none, gpu_reset, node_reboot, drain_p2p, ...).",
+    )
     nvlink_active_links: int | None = None
     nvlink_crc_errors: int | None = Field(default=None, description="Flit and data CRC errors, all links.")
     nvlink_replay_errors: int | None = None

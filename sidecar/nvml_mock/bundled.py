@@ -56,6 +56,12 @@ BUNDLED: tuple[BundledScenario, ...] = (
         {"SOAK_GPU__FAIL_ON_DIRTY_GPU": "true"},
     ),
     BundledScenario(
+        "gpu_needs_reset",
+        "NVML's recovery action for GPU 0 is a GPU reset (reported; a fault with the setting)",
+        150,
+        {"SOAK_GPU__FAIL_ON_DIRTY_GPU": "true"},
+    ),
+    BundledScenario(
         "xid31_trainer_fault", "XID 31 (a page fault) caused by the trainer: never blames the GPU, passes", 0
     ),
 )

@@ -108,6 +108,7 @@ enum {
     F_CLOCK_THROTTLE_REASONS,
     F_PCIE_REPLAY,
     F_NVLINK,
+    F_FIELD_VALUES,
     F_COUNT
 };
 
@@ -115,7 +116,7 @@ static const char *const function_keys[F_COUNT] = {
     "memory", "memory_v2", "utilization", "temperature", "temperature_v", "power", "clock_graphics",
     "clock_sm", "clock_mem", "ecc", "retired_pages", "compute_processes", "graphics_processes", "name",
     "uuid", "events", "remapped_rows", "retired_pages_pending", "clock_event_reasons",
-    "clock_throttle_reasons", "pcie_replay", "nvlink",
+    "clock_throttle_reasons", "pcie_replay", "nvlink", "field_values",
 };
 
 #define MAX_EVENTS 64
@@ -174,6 +175,7 @@ typedef struct mock_device {
     int event_count;
     mock_event events[MAX_EVENTS]; /* sorted by time */
     unsigned int remap_corr, remap_unc, remap_pending, remap_failure;
+    int recovery_action; /* NVML_GPU_RECOVERY_ACTION_*, -1: the driver reports none */
     unsigned int retired_pending;
     series clock_reasons; /* a step function: the mask of the last point at or before t */
     series pcie_replay;
@@ -360,6 +362,7 @@ static int apply_device_key(mock_device *dev, const char *key, const char *value
                       &dev->remap_failure) == 4 ? 0 : -1;
     }
     if (strcmp(key, "retired_pending") == 0) return parse_uint(value, &dev->retired_pending);
+    if (strcmp(key, "recovery_action") == 0) return sscanf(value, "%d", &dev->recovery_action) == 1 ? 0 : -1;
     if (strcmp(key, "clock_reasons") == 0) return parse_series(value, &dev->clock_reasons);
     if (strcmp(key, "pcie_replay") == 0) return parse_series(value, &dev->pcie_replay);
     if (strncmp(key, "err.", 4) == 0) {
@@ -982,6 +985,39 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigne
 
 nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(nvmlDevice_t device, unsigned long long *reasons) {
     return clock_reasons(device, F_CLOCK_THROTTLE_REASONS, reasons);
+}
+
+/* nvmlFieldValue_t as nvml.h lays it out (the value a union of 8 bytes). Only the recovery action
+   field is modelled; every other field answers NOT_SUPPORTED in its own nvmlReturn. */
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    unsigned int valueType;
+    unsigned int nvmlReturn;
+    unsigned long long value;
+} nvmlFieldValue_t;
+
+#define FI_DEV_GET_GPU_RECOVERY_ACTION 230
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    nvmlReturn_t ret = enter(device, F_FIELD_VALUES, 0);
+    if (ret != NVML_SUCCESS) return ret;
+    if (values == NULL || count < 0) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    for (int i = 0; i < count; i++) {
+        values[i].timestamp = 0;
+        values[i].latencyUsec = 0;
+        values[i].value = 0;
+        if (values[i].fieldId == FI_DEV_GET_GPU_RECOVERY_ACTION && device->recovery_action >= 0) {
+            values[i].valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+            values[i].nvmlReturn = NVML_SUCCESS;
+            values[i].value = (unsigned long long)device->recovery_action;
+        } else {
+            values[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return leave(NVML_SUCCESS);
 }
 
 nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *value) {

@@ -57,6 +57,7 @@ METRIC_FUNCTIONS: dict[str, tuple[str, ...]] = {
     "clock_throttle_reasons": ("clock_throttle_reasons",),
     "pcie_replay": ("pcie_replay",),
     "nvlink": ("nvlink",),
+    "recovery_action": ("field_values",),
 }
 
 # NVML symbols a scenario may declare absent (an older driver), -> mock function keys.
@@ -74,7 +75,11 @@ MISSING_FUNCTIONS: dict[str, str] = {
     "nvmlDeviceGetPcieReplayCounter": "pcie_replay",
     "nvmlDeviceGetNvLinkState": "nvlink",
     "nvmlDeviceRegisterEvents": "events",
+    "nvmlDeviceGetFieldValues": "field_values",
 }
+RecoveryAction = Literal["none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset"]
+# NVML_GPU_RECOVERY_ACTION_* by the names a scenario gives them.
+RECOVERY_ACTIONS = {"none": 0, "gpu_reset": 1, "node_reboot": 2, "drain_p2p": 3, "drain_and_reset": 4}
 # A driver without the event API at all: nvmlEventSetCreate and the rest are missing.
 NO_EVENT_API = "nvmlEventSetCreate"
 EVENT_TYPES = {"ecc_single_bit": 0x1, "ecc_double_bit": 0x2, "xid": 0x8}
@@ -192,6 +197,9 @@ class MockDevice(_Model):
     events: list[MockEvent] = Field(default_factory=list, max_length=MAX_EVENTS)
     remapped_rows: RemappedRows = Field(default_factory=RemappedRows)
     retired_pages_pending: bool = False
+    recovery_action: RecoveryAction | None = Field(
+        "none", description="What NVML's recovery-action field says the device needs; null: not reported."
+    )
     clock_event_reasons: list[ClockReasons] = Field(default_factory=list, max_length=MAX_POINTS)
     pcie_replay_count: Series = 0.0
     nvlink: list[MockLink] = Field(
@@ -335,6 +343,7 @@ def _health_lines(d: str, dev: MockDevice) -> list[str]:
     lines = [
         f"{d}remapped_rows={rows.correctable},{rows.uncorrectable},{int(rows.pending)},{int(rows.failure)}",
         f"{d}retired_pending={int(dev.retired_pages_pending)}",
+        f"{d}recovery_action={RECOVERY_ACTIONS.get(dev.recovery_action or '', -1)}",
         f"{d}pcie_replay={_series(dev.pcie_replay_count)}",
     ]
     if dev.clock_event_reasons:

@@ -264,6 +264,7 @@ class GpuSettings(Group):
         description="Scenario JSON for the mock library (docs/nvml-mock.md); --gpu-scenario also takes a "
         "bundled one by name: two_gpus_growing, old_driver_host_pids, xid79_fallen_off_bus, gpu_lost, "
         "reset_required, hw_slowdown, gpu_memory_leak, correctable_errors_growing, gpu_left_dirty, "
+        "gpu_needs_reset, "
         "xid31_trainer_fault (docs/gpu-health.md). Required "
         "by backend mock, and implies it when no backend is set. Default none.",
     )

@@ -294,3 +294,16 @@ def test_a_gpu_that_cannot_be_identified_only_matters_when_selected(
     reason = selected.sample(set(), 0.0).reason
     assert reason is not None
     assert "GPU 1 not identified: Insufficient Permissions (NVML error 4)" in reason
+
+
+def test_nvmls_recovery_action_is_read_and_a_driver_without_it_is_unavailable(
+    mock_gpu_backend: MockBackendOpener,
+) -> None:
+    """The field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION through nvmlDeviceGetFieldValues: its value by
+    name; a driver that does not report it answers NOT_SUPPORTED in the field, never an error."""
+    backend = mock_gpu_backend(two_devices(d0__recovery_action="node_reboot", d1__recovery_action=None))
+    first, second = backend.look(set()).devices
+    assert (first.recovery_action, first.unavailable) == ("node_reboot", [])
+    assert (
+        second.recovery_action is None and second.unavailable == ["recovery_action"] and second.errors == {}
+    )

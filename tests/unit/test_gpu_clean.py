@@ -49,3 +49,9 @@ def test_pending_resets_are_named_and_a_faulted_device_is_left_to_its_fault() ->
         == ()
     )
     assert gpu_leftovers(BEFORE, GpuSample(available=False), {10}, 256).findings == ()
+
+
+def test_nvmls_recovery_action_is_named_unless_it_is_none() -> None:
+    (needs,) = gpu_leftovers(BEFORE, gpu(1000, recovery_action="node_reboot"), {10}, 256).on_device
+    assert needs == f"GPU 0 ({UUID}): NVML's recovery action is node_reboot"
+    assert gpu_leftovers(BEFORE, gpu(1000, recovery_action="none"), {10}, 256).findings == ()

@@ -231,6 +231,9 @@ def _read_health(dev: Device, record: GpuDevice) -> None:
     )
     if corrected is not None:
         health["ecc_corrected"] = int(corrected)
+    action = _query(dev, record, "recovery_action", lambda: _recovery_action(handle))
+    if action is not None:
+        health["recovery_action"] = action
     replays = _query(dev, record, "pcie_replay", lambda: pynvml.nvmlDeviceGetPcieReplayCounter(handle))
     if replays is not None:
         health["pcie_replay_count"] = int(replays)
@@ -243,6 +246,19 @@ def _read_health(dev: Device, record: GpuDevice) -> None:
             nvlink_replay_errors=replay,
             nvlink_recovery_errors=recovery,
         )
+
+
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset"}
+
+
+def _recovery_action(handle: Any) -> str:
+    """What the driver says the GPU needs (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION); a driver that does
+    not report it answers NOT_SUPPORTED in the field, raised as the call's error."""
+    (field,) = pynvml.nvmlDeviceGetFieldValues(handle, [pynvml.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION])
+    if field.nvmlReturn != pynvml.NVML_SUCCESS:
+        raise pynvml.NVMLError(field.nvmlReturn)
+    value = int(field.value.uiVal)
+    return RECOVERY_ACTIONS.get(value, f"action {value}")
 
 
 _NVLINK_CRC = (pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT, pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA)

@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
-from sidecar.commands import approve, exit_codes, install_launcher, report, run, schema, validate, verdict
 from sidecar.commands.parsing import UsageParser
 from sidecar.core.errors import SoakError
 from sidecar.core.exitcodes import ExitCode
 
-COMMANDS = (run, validate, schema, exit_codes, install_launcher, approve, verdict, report)
+# Each command's module and its line in the top-level --help. Only the module of the command
+# given is imported (run's pulls in pydantic and the engine): --help, exit-codes and the rest start
+# light, and every command still gets its whole parser when it is the one given.
+COMMANDS = {
+    "run": "supervise one soak attempt (local or in a pod)",
+    "validate": "validate a run_summary.json offline",
+    "schema": "print a JSON Schema",
+    "exit-codes": "print the exit-code table",
+    "install-launcher": "write the stdlib-only launcher (init container)",
+    "approve": "print the approval record for a run, to review and pass as --approval",
+    "verdict": "read a Job's verdicts from its pods' annotations",
+    "report": "write one self-contained HTML report of an attempt, or of a whole run",
+}
 
 
-def build_parser() -> UsageParser:
+def command_module(name: str) -> str:
+    return "sidecar.commands." + name.replace("-", "_")
+
+
+def build_parser(argv: Sequence[str] | None = None) -> UsageParser:
+    """The parser: the whole parser of the command ``argv`` gives, the others as their help line."""
+    given = _command_given(sys.argv[1:] if argv is None else argv)
     parser = UsageParser(
         prog="soak-sidecar",
         description="Supervise long-running GPU training soaks: a persistent deadline that is never "
@@ -26,9 +44,17 @@ def build_parser() -> UsageParser:
     )
     parser.add_argument("--version", action="version", version=f"soak-sidecar {__version__}")
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND", parser_class=UsageParser)
-    for command in COMMANDS:
-        command.register(sub)
+    for name, text in COMMANDS.items():
+        if name == given:
+            importlib.import_module(command_module(name)).register(sub, text)
+        else:
+            sub.add_parser(name, help=text)
     return parser
+
+
+def _command_given(argv: Sequence[str]) -> str | None:
+    """The first word that is no option: the top-level parser has options without values only."""
+    return next((word for word in argv if not word.startswith("-")), None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         code: int = args.handler(args)
     except SoakError as exc:

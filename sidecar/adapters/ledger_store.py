@@ -1,14 +1,20 @@
 """Where a run's ledger (``sidecar.core.ledger.record``) lives: beside the run's attempts in the
 bucket, and in the run's local directory.
 
-Every update reads the ledger, lets the caller change it, and writes it back only if it is still
-what was read: in the bucket a conditional PUT (``If-Match`` its ETag, ``If-None-Match: *`` for a
-new one), retried from the read when another attempt won the race; locally under an exclusive lock
-on the run's directory, replaced atomically. A ledger that cannot be parsed is left as it is.
+In the bucket, every attempt first writes what it adds as a new object of its own
+(``ledger.d/<random>.json``, the ledger's own format): that write never races another, so a
+thousand indexes ending together each land with one PUT. It then folds its own and a bounded number
+of other pending pieces into ``ledger.json`` with a conditional PUT (``If-Match`` its ETag,
+``If-None-Match: *`` for a new one) and deletes the pieces it folded; a fold that loses the race a
+few times is left to later writers. Readers take ``ledger.json`` together with the pieces not yet
+folded, so nothing written is ever missing from a read. Locally, updates run under an exclusive
+lock on the run's directory and replace the file atomically. A ledger that cannot be parsed is left
+as it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -16,6 +22,7 @@ import random
 import secrets
 import stat
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,15 +42,28 @@ from sidecar.adapters.s3_client import (
     write_args,
 )
 from sidecar.core.errors import ConfigError, UploadError
-from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES, Ledger, dumps_ledger, parse_ledger
+from sidecar.core.ledger.record import (
+    LEDGER_ENTRIES_LIMIT,
+    LEDGER_FILE,
+    LEDGER_LIMIT_BYTES,
+    Ledger,
+    dumps_ledger,
+    parse_ledger,
+    with_entry,
+)
 from sidecar.core.ports import Clock
 from sidecar.settings import S3Settings
 
 Change = Callable[[Ledger | None], Ledger]
-# Attempts ending at once (the indexes of a multi-pod soak) race for the one object: each lost race
-# costs one read and one write, after a random pause that spreads the next round.
-RACE_RETRIES = 32
-RACE_PAUSE_S = 0.25
+PIECES = "ledger.d/"
+# One attempt's piece is a few KiB; anything larger is not one of ours and is passed over.
+PIECE_LIMIT_BYTES = 1024 * 1024
+# A fold takes the writer's own piece and at most this many others, so that a thousand writers
+# ending at once do not each read a thousand pieces; what is left is folded by later writers.
+FOLD_OTHERS = 16
+# Tries of one fold; each lost race waits a random time up to a doubling cap (full jitter).
+FOLD_TRIES = 4
+FOLD_PAUSE_S = 0.1
 LOCK_WAIT_S = 10.0
 LOCK_POLL_S = 0.05
 
@@ -60,43 +80,102 @@ class S3LedgerStore:
         return f"s3://{self._bucket}/{runs_prefix}{LEDGER_FILE}"
 
     def read(self, run_id: str, runs_prefix: str) -> Ledger | None:
-        found = self._get(runs_prefix + LEDGER_FILE)
-        return None if found is None else parse_ledger(found[0], self.location(run_id, runs_prefix))
+        # The pieces before ledger.json: a piece gone by the time it is read was folded into a
+        # ledger.json at least as new as the one read after it.
+        pieces = [piece for _key, piece in self._pieces(run_id, runs_prefix, limit=LEDGER_ENTRIES_LIMIT)]
+        found = self._get(runs_prefix + LEDGER_FILE, LEDGER_LIMIT_BYTES)
+        current = None if found is None else parse_ledger(found[0], self.location(run_id, runs_prefix))
+        return _merged(current, pieces, run_id)
 
     def update(self, run_id: str, runs_prefix: str, change: Change) -> Ledger:
-        key, where = runs_prefix + LEDGER_FILE, self.location(run_id, runs_prefix)
-        for _ in range(RACE_RETRIES):
-            found = self._get(key)
+        """``change`` applied to no ledger is this attempt's piece: written first as its own object,
+        then folded into ``ledger.json``. Returns the ledger as this writer last saw it, its piece in."""
+        own = change(None)
+        own_key = f"{runs_prefix}{PIECES}{uuid.uuid4().hex}.json"
+        self._put(own_key, own, condition={"IfNoneMatch": "*"})
+        where = self.location(run_id, runs_prefix)
+        # Pieces never change: listed once, and folding one twice adds nothing.
+        others = [
+            (key, piece)
+            for key, piece in self._pieces(run_id, runs_prefix, limit=FOLD_OTHERS + 1)
+            if key != own_key
+        ][:FOLD_OTHERS]
+        seen = own
+        for attempt in range(FOLD_TRIES):
+            found = self._get(runs_prefix + LEDGER_FILE, LEDGER_LIMIT_BYTES)
             current = None if found is None else parse_ledger(found[0], where)
-            changed = change(current)
-            if current is not None and changed.revision == current.revision:
-                return current  # nothing to add
-            body = dumps_ledger(changed, now=self._clock.wall())
-            digest = hashlib.sha256(body)
-            args: dict[str, Any] = {
-                **write_args(self._settings, digest.hexdigest()),
-                "ChecksumSHA256": b64_digest(digest.digest()),  # the store verifies the bytes
-                "ContentType": "application/json",
-            }
+            base = own if current is None else _added(current, [own], run_id)
+            seen = _added(base, [piece for _key, piece in others], run_id)
+            condition = {"IfNoneMatch": "*"} if found is None else {"IfMatch": found[1]}
             try:
-                if found is None:
-                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfNoneMatch="*", **args)
-                else:
-                    self._client.put_object(Bucket=self._bucket, Key=key, Body=body, IfMatch=found[1], **args)
-            except BotoErrors as exc:
-                if not (is_precondition_failed(exc) or is_conditional_conflict(exc)):
-                    raise UploadError(f"cannot write {where}: {describe(exc, self._settings)}") from exc
-                time.sleep(random.uniform(0, RACE_PAUSE_S))  # noqa: S311 - spreading retries, not a secret
+                self._put(runs_prefix + LEDGER_FILE, seen, condition=condition)
+            except _RaceLostError:
+                time.sleep(random.uniform(0, FOLD_PAUSE_S * 2**attempt))  # noqa: S311 - spreading retries
                 continue
-            return changed
-        raise UploadError(f"cannot write {where}: {RACE_RETRIES} other writers changed it first")
+            for key in (own_key, *(key for key, _piece in others)):
+                self._delete(key)
+            return seen
+        return seen  # the piece stays: readers take it, and a later writer folds it
 
-    def _get(self, key: str) -> tuple[bytes, str] | None:
+    def _put(self, key: str, ledger: Ledger, *, condition: dict[str, Any]) -> None:
+        body = dumps_ledger(ledger, now=self._clock.wall())
+        digest = hashlib.sha256(body)
+        args: dict[str, Any] = {
+            **write_args(self._settings, digest.hexdigest()),
+            "ChecksumSHA256": b64_digest(digest.digest()),  # the store verifies the bytes
+            "ContentType": "application/json",
+        }
+        try:
+            self._client.put_object(Bucket=self._bucket, Key=key, Body=body, **condition, **args)
+        except BotoErrors as exc:
+            if is_precondition_failed(exc) or is_conditional_conflict(exc):
+                raise _RaceLostError from exc
+            raise UploadError(
+                f"cannot write s3://{self._bucket}/{key}: {describe(exc, self._settings)}"
+            ) from exc
+
+    def _pieces(self, run_id: str, runs_prefix: str, *, limit: int) -> list[tuple[str, Ledger]]:
+        """Up to ``limit`` readable pieces of this run not yet folded, oldest first; a piece that
+        is damaged, too large, another run's or gone meanwhile is passed over."""
+        listed: list[tuple[float, str]] = []
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self._bucket, Prefix=runs_prefix + PIECES
+            )
+            for page in pages:
+                listed += [
+                    (item["LastModified"].timestamp(), item["Key"]) for item in page.get("Contents", [])
+                ]
+                if len(listed) >= LEDGER_ENTRIES_LIMIT:
+                    break
+        except BotoErrors as exc:
+            raise UploadError(
+                f"cannot list s3://{self._bucket}/{runs_prefix}{PIECES}: {describe(exc, self._settings)}"
+            ) from exc
+        pieces: list[tuple[str, Ledger]] = []
+        for _modified, key in sorted(listed):
+            if len(pieces) >= limit:
+                break
+            found = self._get(key, PIECE_LIMIT_BYTES)
+            try:
+                piece = None if found is None else parse_ledger(found[0], key)
+            except ConfigError:
+                continue  # anyone who can write the bucket can plant one: never folded, never deleted
+            if piece is not None and piece.run_id == run_id:
+                pieces.append((key, piece))
+        return pieces
+
+    def _delete(self, key: str) -> None:
+        # Folded already: a piece left behind is read again, and changes nothing.
+        with contextlib.suppress(*BotoErrors):
+            self._client.delete_object(Bucket=self._bucket, Key=key)
+
+    def _get(self, key: str, limit: int) -> tuple[bytes, str] | None:
         """(bytes, ETag) of the object, None when there is none."""
         try:
             answer = self._client.get_object(Bucket=self._bucket, Key=key)
             with answer["Body"] as body:
-                data: bytes = body.read(LEDGER_LIMIT_BYTES + 1)
+                data: bytes = body.read(limit + 1)
         except BotoErrors as exc:
             if is_not_found(exc):
                 return None
@@ -104,6 +183,28 @@ class S3LedgerStore:
                 f"cannot read s3://{self._bucket}/{key}: {describe(exc, self._settings)}"
             ) from exc
         return data, str(answer["ETag"])
+
+
+class _RaceLostError(Exception):
+    """Another writer changed the object between our read and our conditional write."""
+
+
+def _merged(current: Ledger | None, pieces: list[Ledger], run_id: str) -> Ledger | None:
+    """``current`` with every entry of ``pieces`` added; None when there is neither."""
+    if current is None:
+        if not pieces:
+            return None
+        current, pieces = pieces[0], pieces[1:]
+    return _added(current, pieces, run_id)
+
+
+def _added(base: Ledger, pieces: list[Ledger], run_id: str) -> Ledger:
+    """``base`` with every entry of ``pieces`` added (the rules of one attempt adding its own)."""
+    for piece in pieces:
+        for entry in piece.entries:
+            started = piece.deadline_started_unix
+            base = with_entry(base, entry, run_id=run_id, deadline_started_unix=started)
+    return base
 
 
 class LocalLedgerStore:

@@ -11,6 +11,7 @@ how many retries an outcome took.
 from __future__ import annotations
 
 import base64
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -303,4 +304,5 @@ def retry_conflicts(call: Callable[[], _T]) -> _T:
             attempt += 1
             if not is_conditional_conflict(exc) or attempt >= CONFLICT_RETRIES:
                 raise
-            time.sleep(0.2 * attempt)
+            # Full jitter: writers that collided once do not collide again in step.
+            time.sleep(random.uniform(0, 0.2 * 2**attempt))  # noqa: S311 - spreading retries, not a secret

@@ -213,6 +213,8 @@ class Supervisor:
     def _lost_attempts(self, attempt: int) -> tuple[LostAttempt, ...]:
         """Earlier attempts of this slot that ended without a verdict: told now, kept in the artifact.
         Looking never stops the run."""
+        if attempt == 1:
+            return ()  # none before it: no listing of the run's prefix (every index of a soak starts here)
         request = self._started.request
         lost: dict[int, LostAttempt] = {}
         for history in self._ports.histories:

@@ -22,10 +22,10 @@ from sidecar.settings import load_settings
 IDENTITY_FLAGS = ("run_id", "budget", "margin", "dataset_manifest", "checkpoint", "deadline_dir", "output")
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "approve",
-        help="print the approval record for a run, to review and pass as --approval",
+        help=summary,
         description="Compute the run identity exactly as `run` would and print the approval record.",
     )
     add_run_flags(

@@ -9,10 +9,10 @@ from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "exit-codes",
-        help="print the exit-code table",
+        help=summary,
         description="Print every exit code of `run`, whether it is retryable (128+), what it means "
         "and which verdict classifications map to it (the chart's podFailurePolicy uses the same table).",
     )

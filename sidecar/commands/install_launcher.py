@@ -8,10 +8,10 @@ from pathlib import Path
 from sidecar.commands.parsing import Subparsers, UsageParser
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "install-launcher",
-        help="write the stdlib-only launcher (init container)",
+        help=summary,
         description="Write the launcher (one zipapp file, standard library only, Python 3.9+) into DEST "
         "as soak-launcher.py, and py-spy beside it (a stall's Python stacks), for the trainer container "
         "to run: "

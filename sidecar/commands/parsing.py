@@ -8,10 +8,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from sidecar.core.exitcodes import ExitCode
-from sidecar.nvml_mock.bundled import DIRECTORY
-from sidecar.settings import Settings
-
-BUNDLED_SCENARIOS = DIRECTORY
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -27,10 +23,12 @@ Subparsers = argparse._SubParsersAction
 
 def scenario_path(text: str) -> Path:
     """A scenario file as given, else a bundled scenario by name (works from any directory)."""
+    from sidecar.nvml_mock.bundled import DIRECTORY
+
     given = Path(text)
     if given.exists():
         return given
-    bundled = BUNDLED_SCENARIOS / (text if text.endswith(".json") else f"{text}.json")
+    bundled = DIRECTORY / (text if text.endswith(".json") else f"{text}.json")
     return bundled if bundled.is_file() else given
 
 
@@ -169,6 +167,10 @@ def add_run_flags(
 ) -> None:
     """The ``run`` flags ``names`` (keys of RUN_FLAGS; ``helps`` rewords some) and ``--code-file``.
     A flag's help is its setting's description, which states the unit and the default."""
+    # The settings model (pydantic) is imported by the commands that take these flags only: the
+    # others, and the top-level --help, start without it.
+    from sidecar.settings import Settings
+
     for dest in names:
         flag, setting, kind, text = RUN_FLAGS[dest]
         group, field = setting.split(".")

@@ -10,16 +10,15 @@ from typing import TYPE_CHECKING
 
 from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import ConfigError, SoakError
-from sidecar.settings import load_settings
 
 if TYPE_CHECKING:
     from sidecar.adapters.report_source.runs import RunSources
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "report",
-        help="write one self-contained HTML report of an attempt, or of a whole run",
+        help=summary,
         description="One HTML file (inline SVG plots, no network, no JavaScript) from an artifact and "
         "its samples.jsonl.gz: the verdict, plots of every sample with the soft stop, TERM and KILL "
         "marked, leak trends, leftover processes and the run summary figures.",
@@ -50,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from sidecar.adapters.report_source import LocalSource, is_run_dir, open_source, write_page
     from sidecar.adapters.report_source.runs import open_local_run, open_s3_run, s3_run_prefix
     from sidecar.core.report import render_report
+    from sidecar.settings import load_settings
 
     if args.path.startswith("s3://"):
         settings = load_settings().s3

@@ -63,10 +63,10 @@ def demo_command() -> list[str]:
     return [sys.executable, "-m", "sidecar.examples.trainer"]
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "run",
-        help="supervise one soak attempt (local or in a pod)",
+        help=summary,
         description="Supervise one soak attempt: deadline, launcher, sampling, liveness, run_summary, "
         "verdict, artifact, upload, publication. Exit code = the verdict's.",
         epilog=EPILOG,

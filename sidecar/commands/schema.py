@@ -8,8 +8,8 @@ import json
 from sidecar.commands.parsing import Subparsers, UsageParser
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
-    parser = sub.add_parser("schema", help="print a JSON Schema", description="Print a JSON Schema.")
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
+    parser = sub.add_parser("schema", help=summary, description="Print a JSON Schema.")
     parser.add_argument(
         "which",
         metavar="SCHEMA",

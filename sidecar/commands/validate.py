@@ -10,13 +10,12 @@ from pathlib import Path
 from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import ConfigError
 from sidecar.core.exitcodes import ExitCode
-from sidecar.settings import load_settings
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "validate",
-        help="validate a run_summary.json offline",
+        help=summary,
         description="Validate a run_summary.json against the contract; print "
         f"each failure; exit {int(ExitCode.CONTRACT_VIOLATION)} when invalid.",
     )
@@ -35,6 +34,7 @@ def register(sub: Subparsers[UsageParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from sidecar.adapters.validators import DEFAULT_VALIDATOR_GROUP, resolve_manifest_validator
     from sidecar.core.run_summary import ValidatorUnavailable, evaluate_run_summary
+    from sidecar.settings import load_settings
 
     settings = load_settings()
     spec = args.manifest_validator or settings.summary.manifest_validator

@@ -40,10 +40,10 @@ EPILOG = (
 )
 
 
-def register(sub: Subparsers[UsageParser]) -> None:
+def register(sub: Subparsers[UsageParser], summary: str) -> None:
     parser = sub.add_parser(
         "verdict",
-        help="read a Job's verdicts from its pods' annotations",
+        help=summary,
         description="One row per attempt; exit 0 only when the latest attempt passed.",
     )
     parser.epilog = EPILOG

@@ -132,7 +132,8 @@ class DeadlineStore(Protocol):
 
     def attempt_claims(self, run_id: str) -> list[float | None]:
         """When each attempt claimed so far, in every slot of the run, was claimed (the claimer's
-        ``claimed_unix``; None when a claim cannot be read): the ledger the record is checked against."""
+        ``claimed_unix``, or the store's own time of the claim; None when a claim cannot be read):
+        the ledger the record is checked against."""
         ...
 
     def claim_attempt(self, slot: str) -> int:

@@ -33,10 +33,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
-from sidecar.core.run_summary import SummaryOutcome
+
+if TYPE_CHECKING:  # the run_summary package loads pydantic: exit-codes needs only the table
+    from sidecar.core.run_summary import SummaryOutcome
 
 # Why a soak was stopped from outside (sidecar.core.disruption): each its own classification.
 CancelKind = Literal[

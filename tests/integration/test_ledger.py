@@ -11,15 +11,18 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sidecar.adapters.ledger_store import LocalLedgerStore, S3LedgerStore
+from sidecar.adapters.ledger_store import FOLD_OTHERS, PIECES, LocalLedgerStore, S3LedgerStore
 from sidecar.core.errors import ConfigError, UploadError
-from sidecar.core.ledger.record import LEDGER_FILE, Ledger, LedgerEntry, with_entry
+from sidecar.core.ledger.record import LEDGER_FILE, Ledger, LedgerEntry, parse_ledger, with_entry
+from sidecar.settings import S3Settings
 from tests.fixtures.s3 import SeaweedServer
 from tests.integration.test_run_full import s3_env
 
@@ -47,30 +50,78 @@ def adding(run_id: str, each: LedgerEntry) -> Callable[[Ledger | None], Ledger]:
 @pytest.mark.s3
 def test_two_attempts_racing_for_the_ledger_both_land(seaweedfs: SeaweedServer) -> None:
     run_id, prefix = str(uuid.uuid4()), f"race-{uuid.uuid4().hex[:8]}/"
-    first = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
     second = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
-    calls = []
+    folds: list[str] = []
 
-    def first_change(ledger: Ledger | None) -> Ledger:
-        calls.append(ledger)
-        if len(calls) == 1:  # between our read and our write, another attempt writes
-            second.update(run_id, prefix, adding(run_id, entry(2)))
-        return with_entry(ledger, entry(1, "failed"), run_id=run_id, deadline_started_unix=T0)
+    def racing_factory(settings: S3Settings) -> Any:
+        client = seaweedfs.factory()(settings)
+        put = client.put_object
 
-    written = first.update(run_id, prefix, first_change)
-    assert calls[0] is None and calls[1] is not None  # read again after losing the race
+        def put_object(**kwargs: Any) -> Any:
+            if kwargs["Key"] == prefix + LEDGER_FILE:
+                folds.append("IfMatch" if "IfMatch" in kwargs else "IfNoneMatch")
+                if len(folds) == 1:  # between our read and our write, another attempt writes
+                    second.update(run_id, prefix, adding(run_id, entry(2)))
+            return put(**kwargs)
+
+        client.put_object = put_object
+        return client
+
+    first = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=racing_factory)
+    written = first.update(run_id, prefix, adding(run_id, entry(1, "failed")))
+    assert folds == ["IfNoneMatch", "IfMatch"]  # lost the race, read again, folded onto the winner
     assert [e.attempt for e in written.entries] == [1, 2]
     stored = first.read(run_id, prefix)
-    assert stored is not None and [e.attempt for e in stored.entries] == [1, 2] and stored.revision == 2
-    doc = json.loads(
-        seaweedfs.client().get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read()
-    )
-    head = seaweedfs.client().head_object(
-        Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE, ChecksumMode="ENABLED"
-    )
+    assert stored is not None and [e.attempt for e in stored.entries] == [1, 2]
+    client = seaweedfs.client()
+    assert "Contents" not in client.list_objects_v2(Bucket=seaweedfs.bucket, Prefix=prefix + PIECES)
+    doc = json.loads(client.get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read())
+    head = client.head_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE, ChecksumMode="ENABLED")
     assert head["ChecksumSHA256"] and head["ContentType"] == "application/json"  # the store checked the bytes
     # attempt 1 (no phases told: all of it) and the wait until attempt 2, charged to what ended it
     assert doc["budget"]["badput_s"]["failed"] == pytest.approx(100)
+
+
+@pytest.mark.s3
+def test_many_attempts_ending_at_once_all_land_and_planted_pieces_are_passed_over(
+    seaweedfs: SeaweedServer,
+) -> None:
+    """Every writer's piece lands with one unconditional create; the folds that lose their races
+    leave pieces that every read still takes. A planted piece is never folded nor deleted."""
+    run_id, prefix = str(uuid.uuid4()), f"many-{uuid.uuid4().hex[:8]}/"
+    client = seaweedfs.client()
+    planted = prefix + PIECES + "planted.json"
+    client.put_object(Bucket=seaweedfs.bucket, Key=planted, Body=b'{"schema": "forged"}')
+    stores = [
+        S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+        for _ in range(24)
+    ]
+    barrier = threading.Barrier(len(stores))
+    failures: list[BaseException] = []
+
+    def end(number: int, store: S3LedgerStore) -> None:
+        barrier.wait(30)
+        try:
+            store.update(run_id, prefix, adding(run_id, entry(number)))
+        except Exception as exc:  # the outcome under test: asserted below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=end, args=(n + 1, s)) for n, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    stored = stores[0].read(run_id, prefix)
+    assert stored is not None and [e.attempt for e in stored.entries] == list(range(1, 25))
+    left = client.list_objects_v2(Bucket=seaweedfs.bucket, Prefix=prefix + PIECES).get("Contents", [])
+    assert planted in [item["Key"] for item in left]
+    # One more attempt folds what the race left (at most FOLD_OTHERS of it) into ledger.json.
+    stores[0].update(run_id, prefix, adding(run_id, entry(25)))
+    folded = parse_ledger(
+        client.get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read(), ""
+    )
+    assert len(folded.entries) >= min(25, len(stored.entries) - len(left) + 2 + FOLD_OTHERS)
 
 
 @pytest.mark.s3

@@ -1,0 +1,264 @@
+"""Many sidecars of one soak against one bucket: N indexes starting at once, then ending at once.
+
+Starts SeaweedFS on 127.0.0.1 (the test fixture's context manager) and, for each N, runs N
+sidecars' store clients, each with its own S3 clients, as the sidecar builds them
+(``S3DeadlineStore``, ``S3LedgerStore``). Released together, each does what a sidecar does against
+the bucket before its trainer starts: take its index's lock, create or resume the run's one
+deadline record (reading the attempt claims first), read the server's clock and claim its attempt.
+Once every index holds its lock, all add their attempt to the run's ledger at once (the moment a
+soak's deadline ends every index together). One machine cannot hold 1,024 sidecars: the clients
+run as threads spread over ``--procs`` processes, one client set per thread.
+
+Prints per N: seconds until every index held its lock on one record, refusals (must be 0),
+S3 requests per index (HTTP attempts, botocore's retries included) and the answers by status
+(412/409/503), then the ledger phase's wall time, requests and losses. The baseline, measured in
+the same run, is one sidecar alone doing the same (its requests and time are what N sidecars
+would cost with no one else on the bucket).
+
+    python bench/scale.py [--indexes 64 256 1024] [--procs 8] [--smoke]
+
+``--smoke``: 4 and 8 indexes in 2 processes, a check that the benchmark still runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sidecar.adapters.ledger_store import S3LedgerStore
+from sidecar.adapters.s3_store import S3DeadlineStore
+from sidecar.adapters.s3_store.lease import SystemClock
+from sidecar.core.deadline import create_or_resume
+from sidecar.core.identity import make_identity, run_slot
+from sidecar.core.ledger.phases import PHASES, Phase
+from sidecar.core.ledger.record import Ledger, LedgerEntry, with_entry
+from sidecar.settings import S3Settings
+from tests.fixtures.s3 import SeaweedServer, run_seaweedfs
+
+BUDGET_S = 72 * 3600.0
+WAIT_S = 600.0
+
+
+@dataclass
+class Outcome:
+    """What one sidecar saw: its times (monotonic, shared by every process on the machine)."""
+
+    index: int
+    released: float = 0.0
+    ready: float | None = None
+    ledger_s: float | None = None
+    record: tuple[Any, ...] | None = None
+    error: str | None = None
+    ledger_error: str | None = None
+    start_requests: int = 0
+    ledger_requests: int = 0
+    statuses: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+class Answers:
+    """Every HTTP attempt a client sends and what came back, through botocore's own retry hook."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        self.outcome, self.sent = outcome, 0
+
+    def attach(self, client: Any) -> None:
+        client.meta.events.register("needs-retry.s3", self._answered)
+
+    def _answered(self, response: Any = None, caught_exception: Any = None, **_: Any) -> None:
+        self.sent += 1
+        if response is not None:
+            self.outcome.statuses[str(response[0].status_code)] += 1
+        else:
+            self.outcome.statuses[type(caught_exception).__name__] += 1
+
+
+def _entry(index: int, attempt: int, started: float) -> LedgerEntry:
+    phases, at = [], started
+    for kind in PHASES:
+        seconds = 3000.0 if kind == "productive" else 20.0
+        phases.append(Phase(kind, at, at + seconds))
+        at += seconds
+    return LedgerEntry(
+        attempt=attempt,
+        index=index,
+        status="failed",
+        classification="deadline",
+        start=started,
+        end=at,
+        phases=tuple(phases),
+        artifact=f"s3://soak-test/scale/{index}-{attempt}/artifact.json",
+    )
+
+
+def _sidecar(
+    settings: S3Settings, run_id: str, index: int, barriers: tuple[Barrier, Barrier, Barrier], out: Outcome
+) -> None:
+    answers = Answers(out)
+
+    def factory(s3: S3Settings) -> Any:
+        client = server_factory(s3)
+        answers.attach(client)
+        return client
+
+    store = S3DeadlineStore(settings, client_factory=factory)
+    ledger = S3LedgerStore(settings, SystemClock(), client_factory=factory)
+    identity = make_identity(
+        run_id=run_id,
+        command=("python3", "train.py"),
+        budget_s=BUDGET_S,
+        checkpoint_margin_s=600.0,
+        deadline_store=store.location,
+    )
+    slot = run_slot(run_id, index)
+    go, all_locked, done = barriers
+    go.wait(WAIT_S)
+    out.released = time.monotonic()
+    try:
+        with store.lock(slot):
+            record = create_or_resume(
+                store, identity, now_wall=time.time(), resume_required=False, max_budget_s=BUDGET_S
+            )
+            store.store_clock(run_id)
+            attempt = store.claim_attempt(slot)
+            out.ready, out.record = time.monotonic(), (record.started_unix, record.deadline_unix)
+            out.start_requests = answers.sent
+            all_locked.wait(WAIT_S)
+            began = time.monotonic()
+            entry = _entry(index, attempt, record.started_unix)
+
+            def change(current: Ledger | None) -> Ledger:
+                return with_entry(current, entry, run_id=run_id, deadline_started_unix=record.started_unix)
+
+            try:
+                ledger.update(run_id, f"scale/{run_id}/", change)
+            except Exception as exc:
+                out.ledger_error = f"{type(exc).__name__}: {exc}"[:300]
+            out.ledger_s = time.monotonic() - began
+            out.ledger_requests = answers.sent - out.start_requests
+            done.wait(WAIT_S)
+    except threading.BrokenBarrierError:
+        out.error = "released by another index's failure"
+    except Exception as exc:  # a refusal or a store failure: counted, and the others released
+        out.error = f"{type(exc).__name__}: {exc}"[:300]
+        for barrier in barriers:
+            barrier.abort()
+
+
+server_factory: Any = None
+
+
+def _process(
+    server: SeaweedServer,
+    run_id: str,
+    indexes: list[int],
+    barriers: tuple[Barrier, Barrier, Barrier],
+    queue: Any,
+) -> None:
+    global server_factory  # noqa: PLW0603 - one factory per worker process, set before its threads
+    server_factory = server.factory()
+    settings = server.settings()
+    outcomes = [Outcome(index) for index in indexes]
+    threads = [
+        threading.Thread(target=_sidecar, args=(settings, run_id, index, barriers, out))
+        for index, out in zip(indexes, outcomes, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    queue.put(outcomes)
+
+
+def run_once(server: SeaweedServer, count: int, procs: int) -> list[Outcome]:
+    """``count`` sidecars of one new run in ``procs`` processes; each one's outcome."""
+    context = multiprocessing.get_context("fork")
+    barriers = (context.Barrier(count), context.Barrier(count), context.Barrier(count))
+    queue = context.Queue()
+    run_id = str(uuid.uuid4())
+    shares = [list(range(count))[p::procs] for p in range(min(procs, count))]
+    workers = [
+        context.Process(target=_process, args=(server, run_id, share, barriers, queue)) for share in shares
+    ]
+    for worker in workers:
+        worker.start()
+    outcomes: list[Outcome] = []
+    for _ in workers:
+        outcomes += queue.get(timeout=WAIT_S * 3)
+    for worker in workers:
+        worker.join()
+    return sorted(outcomes, key=lambda out: out.index)
+
+
+def report(label: str, outcomes: list[Outcome], alone: Outcome | None) -> None:
+    ok = [out for out in outcomes if out.error is None and out.ready is not None and out.ledger_s is not None]
+    refused = [out for out in outcomes if out.error is not None]
+    records = {out.record for out in outcomes if out.record is not None}
+    statuses: collections.Counter[str] = collections.Counter()
+    for out in outcomes:
+        statuses.update(out.statuses)
+    start = min(out.released for out in outcomes)
+    all_ready = max((out.ready or start) for out in ok) - start if ok else float("nan")
+    start_req = [out.start_requests for out in ok] or [0]
+    ledger_req = [out.ledger_requests for out in ok] or [0]
+    ledger_s = [out.ledger_s or 0.0 for out in ok] or [0.0]
+    answered = ", ".join(f"{code}: {n}" for code, n in sorted(statuses.items()))
+    print(
+        f"{label:>8} {len(outcomes):>6} {all_ready:>9.2f} {len(refused):>8} {len(records):>8} "
+        f"{statistics.mean(start_req):>8.1f} {max(start_req):>6} "
+        f"{max(ledger_s):>9.2f} {statistics.mean(ledger_req):>8.1f} {max(ledger_req):>6}   {answered}"
+    )
+    for out in sorted(refused, key=lambda out: out.error is not None and "released by" in out.error)[:3]:
+        print(f"         index {out.index} refused: {out.error}")
+    lost = [out for out in outcomes if out.ledger_error is not None]
+    for out in lost[:3]:
+        print(f"         index {out.index} ledger not written: {out.ledger_error}")
+    if alone is not None and ok:
+        alone_total = alone.start_requests + alone.ledger_requests
+        mean_total = statistics.mean(out.start_requests + out.ledger_requests for out in ok)
+        print(
+            f"         requests per index {mean_total:.1f} = {mean_total / alone_total:.2f}x "
+            f"one sidecar alone "
+            f"({alone_total}); every index locked in {all_ready:.2f} s = "
+            f"{all_ready / ((alone.ready or 0) - alone.released):.1f}x one alone"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--indexes", type=int, nargs="+", default=[64, 256, 1024], help="sidecars per run")
+    parser.add_argument(
+        "--procs", type=int, default=8, help="processes the sidecars' threads run in (default 8)"
+    )
+    parser.add_argument("--smoke", action="store_true", help="4 and 8 indexes in 2 processes")
+    args = parser.parse_args()
+    if args.smoke:
+        parser.set_defaults(indexes=[4, 8], procs=2)
+        args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp, run_seaweedfs(Path(tmp)) as server:
+        print(f"SeaweedFS {server.endpoint}; sidecars: threads over {args.procs} processes, own clients each")
+        print(
+            f"{'':>8} {'N':>6} {'locked s':>9} {'refused':>8} {'records':>8} {'req/idx':>8} {'max':>6} "
+            f"{'ledger s':>9} {'req/idx':>8} {'max':>6}   answers by status"
+        )
+        (alone,) = run_once(server, 1, 1)
+        report("alone", [alone], None)
+        for count in args.indexes:
+            report("N", run_once(server, count, args.procs), alone)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -24,7 +24,7 @@ import psutil
 
 from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redacted_line
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ProcessTreeSample
-from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_links
+from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_dir_size, fd_links
 from sidecar.launcher.protocol.names import CMDLINE_READ_BYTES
 
 _PROC = "/proc"
@@ -33,6 +33,9 @@ _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Indexes into the stat fields after the command name: field N of proc(5) is index N - 3.
 _STATE, _PPID, _FLAGS, _NUM_THREADS, _STARTTIME, _RSS = 0, 1, 6, 17, 19, 21
 _PF_EXITING = 0x4  # task flag: the process is inside exit()
+# Samples between full readings of a process's fd classes while its fd count does not change
+# (a minute at the default 5 s interval).
+FD_CLASS_REFRESH = 12
 
 _STATES = {
     "R": psutil.STATUS_RUNNING,
@@ -157,8 +160,11 @@ class ProcfsProcessTable:
 
     ``start_time`` (epoch) is derived from the start ticks and the boot time read once here, so
     it stays identical across samples even if the wall clock is stepped; identity checks use
-    the ticks. The fd names of processes whose fd table has holes are kept from one sample to
-    the next (same bound) to skip listing their fd dirs while the tables do not change.
+    the ticks. What each process's fd table looked like is kept from one sample to the next
+    (same bound): the fd count is exact in every sample, but while it stays the same the classes
+    are taken from the last full reading, renewed every ``fd_class_refresh`` samples (the
+    readlink of every fd, the floor of a full reading, is then paid once per refresh instead of
+    once per sample); a table with holes keeps its fd names, so its fd dir is not listed again.
     """
 
     def __init__(
@@ -167,6 +173,7 @@ class ProcfsProcessTable:
         command_max_chars: int = COMMAND_MAX_CHARS,
         redaction: RedactionRules = DEFAULT_RULES,
         fd_reports: Callable[[], Mapping[tuple[int, int], FdTable]] | None = None,
+        fd_class_refresh: int = FD_CLASS_REFRESH,
     ) -> None:
         self._commands = _Commands(command_max_chars, redaction)
         # Another UID's fd tables, as its launcher reported them (sidecar.launcher fds.json).
@@ -176,15 +183,14 @@ class ProcfsProcessTable:
         self._clock_ticks = os.sysconf("SC_CLK_TCK")
         self._root: int | None = None
         self._previous: dict[int, int] = {}
-        self._fd_names: dict[tuple[int, int], list[str]] = {}
-        self._fd_names_next: dict[tuple[int, int], list[str]] = {}
+        self._fd_memory = _FdMemory(fd_class_refresh)
 
     def sample(self, root_pid: int) -> ProcessTreeSample:
         if root_pid != self._root:
             self._root = root_pid
             self._previous = {}
         found: dict[int, ProcessInfo] = {}
-        self._fd_names_next = {}
+        self._fd_memory.new_sample()
         self._commands.new_sample()
         self._reported = self._fd_reports() if self._fd_reports is not None else {}
         self._walk(root_pid, None, found)
@@ -194,7 +200,6 @@ class ProcfsProcessTable:
         self._previous = {
             pid: info.start_ticks for pid, info in found.items() if info.start_ticks is not None
         }
-        self._fd_names = self._fd_names_next
         return _tree(sorted(found.values(), key=lambda info: info.pid))
 
     def still_alive(self, known: Sequence[ProcessInfo]) -> list[ProcessInfo]:
@@ -295,17 +300,21 @@ class ProcfsProcessTable:
     def _fd_table(self, pid_fd: int, pid: int, ticks: int) -> tuple[int, dict[str, int]] | None:
         """Count and classes of the fds; None when the process is gone. Another user's table is
         read off its launcher's report (none yet: zero)."""
+        memory, key = self._fd_memory, (pid, ticks)
         try:
-            fds = fd_links(pid_fd, self._fd_names.get((pid, ticks)))
+            unchanged = memory.unchanged(key, fd_dir_size(pid_fd))
+            if unchanged is not None:
+                return unchanged
+            fds = fd_links(pid_fd, memory.names(key))
         except PermissionError:
-            reported = self._reported.get((pid, ticks))
+            reported = self._reported.get(key)
             return (0, {}) if reported is None else (reported.fd_count, dict(reported.fd_classes))
         if fds is None:
             return None
         links, names = fds
-        if names is not None:
-            self._fd_names_next[(pid, ticks)] = names
-        return len(links), classify_fds(links)
+        count, classes = len(links), classify_fds(links)
+        memory.read(key, count, classes, names)
+        return count, classes
 
     def fd_tables_readable(self, pid: int) -> bool:
         """Whether this process may read ``pid``'s fd table (same UID or CAP_SYS_PTRACE)."""
@@ -316,6 +325,40 @@ class ProcfsProcessTable:
         except OSError:
             return True  # gone: nothing to report either way
         return True
+
+
+_Key = tuple[int, int]  # (pid, start ticks)
+
+
+class _FdMemory:
+    """Each process's last full fd reading, kept for one sample (the next sample's are new)."""
+
+    def __init__(self, refresh: int) -> None:
+        self._refresh = max(1, refresh)
+        # (pid, ticks) -> (fd count, classes, fd names unless 0..n-1, samples since read)
+        self._last: dict[_Key, tuple[int, dict[str, int], list[str] | None, int]] = {}
+        self._next: dict[_Key, tuple[int, dict[str, int], list[str] | None, int]] = {}
+
+    def new_sample(self) -> None:
+        self._last, self._next = self._next, {}
+
+    def unchanged(self, key: _Key, count: int | None) -> tuple[int, dict[str, int]] | None:
+        """The last reading when the table still holds as many fds and is not due for a refresh;
+        ``count`` None (a kernel that does not tell it) never matches."""
+        last = self._last.get(key)
+        if last is None or count is None or last[0] != count or last[3] + 1 >= self._refresh:
+            return None
+        self._next[key] = (*last[:3], last[3] + 1)
+        return count, dict(last[1])
+
+    def names(self, key: _Key) -> list[str] | None:
+        last = self._last.get(key)
+        return None if last is None else last[2]
+
+    def read(
+        self, key: tuple[int, int], count: int, classes: dict[str, int], names: list[str] | None
+    ) -> None:
+        self._next[key] = (count, classes, names, 0)
 
 
 def _tree(processes: list[ProcessInfo]) -> ProcessTreeSample:

@@ -64,7 +64,7 @@ def test_two_attempts_racing_for_the_ledger_both_land(seaweedfs: SeaweedServer) 
                     second.update(run_id, prefix, adding(run_id, entry(2)))
             return put(**kwargs)
 
-        client.put_object = put_object
+        client.put_object = put_object  # type: ignore[method-assign]
         return client
 
     first = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=racing_factory)

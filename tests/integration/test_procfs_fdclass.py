@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -172,3 +173,54 @@ def test_real_process_with_one_fd_of_each_class(spawn: Spawner, tmp_path: Path) 
     assert info.fd_count == 7
     assert sample.fd_classes_total == expected
     assert sample.fd_count_total == 7
+
+
+# A pipe swapped for a socket on SIGUSR1 (the same fd count), one more eventfd on SIGUSR2; each
+# change acknowledged by a new file.
+SWAPPING = r"""
+import os, signal, socket, sys
+ready = sys.argv[1]
+os.closerange(0, 3)
+read_end, write_end = os.pipe()
+held = []
+def ack(name):
+    open(ready + name + ".tmp", "w").close()
+    os.rename(ready + name + ".tmp", ready + name)
+def swap(*_):
+    os.close(write_end)
+    held.append(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+    ack("-swapped")
+def grow(*_):
+    held.append(os.eventfd(0))
+    ack("-grown")
+signal.signal(signal.SIGUSR1, swap)
+signal.signal(signal.SIGUSR2, grow)
+ack("")
+while True:
+    signal.pause()
+"""
+
+
+def test_fd_classes_follow_a_changed_table(spawn: Spawner, tmp_path: Path) -> None:
+    """The count is exact in every sample; a new count re-reads the classes at once, and a table
+    changed behind the same count is read again within the refresh."""
+    ready = tmp_path / "ready"
+    proc = spawn([PYTHON, "-c", SWAPPING, str(ready)])
+    wait_until(f"{ready} written", lambda: written(ready, proc))
+    table = ProcfsProcessTable(fd_class_refresh=3)
+
+    def fds() -> tuple[int, dict[str, int]]:
+        info = table.sample(proc.pid).processes[0]
+        return info.fd_count, dict(info.fd_classes)
+
+    assert fds() == (2, {"pipe": 2})
+    proc.send_signal(signal.SIGUSR1)
+    swapped = Path(f"{ready}-swapped")
+    wait_until(f"{swapped} written", lambda: written(swapped, proc))
+    after_swap = [fds() for _ in range(3)]
+    assert all(count == 2 for count, _ in after_swap)
+    assert after_swap[-1] == (2, {"pipe": 1, "socket": 1})
+    proc.send_signal(signal.SIGUSR2)
+    grown = Path(f"{ready}-grown")
+    wait_until(f"{grown} written", lambda: written(grown, proc))
+    assert fds() == (3, {"eventfd": 1, "pipe": 1, "socket": 1})

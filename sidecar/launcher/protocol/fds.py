@@ -80,6 +80,24 @@ def _fd_names(count: int) -> list[str]:
     return _FD_NAMES[:count]
 
 
+def fd_dir_size(pid_fd: int) -> int | None:
+    """How many fds the process holds, from its fd dir's size (Linux >= 6.2, in one fstat); None
+    when the kernel does not tell it (size 0) or the process is gone. PermissionError as
+    ``fd_links``."""
+    try:
+        dir_fd = os.open("fd", DIR_FLAGS, dir_fd=pid_fd)
+    except PermissionError:
+        raise
+    except OSError:
+        return None
+    try:
+        return os.fstat(dir_fd).st_size or None
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
+
+
 def fd_links(pid_fd: int, guess: list[str] | None) -> tuple[list[str], list[str] | None] | None:
     """Readlink targets of the open fds, and their fd names when they are not simply 0..n-1.
 

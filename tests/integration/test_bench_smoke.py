@@ -24,6 +24,8 @@ MARKS = {
     "real_trainers": [pytest.mark.trainers],
     "upload": [pytest.mark.s3],
     "evidence_segments": [pytest.mark.s3],
+    "scale": [pytest.mark.s3],
+    "apiserver": [pytest.mark.s3, pytest.mark.kube, pytest.mark.needs_root],
     "gpu_device_check": [pytest.mark.trainers],
 }
 BENCHMARKS = [
@@ -43,7 +45,11 @@ def needs(name: str) -> list[str]:
     if name == "gpu_device_check":
         require("gcc")  # the mock NVML the check runs on in CI is built with it
         return ["--python", str(require("trainer-venv"))]
-    if name in ("upload", "evidence_segments"):
+    if name == "apiserver":
+        require("pidns")  # the attempts run in emulated pods (unshare)
+        require("kube-binaries")
+        require("weed")
+    if name in ("upload", "evidence_segments", "scale"):
         require("weed")  # run_seaweedfs finds the same one: SOAK_WEED_BIN, beside the interpreter, PATH
     if name == "gpu":
         require("gcc")  # build_mock_library compiles the mock NVML with the gcc on PATH

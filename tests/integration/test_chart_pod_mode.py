@@ -30,8 +30,8 @@ from tests.fixtures.kube import (
     set_status,
     wait_for_rbac,
 )
+from tests.fixtures.kube_pod import run_pod
 from tests.integration.test_helm_apiserver import Kubectl, apply
-from tests.integration.test_kube_pod_mode import run_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.helm, pytest.mark.kube, pytest.mark.needs_root]
 

@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from sidecar import cli
+from sidecar.adapters.kube import reads
 from sidecar.adapters.kube.client import KubeClient
 from sidecar.adapters.kube.clock import ApiserverClock
 from sidecar.adapters.kube.connection import connect
@@ -582,3 +583,17 @@ def test_an_unreachable_apiserver_clock_is_a_transient_failure() -> None:
     client = KubeClient(connect(host="https://127.0.0.1:9", token="t"), retries=1, backoff_s=0.01)
     with pytest.raises(TransientError, match="cannot read the Kubernetes apiserver's clock for the deadline"):
         ApiserverClock(client).now()
+
+
+def test_verdict_reads_every_page_of_a_jobs_pods(
+    env: KubeEnv, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pods come in pages (LIST_PAGE, 500 in production; 2 here): none is left out."""
+    monkeypatch.setattr(reads, "LIST_PAGE", 2)
+    job = new_job(env)
+    names = [f"{job[0]}-{index}-{uuid.uuid4().hex[:5]}" for index in range(5)]
+    for name in names:
+        published_pod(env, job, name, PASSED)
+    code, doc = run_json(env, job[0], capsys)
+    assert code == 0, doc
+    assert sorted(row["pod"] for row in doc["attempts"]) == sorted(names)

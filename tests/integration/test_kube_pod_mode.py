@@ -11,109 +11,17 @@ message and ``soak-sidecar verdict``.
 from __future__ import annotations
 
 import json
-import os
-import shlex
-import shutil
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from sidecar import cli
-from sidecar.adapters.rundir.zipapp import launcher_path
-from sidecar.core.publication import parse_termination_message
 from tests.components import require
-from tests.fixtures.kube import PREFIX, KubeEnv, create_pod, ours, running_status, set_status
-from tests.fixtures.pidns import run_in_pidns
+from tests.fixtures.kube import PREFIX, KubeEnv
+from tests.fixtures.kube_pod import run_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.kube, pytest.mark.needs_root]
-
-PY = sys.executable
-POD_TIMEOUT_S = 240.0
-
-
-def sidecar_argv() -> list[str]:
-    script = shutil.which("soak-sidecar")
-    return [script] if script else [PY, "-m", "sidecar.cli"]
-
-
-def run_pod(
-    env: KubeEnv,
-    tmp_path: Path,
-    name: str,
-    trainer_flags: list[str],
-    *,
-    boot_id: str | None = None,
-    **settings: str,
-) -> dict[str, object]:
-    """Create the Pod object, run both "containers" in one PID namespace, return what came out.
-
-    ``boot_id`` makes the "node" another boot: it is bind-mounted over the kernel's in the pod's
-    mount namespace, as a node rebooted (or another node) would report."""
-    pod = create_pod(env.core, env.namespace, name, env.job_name, env.job_uid)
-    set_status(env.core, env.namespace, name, running_status())
-    tmp_path.mkdir(parents=True)
-    run_dir, progress, out = tmp_path / "run", tmp_path / "progress", tmp_path / "out"
-    progress.mkdir()  # the pod's progress volume, there before any container starts
-    termination_log = tmp_path / "termination-log"
-    trainer = [
-        PY, str(launcher_path()), "--run-dir", str(run_dir), "--",
-        PY, "-m", "sidecar.examples.trainer", *trainer_flags,  # SOAK_PROGRESS_DIR from go.json
-    ]  # fmt: skip
-    # Two "containers": the trainer's launcher in the background, the sidecar in front.
-    pod_script = (
-        _another_boot(tmp_path, boot_id)
-        + f"{shlex.join(trainer)} > {shlex.quote(str(tmp_path / 'trainer.log'))} 2>&1 & "
-        f"{shlex.join([*sidecar_argv(), 'run', '--pod'])}; code=$?; wait; exit $code"
-    )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_") and k != "KUBECONFIG"}
-    pod_env = {
-        **clean,
-        "KUBECONFIG": str(env.sa_kubeconfig),
-        "SOAK_KUBE__POD_NAME": name,
-        "SOAK_KUBE__NAMESPACE": env.namespace,
-        "SOAK_KUBE__POD_UID": pod.metadata.uid,
-        "SOAK_KUBE__TERMINATION_LOG": str(termination_log),
-        "SOAK_DEADLINE__RUN_ID": str(uuid.uuid4()),
-        "SOAK_DEADLINE__STORE_DIR": str(tmp_path / "deadlines"),
-        "SOAK_LAUNCHER__RUN_DIR": str(run_dir),
-        "SOAK_MONITOR__PROGRESS_DIR": str(progress),
-        "SOAK_ARTIFACT__OUTPUT_DIR": str(out),
-        "SOAK_GPU__BACKEND": "none",
-        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
-        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
-        "SOAK_MONITOR__STARTUP_TIMEOUT_S": "60",
-        **settings,
-    }
-    result = run_in_pidns(["sh", "-c", pod_script], env=pod_env, timeout_s=POD_TIMEOUT_S, cwd=tmp_path)
-    stored = env.core.read_namespaced_pod(name, env.namespace)
-    events = env.core.list_namespaced_event(
-        env.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
-    ).items
-    return {
-        "returncode": result.returncode,
-        "output": result.output + _read(tmp_path / "trainer.log"),
-        "leftovers": result.leftovers,
-        "annotations": ours(stored.metadata.annotations),
-        "events": [(e.reason, e.type, e.message) for e in events],
-        "termination": parse_termination_message(_read(termination_log)),
-    }
-
-
-def _another_boot(tmp_path: Path, boot_id: str | None) -> str:
-    if boot_id is None:
-        return ""
-    fake = tmp_path / "boot_id"
-    fake.write_text(boot_id + "\n", encoding="utf-8")
-    return f"mount --bind {shlex.quote(str(fake))} /proc/sys/kernel/random/boot_id && "
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
 
 
 @pytest.fixture(scope="module")

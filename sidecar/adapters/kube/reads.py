@@ -24,6 +24,8 @@ from sidecar.core.publication import VERDICT_EVENT_REASONS
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 # Kubernetes >= 1.27 labels Job pods with the prefixed key; older clusters only with the bare one.
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+LIST_PAGE = 500
+MAX_PAGES = 1_000  # 500,000 pods: beyond any Job, and never a loop on a server that repeats itself
 
 
 @dataclass(frozen=True)
@@ -92,19 +94,36 @@ def wait_for_trainer_digest(
 
 
 def job_pods(client: KubeClient, namespace: str, job: str) -> list[PodFacts]:
-    """Every pod carrying either job-name label, once each."""
-    seen: dict[str, PodFacts] = {}
+    """Every pod of the Job, once each: by the label the Job controller sets since Kubernetes 1.27,
+    else by the older one; in pages of LIST_PAGE pods, as kubectl reads (a 1,024-pod Job's
+    list is then three bounded answers rather than one of every pod)."""
     for label in JOB_NAME_LABELS:
-        selector = f"{label}={job}"
+        found = _pods_labelled(client, namespace, f"{label}={job}")
+        if found:
+            return found
+    return []
+
+
+def _pods_labelled(client: KubeClient, namespace: str, selector: str) -> list[PodFacts]:
+    seen: dict[str, PodFacts] = {}
+    token: str | None = None
+    for _page in range(MAX_PAGES):
         result = client.call(
             f"list pods in {namespace} ({selector})",
-            lambda selector=selector: client.core.list_namespaced_pod(  # type: ignore[misc]
-                namespace, label_selector=selector, _request_timeout=client.timeout
+            lambda token=token: client.core.list_namespaced_pod(  # type: ignore[misc]
+                namespace,
+                label_selector=selector,
+                limit=LIST_PAGE,
+                _continue=token,
+                _request_timeout=client.timeout,
             ),
         )
         for pod in result.items or []:
             facts = _pod_facts(pod)
             seen.setdefault(facts.uid, facts)
+        token = result.metadata._continue if result.metadata is not None else None
+        if not token:
+            break
     return list(seen.values())
 
 

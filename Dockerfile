@@ -27,6 +27,9 @@ COPY pyproject.toml README.md requirements.lock ./
 COPY sidecar ./sidecar
 COPY docker/wheels ./wheels
 # Dependencies only as locked, each file checked against its hash; then the project without deps.
+# Then out of the image what the sidecar never runs: the Kubernetes client's asyncio half
+# (kubernetes.aio, 38 MiB with its bytecode) and aiohttp with its dependencies, which only that
+# half imports, and the installers (pip, setuptools). The mock NVML stays in its own small layer.
 RUN python3 -m venv /opt/venv \
     && if ls wheels/*.whl >/dev/null 2>&1; then \
         /opt/venv/bin/pip install --no-cache-dir --no-index --find-links wheels \
@@ -37,6 +40,10 @@ RUN python3 -m venv /opt/venv \
         && /opt/venv/bin/pip install --no-cache-dir --no-deps .; \
     fi \
     && /opt/venv/bin/python -m sidecar.nvml_mock.build /opt/soak/nvml-mock \
+    && /opt/venv/bin/python -m pip uninstall -y -q \
+        aiohttp aiohappyeyeballs aiosignal frozenlist multidict propcache yarl \
+    && rm -rf /opt/venv/lib/python3*/site-packages/kubernetes/aio \
+    && /opt/venv/bin/python -m pip uninstall -y -q pip setuptools \
     && /opt/venv/bin/python -m compileall -q /opt/venv/lib
 
 FROM ${PYTHON_IMAGE}

@@ -153,6 +153,17 @@ def failed_by_policy(e2e: E2ECluster, job_name: str, code: ExitCode, classificat
 
 # ---------------------------------------------------------------- scenarios
 
+# What the project image may weigh (docker image inspect's Size). It was 320 MiB before the
+# Kubernetes client's asyncio half, aiohttp and the installers left it; a dependency that brings
+# as much back fails here.
+IMAGE_BUDGET_MIB = 280
+
+
+def test_the_image_stays_small(e2e: E2ECluster) -> None:
+    size = int(images.project_image().with_suffix(".size").read_text(encoding="utf-8"))
+    print(f"project image: {size / 2**20:.0f} MiB")
+    assert size <= IMAGE_BUDGET_MIB * 2**20, f"project image {size / 2**20:.0f} MiB > {IMAGE_BUDGET_MIB} MiB"
+
 
 def test_passing_soak(e2e: E2ECluster, soak: Any) -> None:
     job_name, run_id = soak("pass", {})

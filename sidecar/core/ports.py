@@ -170,9 +170,10 @@ class LedgerStore(Protocol):
         ...
 
     def update(self, run_id: str, runs_prefix: str, change: Callable[[Ledger | None], Ledger]) -> Ledger:
-        """``change`` applied to the ledger as it is now and written back only if nobody changed it
-        meanwhile (retried from a new read otherwise); the ledger written. UploadError or ConfigError
-        (an unreadable ledger, left as it is) on failure."""
+        """``change`` applied to the ledger as it is now, never losing another writer's entries; the
+        ledger as this writer saw it, its entries in. ``change`` must only add entries: a store may
+        apply it to no ledger and merge the result (the bucket's, whose writers each land their own
+        piece first). UploadError or ConfigError (an unreadable ledger, left as it is) on failure."""
         ...
 
 

@@ -60,7 +60,7 @@ PIECES = "ledger.d/"
 PIECE_LIMIT_BYTES = 1024 * 1024
 # A fold takes the writer's own piece and at most this many others, so that a thousand writers
 # ending at once do not each read a thousand pieces; what is left is folded by later writers.
-FOLD_OTHERS = 16
+FOLD_OTHERS = 8
 # Tries of one fold; each lost race waits a random time up to a doubling cap (full jitter).
 FOLD_TRIES = 4
 FOLD_PAUSE_S = 0.1
@@ -135,8 +135,8 @@ class S3LedgerStore:
             ) from exc
 
     def _pieces(self, run_id: str, runs_prefix: str, *, limit: int) -> list[tuple[str, Ledger]]:
-        """Up to ``limit`` readable pieces of this run not yet folded, oldest first; a piece that
-        is damaged, too large, another run's or gone meanwhile is passed over."""
+        """The readable pieces of this run among the ``limit`` oldest listed; a piece that is
+        damaged, too large, another run's or gone meanwhile is passed over."""
         listed: list[tuple[float, str]] = []
         try:
             pages = self._client.get_paginator("list_objects_v2").paginate(
@@ -153,9 +153,7 @@ class S3LedgerStore:
                 f"cannot list s3://{self._bucket}/{runs_prefix}{PIECES}: {describe(exc, self._settings)}"
             ) from exc
         pieces: list[tuple[str, Ledger]] = []
-        for _modified, key in sorted(listed):
-            if len(pieces) >= limit:
-                break
+        for _modified, key in sorted(listed)[:limit]:  # a piece folded meanwhile is gone: not replaced
             found = self._get(key, PIECE_LIMIT_BYTES)
             try:
                 piece = None if found is None else parse_ledger(found[0], key)

@@ -115,8 +115,9 @@ def ledger_of(e2e: E2ECluster, run_id: str) -> dict[str, Any]:
     return ledger
 
 
-def wait_running(e2e: E2ECluster, job: str) -> dict[str, Any]:
-    """The soak's pod once the trainer has started (the sidecar has logged a sample)."""
+def wait_running(e2e: E2ECluster, job: str, *, progressing: bool = False) -> dict[str, Any]:
+    """The soak's pod once the trainer has started (the sidecar has logged a sample); with
+    ``progressing``, once a sample has seen the trainer's progress."""
     found: dict[str, Any] = {}
 
     def sampling() -> bool:
@@ -124,7 +125,11 @@ def wait_running(e2e: E2ECluster, job: str) -> dict[str, Any]:
         if not pods or pods[-1]["status"].get("phase") != "Running":
             return False
         found["pod"] = pods[-1]
-        return '"event": "sample"' in e2e.logs(pods[-1]["metadata"]["name"], "soak-sidecar")
+        lines = e2e.logs(pods[-1]["metadata"]["name"], "soak-sidecar").splitlines()
+        samples = [line for line in lines if '"event": "sample"' in line]
+        if not progressing:
+            return bool(samples)
+        return any('"progress_age_s": null' not in line for line in samples)
 
     wait_until(f"Job {job} sampling", sampling, SOAK_TIMEOUT_S, interval_s=1.0)
     pod: dict[str, Any] = found["pod"]
@@ -428,7 +433,9 @@ def stopped_then_resumed(e2e: E2ECluster, job_name: str, run_id: str, cause: str
 
 def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> None:
     job_name, run_id = soak("drained", {"trainer": {"args": SHORT_TRAINER, "stopGraceSeconds": 5}})
-    pod = wait_running(e2e, job_name)
+    # Drained once the trainer works: its attempt then has a productive phase (CI drained one still
+    # starting, on a loaded machine).
+    pod = wait_running(e2e, job_name, progressing=True)
     node = pod["spec"]["nodeName"]
     try:
         e2e.kubectl(

@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from multiprocessing.synchronize import Barrier
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +103,59 @@ def _entry(index: int, attempt: int, started: float) -> LedgerEntry:
     )
 
 
-def _sidecar(
-    settings: S3Settings, run_id: str, index: int, barriers: tuple[Barrier, Barrier, Barrier], out: Outcome
-) -> None:
+STAGES = ("built", "locked", "written")
+
+
+class Stages:
+    """A worker process's threads and the parent in step: each thread says when it is through a
+    stage, the process tells the parent once all are, and the parent's go opens the next stage in
+    every process at once (a pipe per process, no condition variable shared by 1,024 waiters)."""
+
+    def __init__(self, threads: int, conn: Any) -> None:
+        self._threads, self._conn = threads, conn
+        self._through: collections.Counter[str] = collections.Counter()
+        self._changed = threading.Condition()
+        self._go = {stage: threading.Event() for stage in STAGES}
+
+    def through(self, stage: str) -> None:
+        with self._changed:
+            self._through[stage] += 1
+            self._changed.notify_all()
+
+    def wait(self, stage: str) -> None:
+        if not self._go[stage].wait(WAIT_S):
+            raise TimeoutError(f"no go after stage {stage}")
+
+    def _all_through(self, stage: str) -> bool:
+        return self._through[stage] >= self._threads
+
+    def relay(self) -> None:
+        for stage in STAGES:
+            with self._changed:
+                self._changed.wait_for(partial(self._all_through, stage), WAIT_S)
+            self._conn.send(stage)
+            self._conn.recv()
+            self._go[stage].set()
+
+
+def _sidecar(settings: S3Settings, run_id: str, index: int, stages: Stages, out: Outcome) -> None:
+    passed: list[str] = []
+
+    def through(stage: str) -> None:
+        passed.append(stage)
+        stages.through(stage)
+        stages.wait(stage)
+
+    try:
+        _steps(settings, run_id, index, through, out)
+    except Exception as exc:  # a refusal or a store failure: counted; the others go on
+        out.error = f"{type(exc).__name__}: {exc}"[:300]
+        for stage in STAGES:
+            if stage not in passed:
+                stages.through(stage)
+
+
+def _steps(settings: S3Settings, run_id: str, index: int, through: Any, out: Outcome) -> None:
     answers = Answers(out)
 
     def factory(s3: S3Settings) -> Any:
@@ -123,60 +173,48 @@ def _sidecar(
         deadline_store=store.location,
     )
     slot = run_slot(run_id, index)
-    go, all_locked, done = barriers
-    go.wait(WAIT_S)
+    through("built")
     out.released = time.monotonic()
-    try:
-        with store.lock(slot):
-            record = create_or_resume(
-                store, identity, now_wall=time.time(), resume_required=False, max_budget_s=BUDGET_S
-            )
-            store.store_clock(run_id)
-            attempt = store.claim_attempt(slot)
-            out.ready, out.record = time.monotonic(), (record.started_unix, record.deadline_unix)
-            out.start_requests = answers.sent
-            all_locked.wait(WAIT_S)
-            began = time.monotonic()
-            entry = _entry(index, attempt, record.started_unix)
+    with store.lock(slot):
+        record = create_or_resume(
+            store, identity, now_wall=time.time(), resume_required=False, max_budget_s=BUDGET_S
+        )
+        store.store_clock(run_id)
+        attempt = store.claim_attempt(slot)
+        out.ready, out.record = time.monotonic(), (record.started_unix, record.deadline_unix)
+        out.start_requests = answers.sent
+        through("locked")
+        began = time.monotonic()
+        entry = _entry(index, attempt, record.started_unix)
 
-            def change(current: Ledger | None) -> Ledger:
-                return with_entry(current, entry, run_id=run_id, deadline_started_unix=record.started_unix)
+        def change(current: Ledger | None) -> Ledger:
+            return with_entry(current, entry, run_id=run_id, deadline_started_unix=record.started_unix)
 
-            try:
-                ledger.update(run_id, f"scale/{run_id}/", change)
-            except Exception as exc:
-                out.ledger_error = f"{type(exc).__name__}: {exc}"[:300]
-            out.ledger_s = time.monotonic() - began
-            out.ledger_requests = answers.sent - out.start_requests
-            done.wait(WAIT_S)
-    except threading.BrokenBarrierError:
-        out.error = "released by another index's failure"
-    except Exception as exc:  # a refusal or a store failure: counted, and the others released
-        out.error = f"{type(exc).__name__}: {exc}"[:300]
-        for barrier in barriers:
-            barrier.abort()
+        try:
+            ledger.update(run_id, f"scale/{run_id}/", change)
+        except Exception as exc:  # a lost ledger write is counted, not a refusal
+            out.ledger_error = f"{type(exc).__name__}: {exc}"[:300]
+        out.ledger_s = time.monotonic() - began
+        out.ledger_requests = answers.sent - out.start_requests
+        through("written")
 
 
 server_factory: Any = None
 
 
-def _process(
-    server: SeaweedServer,
-    run_id: str,
-    indexes: list[int],
-    barriers: tuple[Barrier, Barrier, Barrier],
-    queue: Any,
-) -> None:
+def _process(server: SeaweedServer, run_id: str, indexes: list[int], conn: Any, queue: Any) -> None:
     global server_factory  # noqa: PLW0603 - one factory per worker process, set before its threads
     server_factory = server.factory()
     settings = server.settings()
+    stages = Stages(len(indexes), conn)
     outcomes = [Outcome(index) for index in indexes]
     threads = [
-        threading.Thread(target=_sidecar, args=(settings, run_id, index, barriers, out))
+        threading.Thread(target=_sidecar, args=(settings, run_id, index, stages, out))
         for index, out in zip(indexes, outcomes, strict=True)
     ]
     for thread in threads:
         thread.start()
+    stages.relay()
     for thread in threads:
         thread.join()
     queue.put(outcomes)
@@ -185,18 +223,25 @@ def _process(
 def run_once(server: SeaweedServer, count: int, procs: int) -> list[Outcome]:
     """``count`` sidecars of one new run in ``procs`` processes; each one's outcome."""
     context = multiprocessing.get_context("fork")
-    barriers = (context.Barrier(count), context.Barrier(count), context.Barrier(count))
     queue = context.Queue()
     run_id = str(uuid.uuid4())
     shares = [list(range(count))[p::procs] for p in range(min(procs, count))]
+    pipes = [context.Pipe() for _ in shares]
     workers = [
-        context.Process(target=_process, args=(server, run_id, share, barriers, queue)) for share in shares
+        context.Process(target=_process, args=(server, run_id, share, child, queue))
+        for share, (_, child) in zip(shares, pipes, strict=True)
     ]
     for worker in workers:
         worker.start()
+    for stage in STAGES:  # every process through the stage, then all go on together
+        for parent, _ in pipes:
+            if not parent.poll(WAIT_S) or parent.recv() != stage:
+                raise SystemExit(f"a worker never got through {stage}")
+        for parent, _ in pipes:
+            parent.send("go")
     outcomes: list[Outcome] = []
     for _ in workers:
-        outcomes += queue.get(timeout=WAIT_S * 3)
+        outcomes += queue.get(timeout=WAIT_S)
     for worker in workers:
         worker.join()
     return sorted(outcomes, key=lambda out: out.index)
@@ -220,7 +265,7 @@ def report(label: str, outcomes: list[Outcome], alone: Outcome | None) -> None:
         f"{statistics.mean(start_req):>8.1f} {max(start_req):>6} "
         f"{max(ledger_s):>9.2f} {statistics.mean(ledger_req):>8.1f} {max(ledger_req):>6}   {answered}"
     )
-    for out in sorted(refused, key=lambda out: out.error is not None and "released by" in out.error)[:3]:
+    for out in refused[:3]:
         print(f"         index {out.index} refused: {out.error}")
     lost = [out for out in outcomes if out.ledger_error is not None]
     for out in lost[:3]:

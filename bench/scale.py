@@ -7,7 +7,8 @@ the bucket before its trainer starts: take its index's lock, create or resume th
 deadline record (reading the attempt claims first), read the server's clock and claim its attempt.
 Once every index holds its lock, all add their attempt to the run's ledger at once (the moment a
 soak's deadline ends every index together). One machine cannot hold 1,024 sidecars: the clients
-run as threads spread over ``--procs`` processes, one client set per thread.
+run as threads spread over ``--procs`` processes, one client set per thread (the
+clients of a process share one boto3 session, as the S3 model it loads is the same).
 
 Prints per N: seconds until every index held its lock on one record, refusals (must be 0),
 S3 requests per index (HTTP attempts, botocore's retries included) and the answers by status
@@ -39,6 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sidecar.adapters.ledger_store import S3LedgerStore
+from sidecar.adapters.s3_client import make_s3_client
 from sidecar.adapters.s3_store import S3DeadlineStore
 from sidecar.adapters.s3_store.lease import SystemClock
 from sidecar.core.deadline import create_or_resume
@@ -138,7 +140,40 @@ class Stages:
             self._go[stage].set()
 
 
-def _sidecar(settings: S3Settings, run_id: str, index: int, stages: Stages, out: Outcome) -> None:
+@dataclass
+class Sidecar:
+    """One sidecar's store clients, each with its own S3 client."""
+
+    index: int
+    out: Outcome
+    answers: Answers
+    store: S3DeadlineStore
+    ledger: S3LedgerStore
+
+
+def _build(settings: S3Settings, session: Any, index: int) -> Sidecar:
+    """Built in the process's main thread: a boto3 session is not thread-safe, and one session per
+    process shares the loaded S3 model between its clients (a session each would need about
+    10 MiB per client: 20 GiB for 1,024 sidecars)."""
+    out = Outcome(index)
+    answers = Answers(out)
+
+    def factory(s3: S3Settings) -> Any:
+        client = make_s3_client(s3, session=session)
+        answers.attach(client)
+        return client
+
+    return Sidecar(
+        index,
+        out,
+        answers,
+        S3DeadlineStore(settings, client_factory=factory),
+        S3LedgerStore(settings, SystemClock(), client_factory=factory),
+    )
+
+
+def _sidecar(sidecar: Sidecar, run_id: str, stages: Stages) -> None:
+    out = sidecar.out
     passed: list[str] = []
 
     def through(stage: str) -> None:
@@ -147,7 +182,7 @@ def _sidecar(settings: S3Settings, run_id: str, index: int, stages: Stages, out:
         stages.wait(stage)
 
     try:
-        _steps(settings, run_id, index, through, out)
+        _steps(sidecar, run_id, through)
     except Exception as exc:  # a refusal or a store failure: counted; the others go on
         out.error = f"{type(exc).__name__}: {exc}"[:300]
         for stage in STAGES:
@@ -155,16 +190,14 @@ def _sidecar(settings: S3Settings, run_id: str, index: int, stages: Stages, out:
                 stages.through(stage)
 
 
-def _steps(settings: S3Settings, run_id: str, index: int, through: Any, out: Outcome) -> None:
-    answers = Answers(out)
-
-    def factory(s3: S3Settings) -> Any:
-        client = server_factory(s3)
-        answers.attach(client)
-        return client
-
-    store = S3DeadlineStore(settings, client_factory=factory)
-    ledger = S3LedgerStore(settings, SystemClock(), client_factory=factory)
+def _steps(sidecar: Sidecar, run_id: str, through: Any) -> None:
+    out, answers, store, ledger, index = (
+        sidecar.out,
+        sidecar.answers,
+        sidecar.store,
+        sidecar.ledger,
+        sidecar.index,
+    )
     identity = make_identity(
         run_id=run_id,
         command=("python3", "train.py"),
@@ -199,25 +232,17 @@ def _steps(settings: S3Settings, run_id: str, index: int, through: Any, out: Out
         through("written")
 
 
-server_factory: Any = None
-
-
 def _process(server: SeaweedServer, run_id: str, indexes: list[int], conn: Any, queue: Any) -> None:
-    global server_factory  # noqa: PLW0603 - one factory per worker process, set before its threads
-    server_factory = server.factory()
-    settings = server.settings()
+    settings, session = server.settings(), server.session()
+    sidecars = [_build(settings, session, index) for index in indexes]
     stages = Stages(len(indexes), conn)
-    outcomes = [Outcome(index) for index in indexes]
-    threads = [
-        threading.Thread(target=_sidecar, args=(settings, run_id, index, stages, out))
-        for index, out in zip(indexes, outcomes, strict=True)
-    ]
+    threads = [threading.Thread(target=_sidecar, args=(sidecar, run_id, stages)) for sidecar in sidecars]
     for thread in threads:
         thread.start()
     stages.relay()
     for thread in threads:
         thread.join()
-    queue.put(outcomes)
+    queue.put([sidecar.out for sidecar in sidecars])
 
 
 def run_once(server: SeaweedServer, count: int, procs: int) -> list[Outcome]:

@@ -12,7 +12,8 @@ clients of a process share one boto3 session, as the S3 model it loads is the sa
 
 Prints per N: seconds until every index held its lock on one record, refusals (must be 0),
 S3 requests per index (HTTP attempts, botocore's retries included) and the answers by status
-(412/409/503), then the ledger phase's wall time, requests and losses. The baseline, measured in
+(412/409/503), then the ledger phase's wall time, requests and losses, and the leases that were not
+renewed in time while held (``leases``: lost locks, which stop a trainer). The baseline, measured in
 the same run, is one sidecar alone doing the same (its requests and time are what N sidecars
 would cost with no one else on the bucket).
 
@@ -65,6 +66,7 @@ class Outcome:
     record: tuple[Any, ...] | None = None
     error: str | None = None
     ledger_error: str | None = None
+    lease_lost: bool = False  # not renewed within lock_lease_s while held (the machine's CPUs or the server)
     start_requests: int = 0
     ledger_requests: int = 0
     statuses: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -230,6 +232,7 @@ def _steps(sidecar: Sidecar, run_id: str, through: Any) -> None:
         out.ledger_s = time.monotonic() - began
         out.ledger_requests = answers.sent - out.start_requests
         through("written")
+        out.lease_lost = store.lock_lost(run_slot(run_id, index)) is not None
 
 
 def _process(server: SeaweedServer, run_id: str, indexes: list[int], conn: Any, queue: Any) -> None:
@@ -288,7 +291,8 @@ def report(label: str, outcomes: list[Outcome], alone: Outcome | None) -> None:
     print(
         f"{label:>8} {len(outcomes):>6} {all_ready:>9.2f} {len(refused):>8} {len(records):>8} "
         f"{statistics.mean(start_req):>8.1f} {max(start_req):>6} "
-        f"{max(ledger_s):>9.2f} {statistics.mean(ledger_req):>8.1f} {max(ledger_req):>6}   {answered}"
+        f"{max(ledger_s):>9.2f} {statistics.mean(ledger_req):>8.1f} {max(ledger_req):>6} "
+        f"{sum(out.lease_lost for out in outcomes):>6}   {answered}"
     )
     for out in refused[:3]:
         print(f"         index {out.index} refused: {out.error}")
@@ -321,7 +325,7 @@ def main() -> int:
         print(f"SeaweedFS {server.endpoint}; sidecars: threads over {args.procs} processes, own clients each")
         print(
             f"{'':>8} {'N':>6} {'locked s':>9} {'refused':>8} {'records':>8} {'req/idx':>8} {'max':>6} "
-            f"{'ledger s':>9} {'req/idx':>8} {'max':>6}   answers by status"
+            f"{'ledger s':>9} {'req/idx':>8} {'max':>6} {'leases':>6}   answers by status"
         )
         (alone,) = run_once(server, 1, 1)
         report("alone", [alone], None)

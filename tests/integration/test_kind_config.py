@@ -69,4 +69,6 @@ def test_the_providers_commands_parse_and_stop_only_for_want_of_a_runtime(tmp_pa
         said = result.stdout + result.stderr
         for parse_error in ("unknown flag", "unknown command", "accepts", "requires", "invalid argument"):
             assert parse_error not in said, (argv, said)
+        # stopped where a runtime is needed: docker's info, its node list, the image in its store
+        assert result.returncode != 0 and ("docker" in said or "not present locally" in said), (argv, said)
         print(f"{' '.join(argv[:3])}: exit {result.returncode}: {said.strip()[-300:]}")

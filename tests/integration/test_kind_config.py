@@ -16,7 +16,9 @@ from tests.components import require
 
 pytestmark = pytest.mark.integration
 
-KIND_NODE_IMAGE = "kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f"
+KIND_NODE_IMAGE = (
+    "kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f"
+)
 
 
 def check(config: Path) -> subprocess.CompletedProcess[str]:

@@ -56,8 +56,10 @@ from sidecar.settings import S3Settings
 
 Change = Callable[[Ledger | None], Ledger]
 PIECES = "ledger.d/"
-# One attempt's piece is a few KiB; anything larger is not one of ours and is passed over.
-PIECE_LIMIT_BYTES = 1024 * 1024
+# One attempt's piece is a few KiB; anything larger is not one of ours and is passed over. All the
+# pieces one read takes are bounded like one ledger: anyone who can write the bucket can plant them.
+PIECE_LIMIT_BYTES = 64 * 1024
+PIECES_LIMIT_BYTES = LEDGER_LIMIT_BYTES
 # A fold takes the writer's own piece and at most this many others, so that a thousand writers
 # ending at once do not each read a thousand pieces; what is left is folded by later writers.
 FOLD_OTHERS = 8
@@ -153,8 +155,12 @@ class S3LedgerStore:
                 f"cannot list s3://{self._bucket}/{runs_prefix}{PIECES}: {describe(exc, self._settings)}"
             ) from exc
         pieces: list[tuple[str, Ledger]] = []
+        budget = PIECES_LIMIT_BYTES
         for _modified, key in sorted(listed)[:limit]:  # a piece folded meanwhile is gone: not replaced
             found = self._get(key, PIECE_LIMIT_BYTES)
+            budget -= 0 if found is None else len(found[0])
+            if budget < 0:
+                break
             try:
                 piece = None if found is None else parse_ledger(found[0], key)
             except ConfigError:

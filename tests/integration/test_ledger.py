@@ -19,9 +19,17 @@ from typing import Any
 
 import pytest
 
+from sidecar.adapters import ledger_store
 from sidecar.adapters.ledger_store import FOLD_OTHERS, PIECES, LocalLedgerStore, S3LedgerStore
 from sidecar.core.errors import ConfigError, UploadError
-from sidecar.core.ledger.record import LEDGER_FILE, Ledger, LedgerEntry, parse_ledger, with_entry
+from sidecar.core.ledger.record import (
+    LEDGER_FILE,
+    Ledger,
+    LedgerEntry,
+    dumps_ledger,
+    parse_ledger,
+    with_entry,
+)
 from sidecar.settings import S3Settings
 from tests.fixtures.s3 import SeaweedServer
 from tests.integration.test_run_full import s3_env
@@ -293,3 +301,24 @@ def test_a_run_page_skips_what_it_cannot_trust_and_names_it(tmp_path: Path) -> N
     assert (
         "skipped attempt-9 (" in done.stderr and "the ledger is not shown: it is run another's" in done.stderr
     )
+
+
+@pytest.mark.s3
+def test_a_read_takes_a_bounded_amount_of_pieces(
+    seaweedfs: SeaweedServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pieces anyone who can write the bucket could plant by the thousand: one read takes at most
+    PIECES_LIMIT_BYTES of them (a ledger's worth), and an oversized one is passed over."""
+    run_id, prefix = str(uuid.uuid4()), f"bounded-{uuid.uuid4().hex[:8]}/"
+    client = seaweedfs.client()
+    for number in range(1, 6):
+        piece = dumps_ledger(adding(run_id, entry(number))(None), now=T0)
+        client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}{number}.json", Body=piece)
+    oversized = b" " * (ledger_store.PIECE_LIMIT_BYTES + 1)
+    client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}0-huge.json", Body=oversized)
+    store = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+    stored = store.read(run_id, prefix)
+    assert stored is not None and [e.attempt for e in stored.entries] == [1, 2, 3, 4, 5]
+    monkeypatch.setattr(ledger_store, "PIECES_LIMIT_BYTES", ledger_store.PIECE_LIMIT_BYTES + 2 * len(piece))
+    bounded = store.read(run_id, prefix)
+    assert bounded is not None and len(bounded.entries) < 5

@@ -35,6 +35,7 @@ from sidecar.adapters.s3_client import (
     b64_digest,
     build_client,
     describe,
+    http_status,
     is_conditional_conflict,
     is_not_found,
     is_precondition_failed,
@@ -43,7 +44,6 @@ from sidecar.adapters.s3_client import (
 )
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ledger.record import (
-    LEDGER_ENTRIES_LIMIT,
     LEDGER_FILE,
     LEDGER_LIMIT_BYTES,
     Ledger,
@@ -60,6 +60,10 @@ PIECES = "ledger.d/"
 # pieces one read takes are bounded like one ledger: anyone who can write the bucket can plant them.
 PIECE_LIMIT_BYTES = 64 * 1024
 PIECES_LIMIT_BYTES = LEDGER_LIMIT_BYTES
+MAX_PIECES = 4_096
+# Objects under the pieces' prefix that are no piece of the run, read before giving up on a fold's
+# or a read's wanted pieces: planted ones cost at most this many GETs.
+READ_TRIES = 64
 # A fold takes the writer's own piece and at most this many others, so that a thousand writers
 # ending at once do not each read a thousand pieces; what is left is folded by later writers.
 FOLD_OTHERS = 8
@@ -84,10 +88,11 @@ class S3LedgerStore:
     def read(self, run_id: str, runs_prefix: str) -> Ledger | None:
         # The pieces before ledger.json: a piece gone by the time it is read was folded into a
         # ledger.json at least as new as the one read after it.
-        pieces = [piece for _key, piece in self._pieces(run_id, runs_prefix, limit=LEDGER_ENTRIES_LIMIT)]
+        pieces = [piece for _key, piece in self._pieces(run_id, runs_prefix, wanted=MAX_PIECES)]
         found = self._get(runs_prefix + LEDGER_FILE, LEDGER_LIMIT_BYTES)
         current = None if found is None else parse_ledger(found[0], self.location(run_id, runs_prefix))
-        return _merged(current, pieces, run_id)
+        # What was folded wins over a piece of the same attempt: a planted piece overrides nothing.
+        return _merged(_merged(None, pieces, run_id), [] if current is None else [current], run_id)
 
     def update(self, run_id: str, runs_prefix: str, change: Change) -> Ledger:
         """``change`` applied to no ledger is this attempt's piece: written first as its own object,
@@ -99,15 +104,16 @@ class S3LedgerStore:
         # Pieces never change: listed once, and folding one twice adds nothing.
         others = [
             (key, piece)
-            for key, piece in self._pieces(run_id, runs_prefix, limit=FOLD_OTHERS + 1)
+            for key, piece in self._pieces(run_id, runs_prefix, wanted=FOLD_OTHERS + 1)
             if key != own_key
         ][:FOLD_OTHERS]
         seen = own
         for attempt in range(FOLD_TRIES):
             found = self._get(runs_prefix + LEDGER_FILE, LEDGER_LIMIT_BYTES)
             current = None if found is None else parse_ledger(found[0], where)
-            base = own if current is None else _added(current, [own], run_id)
-            seen = _added(base, [piece for _key, piece in others], run_id)
+            # This attempt's own entries last: a piece planted beforehand never replaces them.
+            merged = _merged(current, [piece for _key, piece in others], run_id)
+            seen = own if merged is None else _added(merged, [own], run_id)
             condition = {"IfNoneMatch": "*"} if found is None else {"IfMatch": found[1]}
             try:
                 self._put(runs_prefix + LEDGER_FILE, seen, condition=condition)
@@ -136,38 +142,59 @@ class S3LedgerStore:
                 f"cannot write s3://{self._bucket}/{key}: {describe(exc, self._settings)}"
             ) from exc
 
-    def _pieces(self, run_id: str, runs_prefix: str, *, limit: int) -> list[tuple[str, Ledger]]:
-        """The readable pieces of this run among the ``limit`` oldest listed; a piece that is
-        damaged, too large, another run's or gone meanwhile is passed over."""
-        listed: list[tuple[float, str]] = []
+    def _pieces(self, run_id: str, runs_prefix: str, *, wanted: int) -> list[tuple[str, Ledger]]:
+        """The oldest ``wanted`` pieces of this run not yet folded. Anything else under the prefix
+        (damaged, too large by its listed size, another run's, unreadable, gone meanwhile) is
+        passed over, at most READ_TRIES of them read; ConfigError when the pieces of this run
+        exceed a ledger's bytes or MAX_PIECES are listed: a read never silently drops one."""
+        listed: list[tuple[float, str, int]] = []
         try:
             pages = self._client.get_paginator("list_objects_v2").paginate(
                 Bucket=self._bucket, Prefix=runs_prefix + PIECES
             )
             for page in pages:
-                listed += [
-                    (item["LastModified"].timestamp(), item["Key"]) for item in page.get("Contents", [])
-                ]
-                if len(listed) >= LEDGER_ENTRIES_LIMIT:
-                    break
+                contents = page.get("Contents", [])
+                listed += [(item["LastModified"].timestamp(), item["Key"], item["Size"]) for item in contents]
+                if len(listed) > MAX_PIECES:
+                    raise ConfigError(
+                        f"more than {MAX_PIECES} ledger pieces under s3://{self._bucket}/{runs_prefix}"
+                    )
         except BotoErrors as exc:
             raise UploadError(
                 f"cannot list s3://{self._bucket}/{runs_prefix}{PIECES}: {describe(exc, self._settings)}"
             ) from exc
         pieces: list[tuple[str, Ledger]] = []
-        budget = PIECES_LIMIT_BYTES
-        for _modified, key in sorted(listed)[:limit]:  # a piece folded meanwhile is gone: not replaced
-            found = self._get(key, PIECE_LIMIT_BYTES)
-            budget -= 0 if found is None else len(found[0])
-            if budget < 0:
+        budget, tries = PIECES_LIMIT_BYTES, wanted + READ_TRIES
+        for _modified, key, size in sorted(listed):
+            if len(pieces) >= wanted or tries <= 0:
                 break
-            try:
-                piece = None if found is None else parse_ledger(found[0], key)
-            except ConfigError:
-                continue  # anyone who can write the bucket can plant one: never folded, never deleted
-            if piece is not None and piece.run_id == run_id:
-                pieces.append((key, piece))
+            if size > PIECE_LIMIT_BYTES:
+                continue  # not one of ours: never read, never folded, never deleted
+            tries -= 1
+            piece = self._piece(key, run_id)
+            if piece is None:
+                continue
+            budget -= size
+            if budget < 0:
+                where = f"s3://{self._bucket}/{runs_prefix}{PIECES}"
+                raise ConfigError(f"the ledger pieces under {where} exceed {PIECES_LIMIT_BYTES} bytes")
+            pieces.append((key, piece))
         return pieces
+
+    def _piece(self, key: str, run_id: str) -> Ledger | None:
+        """The piece at ``key`` if it is one of this run's; None for anything else anyone who can
+        write the bucket could have put there (a 4xx answer such as a customer key is one)."""
+        try:
+            found = self._get(key, PIECE_LIMIT_BYTES)
+            piece = None if found is None else parse_ledger(found[0], key)
+        except UploadError as exc:
+            status = http_status(exc.__cause__) if exc.__cause__ is not None else 0
+            if 400 <= status < 500 and status != 429:
+                return None
+            raise
+        except ConfigError:
+            return None
+        return piece if piece is not None and piece.run_id == run_id else None
 
     def _delete(self, key: str) -> None:
         # Folded already: a piece left behind is read again, and changes nothing.

@@ -304,21 +304,49 @@ def test_a_run_page_skips_what_it_cannot_trust_and_names_it(tmp_path: Path) -> N
 
 
 @pytest.mark.s3
-def test_a_read_takes_a_bounded_amount_of_pieces(
+def test_a_read_takes_a_bounded_amount_of_pieces_and_says_when_there_are_more(
     seaweedfs: SeaweedServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pieces anyone who can write the bucket could plant by the thousand: one read takes at most
-    PIECES_LIMIT_BYTES of them (a ledger's worth), and an oversized one is passed over."""
+    """Pieces anyone who can write the bucket could plant by the thousand: an oversized one is never
+    read (its listed size), and pieces of the run beyond a ledger's worth fail the read rather than
+    being dropped from it."""
     run_id, prefix = str(uuid.uuid4()), f"bounded-{uuid.uuid4().hex[:8]}/"
     client = seaweedfs.client()
+    oversized = b" " * (ledger_store.PIECE_LIMIT_BYTES + 1)
+    client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}0-huge.json", Body=oversized)
     for number in range(1, 6):
         piece = dumps_ledger(adding(run_id, entry(number))(None), now=T0)
         client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}{number}.json", Body=piece)
-    oversized = b" " * (ledger_store.PIECE_LIMIT_BYTES + 1)
-    client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}0-huge.json", Body=oversized)
     store = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
     stored = store.read(run_id, prefix)
     assert stored is not None and [e.attempt for e in stored.entries] == [1, 2, 3, 4, 5]
-    monkeypatch.setattr(ledger_store, "PIECES_LIMIT_BYTES", ledger_store.PIECE_LIMIT_BYTES + 2 * len(piece))
-    bounded = store.read(run_id, prefix)
-    assert bounded is not None and len(bounded.entries) < 5
+    monkeypatch.setattr(ledger_store, "PIECES_LIMIT_BYTES", 2 * len(piece))
+    with pytest.raises(ConfigError, match="exceed"):
+        store.read(run_id, prefix)
+
+
+@pytest.mark.s3
+def test_planted_pieces_neither_replace_an_attempts_own_entry_nor_stop_the_folds(
+    seaweedfs: SeaweedServer,
+) -> None:
+    run_id, prefix = str(uuid.uuid4()), f"planted-{uuid.uuid4().hex[:8]}/"
+    client = seaweedfs.client()
+    for n in range(FOLD_OTHERS + 2):  # junk older than everything: it must not hold the fold's window
+        client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}junk-{n}.json", Body=b"x")
+    forged = dumps_ledger(adding(run_id, entry(3, "passed"))(None), now=T0)  # a verdict planted beforehand
+    client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}forged.json", Body=forged)
+    leftover = dumps_ledger(adding(run_id, entry(1, "failed"))(None), now=T0)  # a writer that lost its folds
+    client.put_object(Bucket=seaweedfs.bucket, Key=f"{prefix}{PIECES}leftover.json", Body=leftover)
+    store = S3LedgerStore(seaweedfs.settings(), FixedClock(), client_factory=seaweedfs.factory())
+    written = store.update(run_id, prefix, adding(run_id, entry(3, "failed")))
+    assert [(e.attempt, e.status) for e in written.entries] == [(1, "failed"), (3, "failed")]
+    body = client.get_object(Bucket=seaweedfs.bucket, Key=prefix + LEDGER_FILE)["Body"].read()
+    assert [(e.attempt, e.status) for e in parse_ledger(body, "ledger.json").entries] == [
+        (1, "failed"),
+        (3, "failed"),
+    ]
+    stored = store.read(run_id, prefix)
+    assert stored is not None and [(e.attempt, e.status) for e in stored.entries] == [
+        (1, "failed"),
+        (3, "failed"),
+    ]

@@ -22,8 +22,10 @@ from sidecar.core.pod_facts import (
 from sidecar.core.publication import VERDICT_EVENT_REASONS
 
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
-# Kubernetes >= 1.27 labels Job pods with the prefixed key; older clusters only with the bare one.
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# The Job controller's label on its pods since Kubernetes 1.27 (the chart needs 1.31). The legacy
+# bare `job-name` is not read: a pod anyone made with only that label is no pod of the Job, and
+# choosing between the two let one planted pod hide the others.
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 LIST_PAGE = 500
 MAX_PAGES = 1_000  # 500,000 pods: beyond any Job, and never a loop on a server that repeats itself
 
@@ -94,14 +96,9 @@ def wait_for_trainer_digest(
 
 
 def job_pods(client: KubeClient, namespace: str, job: str) -> list[PodFacts]:
-    """Every pod of the Job, once each: by the label the Job controller sets since Kubernetes 1.27,
-    else by the older one; in pages of LIST_PAGE pods, as kubectl reads (a 1,024-pod Job's
-    list is then three bounded answers rather than one of every pod)."""
-    for label in JOB_NAME_LABELS:
-        found = _pods_labelled(client, namespace, f"{label}={job}")
-        if found:
-            return found
-    return []
+    """Every pod of the Job, once each, by the Job controller's label; in pages of LIST_PAGE pods,
+    as kubectl reads (a 1,024-pod Job's list is three bounded answers rather than one of every pod)."""
+    return _pods_labelled(client, namespace, f"{JOB_NAME_LABEL}={job}")
 
 
 def _pods_labelled(client: KubeClient, namespace: str, selector: str) -> list[PodFacts]:

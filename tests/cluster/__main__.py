@@ -1,4 +1,4 @@
-"""Bring a test cluster up by hand: ``python3 -m tests.cluster prepare|up`` (root; see --help)."""
+"""Bring a test cluster up by hand: ``python3 -m tests.cluster prepare|up|kind-image`` (root; see --help)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tests.cluster import images
+from tests.cluster.kind_image import NODE_IMAGE, node_image
 from tests.cluster.node import NODE_IP, RealNode
 from tests.cluster.system import coredns_binary, kube_binaries, log
 from tests.fixtures.helm import layer_tools_dir
@@ -27,13 +28,18 @@ def main(argv: list[str] | None = None) -> int:
         "reuses the Kubernetes binaries, CoreDNS and the images (what .ci/run does before the tests); "
         "'up' also "
         f"starts the node with an S3 store (bucket {BUCKET!r}, Secret {SECRET!r} in namespace default), "
-        "prints how to reach both and keeps them up until Ctrl-C, then tears everything down.",
+        "prints how to reach both and keeps them up until Ctrl-C, then tears everything down. "
+        f"'kind-image' builds the kind node image offline ({NODE_IMAGE}, for "
+        "tests/kind/kind-config.local.yaml) into the Docker daemon that `docker` reaches.",
     )
-    parser.add_argument("action", choices=("prepare", "up"))
+    parser.add_argument("action", choices=("prepare", "up", "kind-image"))
     parser.add_argument(
         "--workdir", type=Path, help="Where the node keeps its state and logs (default: a temp dir, removed)."
     )
     args = parser.parse_args(argv)
+    if args.action == "kind-image":
+        print(node_image())
+        return 0
     started = time.monotonic()
     kube_binaries(node=True)
     coredns_binary()

@@ -240,12 +240,17 @@ def build_context(dest: Path) -> str:
 
 
 @contextlib.contextmanager
-def private_dockerd(workdir: Path) -> Iterator[dict[str, str]]:
+def private_dockerd(
+    workdir: Path,
+    *,
+    exec_root: Path = DOCKER_EXEC_ROOT,
+    cgroup_parent: str = DOCKER_CGROUP_PARENT,
+    extra_args: Sequence[str] = (),
+) -> Iterator[dict[str, str]]:
     """dockerd with its own data root (under ``workdir``), exec root, socket, no bridge and no iptables."""
     data_root = workdir / "docker"
-    exec_root = DOCKER_EXEC_ROOT
     sock = exec_root / "docker.sock"
-    footprint = HostFootprint(DOCKER_PATHS)
+    footprint = HostFootprint((exec_root, *DOCKER_PATHS[1:]))
     exec_root.mkdir(parents=True, exist_ok=True)
     log_path = workdir / "dockerd.log"
     argv = [
@@ -259,8 +264,9 @@ def private_dockerd(workdir: Path) -> Iterator[dict[str, str]]:
         "--ip6tables=false",
         "--ip-masq=false",
         "--exec-opt=native.cgroupdriver=cgroupfs",
-        f"--cgroup-parent=/{DOCKER_CGROUP_PARENT}",
+        f"--cgroup-parent=/{cgroup_parent}",
         "--storage-driver=overlay2",
+        *extra_args,
     ]
     env = {"DOCKER_HOST": f"unix://{sock}", "DOCKER_BUILDKIT": "0"}
     with log_path.open("ab") as out:
@@ -281,7 +287,7 @@ def private_dockerd(workdir: Path) -> Iterator[dict[str, str]]:
                 os.killpg(proc.pid, 9)
                 proc.wait()
         footprint.clean()
-        for leftover in (DOCKER_CGROUP_PARENT, "docker"):
+        for leftover in (cgroup_parent, "docker"):
             remove_cgroups(leftover)
 
 

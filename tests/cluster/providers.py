@@ -100,6 +100,9 @@ class E2ECluster:
     list_objects: Callable[[], dict[str, dict[str, Any]]]
     closed_port_endpoint: str  # an S3 URL pods can reach where nothing listens (store down)
     s3_credentials: tuple[str, str]  # access key id, secret access key
+    # Host directories a pod's hostPath reaches at the same path: all of them on the real node, what
+    # the kind config mounts into the kind node.
+    host_paths: tuple[Path, ...] = ()
 
     @property
     def env(self) -> dict[str, str]:
@@ -280,6 +283,7 @@ def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
                 list_objects=list_objects,
                 closed_port_endpoint=f"http://{NODE_IP}:{free_ports(1)[0]}",
                 s3_credentials=(ACCESS_KEY, SECRET_KEY),
+                host_paths=(Path("/"),),
             )
             _namespace_with_secret(cluster, *cluster.s3_credentials)
             yield cluster
@@ -326,23 +330,39 @@ def kind_missing() -> str | None:
 def kind_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
     from tests.cluster import kind
 
-    missing = kind_missing()
-    if missing:
-        raise RuntimeError(missing)
+    with contextlib.ExitStack() as stack:
+        if kind.local_node():
+            stack.enter_context(kind.local_runtime())
+        missing = kind_missing()
+        if missing:
+            raise RuntimeError(missing)
+        yield from _kind_cluster(workdir, tools)
+
+
+def _kind_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
+    from tests.cluster import kind
+
     name = f"soak-e2e-{uuid.uuid4().hex[:6]}"
-    kubeconfig = kind.create_cluster(name, workdir)
+    kubeconfig, host_paths = kind.create_cluster(name, workdir)
     try:
         cluster = E2ECluster(
             provider="kind",
             kubeconfig=kubeconfig,
             tools=tools,
             workdir=workdir,
-            s3_endpoint=kind.S3_ENDPOINT,
+            s3_endpoint=kind.S3_ENDPOINT_ANY_NAMESPACE,
             s3_values={},
             list_objects=lambda: {},
-            closed_port_endpoint=f"http://{kind.S3_SERVICE}:1",
+            closed_port_endpoint="",
             s3_credentials=(kind.S3_ACCESS_KEY, kind.S3_SECRET_KEY),
+            host_paths=host_paths,
         )
+        # The node's own address: a closed port there refuses at once. A Service's ClusterIP on a port
+        # it does not serve has no rule behind it, and a connection there only times out.
+        node_ip = cluster.kubectl(
+            "get", "nodes", "-o", "jsonpath={.items[0].status.addresses[?(@.type=='InternalIP')].address}"
+        ).stdout.strip()
+        cluster.closed_port_endpoint = f"http://{node_ip}:1"
         kind.build_and_load_image(name)
         kind.install_seaweedfs(cluster)
         cluster.list_objects = lambda: _objects_line(

@@ -53,13 +53,15 @@ def run_logged(
     return out
 
 
-def kube_binaries(*, node: bool) -> Path:
-    """tests/kube/build.sh: the cached (or freshly built) Kubernetes binaries."""
-    argv = ["bash", str(REPO_ROOT / "tests" / "kube" / "build.sh")] + (["--node"] if node else [])
-    env = {k: v for k, v in os.environ.items() if not (node and k == "KUBEBUILDER_ASSETS")}
+def kube_binaries(*, node: bool, kind: bool = False) -> Path:
+    """tests/kube/build.sh: the cached (or freshly built) Kubernetes binaries (``kind``: with kubeadm,
+    kube-proxy and kubectl, for the kind node image)."""
+    flags = ["--kind"] if kind else ["--node"] if node else []
+    argv = ["bash", str(REPO_ROOT / "tests" / "kube" / "build.sh"), *flags]
+    env = {k: v for k, v in os.environ.items() if not (flags and k == "KUBEBUILDER_ASSETS")}
     proc = subprocess.run(argv, stdout=subprocess.PIPE, env=env, timeout=5400, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"tests/kube/build.sh {'--node' if node else ''} failed ({proc.returncode})")
+        raise RuntimeError(f"tests/kube/build.sh {' '.join(flags)} failed ({proc.returncode})")
     return Path(proc.stdout.decode().strip().splitlines()[-1])
 
 
@@ -177,7 +179,7 @@ def host_state(paths: Sequence[Path]) -> set[str]:
             if line.startswith((":", "-A"))
         }
     state |= {"mount " + line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
-    for name in ("kubepods", "soak-e2e-docker", "docker"):
+    for name in ("kubepods", "soak-e2e-docker", "soak-kind-docker", "docker"):
         state |= {f"cgroup {path}" for path in cgroup_dirs(name)}
     state |= {f"path {path}" for path in paths if path.exists()}
     programs = (

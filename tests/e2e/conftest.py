@@ -1,7 +1,8 @@
 """The e2e cluster: ``SOAK_E2E=node`` (a real single node built here; what CI runs, as root) or
 ``SOAK_E2E=kind`` (Docker and kind). Unset, the e2e tests skip; set, a cluster that cannot start is
 an error, never a skip. One cluster serves the e2e package and is gone before the other tests run;
-the real node's teardown must leave the host as it found it (checked here)."""
+the real node's teardown, and kind's with its own dockerd (SOAK_KIND_NODE=local), must leave the
+host as it found it (checked here)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
+from tests.cluster import kind
 from tests.cluster.images import DOCKER_PATHS
 from tests.cluster.node import HOST_PATHS
 from tests.cluster.providers import E2ECluster, e2e_cluster, selected_provider
@@ -21,13 +23,13 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
     provider = selected_provider()
     if provider is None:
         pytest.skip("opt-in: SOAK_E2E=node (a real single node, as root) or SOAK_E2E=kind (Docker and kind)")
-    watched = [*HOST_PATHS, *DOCKER_PATHS]
+    watched = [*HOST_PATHS, *DOCKER_PATHS, kind.DOCKER_EXEC_ROOT]
     before = host_state(watched)
     with e2e_cluster(provider, tmp_path_factory.mktemp("e2e"), layer_tools_dir()) as cluster:
         yield cluster
-    if provider == "node":
+    if provider == "node" or kind.local_node():
         left = sorted(host_state(watched) - before)
-        assert not left, f"the node's teardown left these behind: {left}"
+        assert not left, f"the {provider} cluster's teardown left these behind: {left}"
 
 
 @pytest.hookimpl(wrapper=True)

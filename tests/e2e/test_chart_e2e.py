@@ -824,9 +824,13 @@ def test_two_pods_form_one_torch_ddp_group_and_pass(e2e: E2ECluster, soak: Any) 
     """Two indexes, one torchrun node each: their ranks rendezvous through the headless Service
     (index 0's stable name, resolved by cluster DNS) into one gloo DDP group of world size 2, train
     and pass. Each index's sidecar validates its own node's run_summary; the job verdict passes."""
-    if e2e.provider != "node":
-        pytest.skip("torch is mounted from this host's trainer venv: the real node only")
+    if not e2e.host_paths:
+        pytest.skip("torch is mounted from this host's trainer venv, which this cluster's node cannot see")
     torch_site, trainer_dir = host_torch(), trainers.TRAINERS_DIR
+    for path in (torch_site, trainer_dir):
+        assert any(path.is_relative_to(root) for root in e2e.host_paths), (
+            f"{path} is not mounted into the node"
+        )
     job_name, run_id = soak(
         "ddp",
         {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the Kubernetes binaries the tests run: etcd and kube-apiserver (the apiserver
-# integration tests), plus kube-controller-manager, kube-scheduler and kubelet (the real node of the e2e).
+# integration tests), plus kube-controller-manager, kube-scheduler and kubelet (the real node of the e2e),
+# plus kubeadm, kube-proxy and kubectl (the kind node image, tests/cluster/kind_image.py; tools.go pins them).
 #
 # envtest convention for the control plane: KUBEBUILDER_ASSETS, when set, must hold kube-apiserver and
 # etcd and is used as is by the apiserver tests; `--node` always needs the cache (all five binaries).
@@ -9,7 +10,7 @@
 # Every binary is version-stamped (a build without -X ...version.* reports v0.0.0-master, and helm then
 # refuses a chart with a kubeVersion constraint).
 # The last line on stdout is the directory; progress goes to stderr. Exit 3: no Go toolchain.
-# Usage: build.sh [--node] [--print-dir]
+# Usage: build.sh [--node] [--kind] [--print-dir]
 # Knobs: GO (toolchain binary), KUBE_BUILD_JOBS (parallelism, default 2: CI machines are small).
 set -euo pipefail
 
@@ -17,16 +18,22 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 kube_version="1.35.4"
 control_plane=(etcd kube-apiserver)
 node=(kube-controller-manager kube-scheduler kubelet)
+kind_node=(kubeadm kube-proxy kubectl)
 
 print_only=0
 want=("${control_plane[@]}")
+with_node=0
+with_kind=0
 for arg in "$@"; do
     case "$arg" in
         --print-dir) print_only=1 ;;
-        --node) want=("${control_plane[@]}" "${node[@]}") ;;
-        *) echo "usage: build.sh [--node] [--print-dir]" >&2; exit 2 ;;
+        --node) with_node=1 ;;
+        --kind) with_node=1; with_kind=1 ;;
+        *) echo "usage: build.sh [--node] [--kind] [--print-dir]" >&2; exit 2 ;;
     esac
 done
+[[ "$with_node" == 1 ]] && want+=("${node[@]}")
+[[ "$with_kind" == 1 ]] && want+=("${kind_node[@]}")
 
 if [[ -n "${KUBEBUILDER_ASSETS:-}" && ${#want[@]} -eq 2 ]]; then
     if [[ -x "$KUBEBUILDER_ASSETS/kube-apiserver" && -x "$KUBEBUILDER_ASSETS/etcd" ]]; then
@@ -41,7 +48,7 @@ fi
 cache_root="${SOAK_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/soak-sidecar}"
 dest="$cache_root/kube-$kube_version"
 # The stamp ties cached binaries to the exact pins, so editing go.mod forces a rebuild.
-stamp="$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
+stamp="$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" "$here/tools.go" "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)"
 
 complete() {
     [[ "$(cat "$dest/.stamp" 2>/dev/null)" == "$stamp" ]] || return 1

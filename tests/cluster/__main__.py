@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from tests.cluster import images
+from tests.cluster.kind import local_runtime
 from tests.cluster.kind_image import NODE_IMAGE, node_image
 from tests.cluster.node import NODE_IP, RealNode
 from tests.cluster.system import coredns_binary, kube_binaries, log
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         f"starts the node with an S3 store (bucket {BUCKET!r}, Secret {SECRET!r} in namespace default), "
         "prints how to reach both and keeps them up until Ctrl-C, then tears everything down. "
         f"'kind-image' builds the kind node image offline ({NODE_IMAGE}, for "
-        "tests/kind/kind-config.local.yaml) into the Docker daemon that `docker` reaches.",
+        "tests/kind/kind-config.local.yaml) into the Docker daemon that `docker` reaches, or, when none "
+        "answers, into the cached data root of the private dockerd that SOAK_KIND_NODE=local starts.",
     )
     parser.add_argument("action", choices=("prepare", "up", "kind-image"))
     parser.add_argument(
@@ -38,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.action == "kind-image":
-        print(node_image())
+        with local_runtime():
+            print(node_image())
         return 0
     started = time.monotonic()
     kube_binaries(node=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tomllib
+import yaml
 
 from tests.cluster import images, kind, kind_image
 from tests.cluster.system import REPO_ROOT
@@ -29,6 +30,21 @@ def test_the_local_kind_config_passes_kinds_checks_and_names_the_image_built_her
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["control-plane", kind_image.NODE_IMAGE]
+
+
+def test_the_local_config_with_the_trainer_mounts_passes_kinds_checks(tmp_path: Path) -> None:
+    """What create_cluster hands kind under SOAK_KIND_NODE=local: the local config plus extraMounts."""
+    binary = require("kind-binaries") / "kind-config-check"
+    rendered = tmp_path / "kind-config.yaml"
+    mounts = (tmp_path, REPO_ROOT / "tests" / "trainers")
+    rendered.write_text(yaml.safe_dump(kind.with_mounts(kind.KIND_CONFIG_LOCAL, mounts)), encoding="utf-8")
+    result = subprocess.run(
+        [str(binary), str(rendered)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    (node,) = yaml.safe_load(rendered.read_text(encoding="utf-8"))["nodes"]
+    assert [m["hostPath"] for m in node["extraMounts"]] == [str(m) for m in mounts]
+    assert all(m["readOnly"] and m["containerPath"] == m["hostPath"] for m in node["extraMounts"])
 
 
 def test_the_nodes_containerd_config_is_kinds_with_the_settings_these_vms_need() -> None:

@@ -1,4 +1,6 @@
-"""Bring a test cluster up by hand: ``python3 -m tests.cluster prepare|up|kind-image`` (root; see --help)."""
+"""Bring a test cluster up by hand: ``python3 -m tests.cluster prepare|images|up|kind-image`` (root).
+
+See --help for what each action does."""
 
 from __future__ import annotations
 
@@ -26,15 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 -m tests.cluster",
         description="The real single-node cluster of the e2e tests (root, Linux). 'prepare' builds or "
-        "reuses the Kubernetes binaries, CoreDNS and the images (what .ci/run does before the tests); "
-        "'up' also "
+        "reuses the Kubernetes binaries, CoreDNS and the images; 'images' only the pause and project "
+        "images (what .ci/run builds beside the Go builds); 'up' also "
         f"starts the node with an S3 store (bucket {BUCKET!r}, Secret {SECRET!r} in namespace default), "
         "prints how to reach both and keeps them up until Ctrl-C, then tears everything down. "
         f"'kind-image' builds the kind node image offline ({NODE_IMAGE}, for "
         "tests/kind/kind-config.local.yaml) into the Docker daemon that `docker` reaches, or, when none "
         "answers, into the cached data root of the private dockerd that SOAK_KIND_NODE=local starts.",
     )
-    parser.add_argument("action", choices=("prepare", "up", "kind-image"))
+    parser.add_argument("action", choices=("prepare", "images", "up", "kind-image"))
     parser.add_argument(
         "--workdir", type=Path, help="Where the node keeps its state and logs (default: a temp dir, removed)."
     )
@@ -44,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
             print(node_image())
         return 0
     started = time.monotonic()
+    if args.action == "images":
+        images.pause_image()
+        images.project_image()
+        log(f"images ready in {time.monotonic() - started:.0f} s")
+        return 0
     kube_binaries(node=True)
     coredns_binary()
     images.pause_image()

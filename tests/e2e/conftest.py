@@ -2,10 +2,15 @@
 ``SOAK_E2E=kind`` (Docker and kind). Unset, the e2e tests skip; set, a cluster that cannot start is
 an error, never a skip. One cluster serves the e2e package and is gone before the other tests run;
 the real node's teardown, and kind's with its own dockerd (SOAK_KIND_NODE=local), must leave the
-host as it found it (checked here)."""
+host as it found it (checked here).
+
+With ``SOAK_E2E_ONCE=1`` (.ci/run, which brings up both clusters) each scenario runs on one of them
+only, the one that shows it best (``KIND_SCENARIOS``; docs/helm.md says why); the others are
+deselected, not skipped. Unset, every scenario runs on the cluster ``SOAK_E2E`` names."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator, Iterator
 
 import pytest
@@ -16,6 +21,35 @@ from tests.cluster.node import HOST_PATHS
 from tests.cluster.providers import E2ECluster, e2e_cluster, selected_provider
 from tests.cluster.system import host_state
 from tests.fixtures.helm import layer_tools_dir
+
+# What a user runs on kind with the chart's kind values: the docs' commands, a passing soak, the mock
+# NVML's GPU fault and its retry, the torch DDP pair through extraMounts, and an OOM kill inside kind's
+# nested containers. Everything else runs on the real node, where the kubelet and containerd are the
+# hosts' own (a faster cluster, and the one the disruption and early-exit scenarios were built on).
+KIND_SCENARIOS = frozenset(
+    {
+        "test_docs_cluster_commands_as_written",
+        "test_passing_soak",
+        "test_gpu_fault_retries_on_the_same_deadline",
+        "test_two_pods_form_one_torch_ddp_group_and_pass",
+        "test_out_of_memory_names_the_limit",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    provider = selected_provider()
+    if os.environ.get("SOAK_E2E_ONCE") != "1" or provider is None:
+        return
+    elsewhere = [
+        item
+        for item in items
+        if item.get_closest_marker("e2e")
+        and ("kind" if getattr(item, "originalname", item.name) in KIND_SCENARIOS else "node") != provider
+    ]
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = [item for item in items if item not in elsewhere]
 
 
 @pytest.fixture(scope="package")

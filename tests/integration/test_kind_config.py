@@ -14,7 +14,7 @@ import pytest
 from tests.cluster import kind
 from tests.components import require
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kind]
 
 KIND_NODE_IMAGE = (
     "kindest/node:v1.33.1@sha256:050072256b9a903bd914c0b2866828150cb229cea0efe5892e2b644d5dd3b34f"

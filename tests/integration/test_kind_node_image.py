@@ -18,7 +18,7 @@ from tests.cluster import images, kind, kind_image
 from tests.cluster.system import REPO_ROOT
 from tests.components import require
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kind]
 
 RUNC_BOUNDED = REPO_ROOT / "tests" / "kind" / "runc-bounded"
 

@@ -829,13 +829,68 @@ nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, int cause, unsign
     return retired_pages(device, cause, count, addresses, timestamps);
 }
 
-/* The lowest PID (not ours) whose command line contains needle; 0 when none does. */
+/* The parent of pid (field 4 of /proc/PID/stat, after the comm's closing parenthesis); 0 if unknown. */
+static unsigned long parent_of(unsigned long pid) {
+    char path[64];
+    char stat[512];
+    snprintf(path, sizeof path, "/proc/%lu/stat", pid);
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        return 0;
+    }
+    size_t n = fread(stat, 1, sizeof stat - 1, file);
+    fclose(file);
+    stat[n] = '\0';
+    const char *after_comm = strrchr(stat, ')');
+    unsigned long ppid = 0;
+    if (after_comm == NULL || sscanf(after_comm + 1, " %*c %lu", &ppid) != 1) {
+        return 0;
+    }
+    return ppid;
+}
+
+/* Whether pid descends from ancestor (bounded walk: a ppid loop or a deep tree ends it). */
+static int descends_from(unsigned long pid, unsigned long ancestor) {
+    for (int depth = 0; depth < 256 && pid > 1; depth++) {
+        pid = parent_of(pid);
+        if (pid == ancestor) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether the command line of pid contains needle (its arguments joined by spaces, 4 KiB read). */
+static int cmdline_contains(unsigned long pid, const char *needle) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%lu/cmdline", pid);
+    FILE *file = fopen(path, "r");
+    if (file == NULL) {
+        return 0;
+    }
+    char cmdline[4096];
+    size_t n = fread(cmdline, 1, sizeof cmdline - 1, file);
+    fclose(file);
+    for (size_t i = 0; i < n; i++) {
+        if (cmdline[i] == '\0') {
+            cmdline[i] = ' ';
+        }
+    }
+    cmdline[n] = '\0';
+    return n > 0 && strstr(cmdline, needle) != NULL;
+}
+
+/* The lowest PID (not ours) whose command line contains needle, among our own descendants when
+ * any matches (a local sidecar's trainer: other runs on the same host, e.g. parallel tests, use
+ * GPUs of their own), else among every process we see (a pod: the trainer is a sibling container's
+ * process); 0 when none does. */
 static unsigned int find_by_cmdline(const char *needle) {
     DIR *proc = opendir("/proc");
     if (proc == NULL) {
         return 0;
     }
     unsigned long best = 0;
+    unsigned long best_descendant = 0;
     unsigned long self = (unsigned long)getpid();
     struct dirent *entry;
     while ((entry = readdir(proc)) != NULL) {
@@ -843,30 +898,17 @@ static unsigned int find_by_cmdline(const char *needle) {
             continue;
         }
         unsigned long pid = strtoul(entry->d_name, NULL, 10);
-        if (pid == self || (best != 0 && pid >= best)) {
+        if (pid == self || (best_descendant != 0 && pid >= best_descendant) || !cmdline_contains(pid, needle)) {
             continue;
         }
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%lu/cmdline", pid);
-        FILE *file = fopen(path, "r");
-        if (file == NULL) {
-            continue;
-        }
-        char cmdline[4096];
-        size_t n = fread(cmdline, 1, sizeof cmdline - 1, file);
-        fclose(file);
-        for (size_t i = 0; i < n; i++) {
-            if (cmdline[i] == '\0') {
-                cmdline[i] = ' ';
-            }
-        }
-        cmdline[n] = '\0';
-        if (n > 0 && strstr(cmdline, needle) != NULL) {
+        if (descends_from(pid, self)) {
+            best_descendant = pid;
+        } else if (best == 0 || pid < best) {
             best = pid;
         }
     }
     closedir(proc);
-    return (unsigned int)best;
+    return (unsigned int)(best_descendant != 0 ? best_descendant : best);
 }
 
 /* A pid spec resolved now: 0 when a placeholder names nothing (that process is not running). */

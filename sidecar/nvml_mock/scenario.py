@@ -116,7 +116,8 @@ class MockProcess(_Model):
     pid: int | str = Field(
         description="A literal PID; '$ENV_NAME' (that variable of the process using NVML); "
         "'@/path' (a file holding the PID); '~text' (the lowest PID whose command line contains "
-        "text). Resolved at each query; an unresolved one hides the process."
+        "text, the caller's own descendants first). Resolved at each query; an unresolved one hides "
+        "the process."
     )
     used_memory_mib: Series = 0.0
     kind: Literal["compute", "graphics"] = "compute"

@@ -231,3 +231,44 @@ def test_ld_library_path_route_runs_pynvml_own_loader(nvml_mock_dir: Path, tmp_p
     sample = json.loads(sample_line)
     assert sample["available"] is True
     assert [d["uuid"] for d in sample["devices"]] == [UUID1]
+
+
+QUERY_BY_COMMAND_LINE = """
+    import json, subprocess, sys, pynvml
+    mark = sys.argv[1]
+    wait = "import sys; sys.stdin.read()"
+    own = subprocess.Popen([sys.executable, "-c", wait, mark], stdin=subprocess.PIPE)
+    try:
+        pynvml.nvmlInit()
+        seen = pynvml.nvmlDeviceGetComputeRunningProcesses(pynvml.nvmlDeviceGetHandleByIndex(0))
+        print(json.dumps({"own": own.pid, "seen": [p.pid for p in seen]}))
+    finally:
+        own.communicate()
+"""
+
+
+def test_a_command_line_placeholder_finds_the_callers_own_process_first(
+    nvml_mock_dir: Path, tmp_path: Path
+) -> None:
+    """Two runs on one host (parallel tests, two local soaks): each mock GPU shows its own
+    trainer, not the other run's, though the other's PID is lower."""
+    mark = f"soak-mock-mark-{os.getpid()}"
+    scenario = {
+        "time_unit": "samples",
+        "devices": [{"uuid": UUID0, "processes": [{"pid": f"~{mark}", "used_memory_mib": 10}]}],
+    }
+    flat = compile_scenario(Scenario.model_validate(scenario), tmp_path)
+    env = _clean_env() | {"LD_LIBRARY_PATH": str(nvml_mock_dir), "SOAK_NVML_MOCK_SCENARIO": str(flat)}
+    other_run = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", mark], stdin=subprocess.PIPE
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(QUERY_BY_COMMAND_LINE), mark],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        other_run.communicate()
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert other_run.pid < found["own"] and found["seen"] == [found["own"]]

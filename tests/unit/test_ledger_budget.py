@@ -3,6 +3,8 @@ productive or as badput charged to a cause."""
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -50,6 +52,11 @@ def test_indexes_each_count_the_whole_wall_time() -> None:
     assert budget.wall_s == 2000
     assert abs(budget.productive_s + sum(budget.badput_s.values()) - 2 * 2000) < 1e-6
     assert abs(budget.goodput - (555 + 1000) / 4000) < 1e-9
+
+
+def test_a_span_below_the_float_resolution_leaves_no_zero_entry() -> None:
+    # Hypothesis found it: one float step after a Unix time (2.4e-07 s) rounds to nothing.
+    assert run_budget([], deadline_start=T0, until=math.nextafter(T0, math.inf)).badput_s == {}
 
 
 def test_no_attempt_is_all_before_the_first() -> None:

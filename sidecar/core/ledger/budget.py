@@ -57,7 +57,9 @@ def run_budget(entries: Sequence[AttemptEntry], *, deadline_start: float, until:
         wall_s=wall,
         productive_s=productive,
         goodput=productive / (wall * indexes) if wall > 0 else 0.0,
-        badput_s={cause: round(seconds, 6) for cause, seconds in badput.items() if seconds > 0},
+        # Rounded first, then filtered: a span below a Unix time's float resolution (~2.4e-7 s) is
+        # noise, and must not survive as a zero entry.
+        badput_s={cause: rounded for cause, seconds in badput.items() if (rounded := round(seconds, 6)) > 0},
     )
 
 

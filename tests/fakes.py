@@ -220,6 +220,7 @@ class FakeChannel:
         self.heartbeats = 0
         self.resets = 0
         self.first_error: str | None = None  # no simulated heartbeat fails
+        self.longest_gap_s = 0.0
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -63,7 +63,7 @@ def conclude_run(
             leaks=tuple(leaks),
             deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
             trainer_xids=tuple(recorder.health.trainer_xids()),
-            heartbeat_error=session.heartbeat_error,
+            heartbeat=session.heartbeat_record(resumed=going.started.already_going),
             peak_rss_kib=recorder.summary.max_process_rss_kib,
             container_oom_killed=_container_oom_killed(ports, watched),
         )

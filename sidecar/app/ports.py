@@ -75,6 +75,11 @@ class HeartbeatStatus(Protocol):
         """The first heartbeat that could not be written, None while all were."""
         ...
 
+    @property
+    def longest_gap_s(self) -> float:
+        """The longest time between two heartbeats that were written (the sidecar's clock)."""
+        ...
+
 
 class LocalLauncher(Protocol):
     """A launcher this process started (local mode); ``subprocess.Popen`` is one."""

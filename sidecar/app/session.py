@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from sidecar.app.console import Console
 from sidecar.app.ports import HeartbeatStatus, LocalLauncher, Ports, StopRequest
 from sidecar.app.values import Launched, Preflight, RunRequest, Started
+from sidecar.core import exit_confirmation
+from sidecar.core.conclusion import SidecarHeartbeat
 from sidecar.core.errors import LauncherError, RefusedError, TrainerNotStartedError
 from sidecar.core.samples import ProcessInfo
 from sidecar.core.trainer_process import trainer_of
@@ -159,19 +161,32 @@ class LaunchSession:
         with contextlib.suppress(Exception):
             self.kill_remembered(last_seen)
 
-    @property
-    def heartbeat_error(self) -> str | None:
-        """Why a heartbeat could not be written into the run dir, if one could not."""
-        return None if self._heartbeat is None else self._heartbeat.first_error
+    def heartbeat_record(self, *, resumed: bool) -> SidecarHeartbeat:
+        """What this sidecar knows of its own heartbeat: whether it could have been lost."""
+        beat = self._heartbeat
+        if beat is None:
+            return SidecarHeartbeat(resumed=resumed)
+        return SidecarHeartbeat(
+            first_error=beat.first_error,
+            longest_gap_s=beat.longest_gap_s,
+            timeout_s=self._settings.heartbeat_timeout_s,
+            resumed=resumed,
+        )
 
     def unconfirmed(self, record: ExitRecord | None) -> str | None:
-        """Why ``record`` cannot be the launcher's own (a local launcher exits with its record's
-        code; one killed first wrote none): exit.json sits in a dir the trainer can write."""
+        """Why ``record`` cannot be the launcher's own: exit.json sits in a dir the trainer can
+        write, so a local launcher's record is held field by field to the launcher's own exit
+        status (core.exit_confirmation); a launcher that could not write its record says so."""
         status = None if self._local is None else self._local.poll()
-        if record is None or status is None or status == record.exit_code:
-            return None
-        how = f"was killed by signal {-status}" if status < 0 else f"exited {status}"
-        return f"exit.json says exit code {record.exit_code}, but the launcher {how}: not its record"
+        if status is None:
+            return None if record is None else exit_confirmation.inconsistency(record)
+        if record is None:
+            unwritten = status == names.EXIT_RECORD_UNWRITTEN
+            return (
+                f"the launcher exited {status}: it could not write {names.EXIT_FILE}" if unwritten else None
+            )
+        problem = exit_confirmation.disagreement(record, status, "the launcher")
+        return None if problem is None else f"{problem}: not its record"
 
     def reap(self, timeout_s: float) -> None:
         """Wait for a local launcher to exit (it kills the trainer first); kill it if it does not."""

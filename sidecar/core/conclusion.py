@@ -6,6 +6,7 @@ started, processes that outlived the trainer, and when a failure counts as the d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -14,6 +15,31 @@ from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.names import DEADLINE_SOFT_STOP
+
+
+@dataclass(frozen=True)
+class SidecarHeartbeat:
+    """The sidecar's own record of the heartbeat it wrote into the run dir: the only word on
+    whether it was lost. The launcher's heartbeat_lost says only that the launcher saw no change
+    in time; a trainer that stops or starves the launcher, or removes the file, causes that too."""
+
+    # The first heartbeat that could not be written into the run dir (the trainer can break it).
+    first_error: str | None = None
+    # The longest time between two heartbeats that landed, by the sidecar's clock.
+    longest_gap_s: float = 0.0
+    # The launcher's heartbeat timeout (go.json).
+    timeout_s: float = math.inf
+    # This sidecar took over a running trainer: its predecessor may have been gone for a while.
+    resumed: bool = False
+
+    @property
+    def lapsed(self) -> bool:
+        """The sidecar itself stalled or was gone long enough for the launcher to miss it (half
+        the timeout: the launcher notices a change late when it is starved)."""
+        return self.resumed or self.longest_gap_s >= self.timeout_s * LAPSE_SHARE
+
+
+LAPSE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -35,8 +61,7 @@ class RunFacts:
     deadline_passed: bool
     # XIDs the application caused (core.gpu_health): named in a failed verdict's reason.
     trainer_xids: tuple[str, ...] = ()
-    # The first heartbeat the sidecar could not write into the run dir (which the trainer can write).
-    heartbeat_error: str | None = None
+    heartbeat: SidecarHeartbeat = SidecarHeartbeat()
     # The largest RSS of the trainer's tree any sample saw (KiB), for an OOM kill's reason.
     peak_rss_kib: int | None = None
     # The kubelet's word (pod mode): the trainer's container was OOMKilled.
@@ -89,22 +114,8 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
             "launcher exited without writing exit.json",
         )
         return None if facts.container_oom_killed else failure
-    if record.heartbeat_lost and facts.heartbeat_error is not None:
-        # The sidecar was alive but its heartbeat could not land: the run dir broke (the trainer can
-        # write it), not the sidecar. Not retryable as a lost supervisor would be.
-        return (
-            "monitor_failure",
-            f"the sidecar's heartbeat could not be written into the run dir ({facts.heartbeat_error}): "
-            "the launcher lost it and killed the trainer",
-        )
     if record.heartbeat_lost or record.owner_lost:
-        # The sidecar stalled or died, not the trainer: the launcher failed closed. Retryable.
-        lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"
-        return (
-            "supervisor_lost",
-            f"the launcher lost the sidecar's {lost} and killed the trainer: the sidecar stalled or "
-            "died, the trainer's own outcome is unknown",
-        )
+        return _lost_sidecar(record, facts.heartbeat)
     if record.reason == "spawn_failed":
         problem = "was not found" if record.exit_code == 127 else "is not executable"
         return (
@@ -112,6 +123,33 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
             f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})",
         )
     return None
+
+
+def _lost_sidecar(record: ExitRecord, heartbeat: SidecarHeartbeat) -> tuple[verdicts.MonitorKind, str]:
+    """The launcher says it lost the sidecar. Retryable (152) only when the sidecar's own record
+    shows it: a sidecar that concludes was not gone (owner lost), and one whose heartbeats all
+    landed on time was not stalled. Otherwise the launcher was stopped, starved or lied to."""
+    if heartbeat.first_error is not None:
+        # The heartbeat could not land: the run dir broke (the trainer can write it), not the sidecar.
+        return (
+            "monitor_failure",
+            f"the sidecar's heartbeat could not be written into the run dir ({heartbeat.first_error}): "
+            "the launcher lost it and killed the trainer",
+        )
+    if record.heartbeat_lost and heartbeat.lapsed:
+        return (
+            "supervisor_lost",
+            "the launcher lost the sidecar's heartbeat and killed the trainer: the sidecar stalled or "
+            "died, the trainer's own outcome is unknown",
+        )
+    lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"
+    return (
+        "trainer_failure",
+        f"the launcher reported the sidecar's {lost} lost, but the sidecar was there throughout "
+        f"(its heartbeats landed at most {heartbeat.longest_gap_s:.1f} s apart, the timeout is "
+        f"{heartbeat.timeout_s:g} s): the launcher was stopped or starved, or the heartbeat file removed, "
+        "from the trainer's side",
+    )
 
 
 def out_of_memory(

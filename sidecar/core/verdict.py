@@ -11,10 +11,16 @@
 4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
 5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
 
-and its classification rules: a monitor kind or ``resource_leak`` stands unless the trainer wrote
-a valid abnormal shutdown classification, which the seed lets replace it (except where the monitor's
-kind refines it, see ``REFINES``: same exit code, a more precise name); otherwise the summary's
-classification fills an empty slot; a failure with no kind is ``unknown_failure``.
+and its classification rules. The seed let a valid abnormal shutdown classification from the trainer
+replace any earlier kind; stricter here, because the trainer writes its summary itself:
+
+- what the sidecar observed or measured stands over the trainer's account (``OBSERVED``: a stall,
+  a stop from outside, a leak or survivors, an OOM kill), e.g. a hung trainer killed by the stall's
+  TERM that then reports ``learner_failure`` is still ``timeout/stale_tick``;
+- a class that names a cause only the sidecar can see (``SEEN_ONLY``: a stop, a stall) counts only
+  when the sidecar saw it; otherwise the claim is named in the reason and not taken;
+- any other claim (the trainer's own failure) replaces the remaining kinds and fills an empty slot;
+  a failure with no kind is ``unknown_failure``.
 
 Added to the seed, ahead of everything above because they explain the rest:
 
@@ -66,12 +72,22 @@ MonitorKind = Literal[
     "launcher_missing",
     "trainer_not_started",
     "supervisor_lost",
+    # the sidecar's own record shows the trainer at fault (it stopped or starved its launcher)
+    "trainer_failure",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
-# A monitor kind that names more precisely what the trainer's own classification says stands: a
-# trainer soft-stopped because its pod was evicted (or its Job suspended) calls that a cancellation.
-REFINES: Mapping[str, str] = MappingProxyType(
-    {kind: "external_cancellation" for kind in get_args(CancelKind) if kind != "external_cancellation"}
+# Kinds the sidecar itself observed or measured: the trainer's own classification never replaces
+# them (a trainer soft-stopped because its pod was evicted calls that a cancellation; one killed by a
+# stall's TERM may call it its own failure).
+OBSERVED: frozenset[str] = frozenset(
+    {*get_args(CancelKind), "timeout/stale_tick", "timeout/startup", "resource_leak", "out_of_memory"}
+)
+# Shutdown classes that name a cause only the sidecar can see, and the kinds that show it saw it.
+SEEN_ONLY: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "external_cancellation": frozenset(get_args(CancelKind)),
+        "timeout/stale_tick": frozenset({"timeout/stale_tick", "timeout/startup"}),
+    }
 )
 
 # Classification -> exit code. The single source for the README table and the chart's
@@ -217,10 +233,7 @@ def decide(
             out_of_memory=out_of_memory,
         )
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
-    summary_decides = summary.classification_overrides or kind is None
-    # The kernel's word on an OOM kill stands over the trainer's own account of its failure.
-    if summary.classification is not None and summary_decides and kind != "out_of_memory":
-        kind = kind if REFINES.get(kind or "") == summary.classification else summary.classification
+    kind = _with_summary_kind(kind, summary, parts)
     if deadline is not None:
         kind = "deadline_exhausted"
     elif gpu_fault is not None:
@@ -234,6 +247,18 @@ def decide(
         return _failed(kind or fallback, "; ".join(parts), upload_error)
     passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
     return passed if upload_error is None else with_upload_error(passed, upload_error)
+
+
+def _with_summary_kind(kind: str | None, summary: SummaryOutcome, parts: list[str]) -> str | None:
+    """The kind once the summary's classification is weighed (see the module docstring); a claim
+    of a cause the sidecar did not see is added to ``parts`` instead."""
+    claim = summary.classification
+    if claim is None or not (summary.classification_overrides or kind is None):
+        return kind
+    if claim in SEEN_ONLY and kind not in SEEN_ONLY[claim]:
+        parts.append(f"the trainer's run_summary claims {claim!r}, which the sidecar did not see")
+        return kind
+    return kind if kind in OBSERVED else claim
 
 
 def _run_failures(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 
 from .output import log
 from .protocol.exit import ExitRecord, KilledProcess
@@ -69,13 +70,60 @@ def _processes(found: dict[int, tuple[str, ...]]) -> tuple[KilledProcess, ...]:
     return tuple(KilledProcess(pid, command) for pid, command in sorted(found.items()))
 
 
-def write_exit(run_dir: str, record: ExitRecord, termination_log: str | None) -> None:
+class RecordSlot:
+    """exit.json's temp file and the run dir, opened before the trainer starts: the trainer (same
+    UID) may later take every new fd from the launcher (``prlimit RLIMIT_NOFILE 0``), so writing
+    the record then needs none, only write, fsync and rename."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.path = os.path.join(run_dir, EXIT_FILE)
+        self.tmp = os.path.join(run_dir, f".{EXIT_FILE}.{uuid.uuid4().hex[:12]}.tmp")
+        self.dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except OSError:
+            os.close(self.dir_fd)
+            raise
+
+    def fill(self, payload: bytes) -> None:
+        """Write the record and rename it into place (once); OSError when that fails."""
+        try:
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(self.fd, view) :]
+            os.fsync(self.fd)
+            os.replace(self.tmp, self.path)
+            os.fsync(self.dir_fd)
+        finally:
+            os.close(self.fd)
+            os.close(self.dir_fd)
+
+
+def open_record_slot(run_dir: str) -> RecordSlot | None:
     try:
-        atomic_write_json(os.path.join(run_dir, EXIT_FILE), record.to_json())
+        return RecordSlot(run_dir)
     except OSError as exc:
+        log(f"cannot prepare {EXIT_FILE}: {exc}")
+        return None
+
+
+def write_exit(
+    run_dir: str, record: ExitRecord, termination_log: str | None, slot: RecordSlot | None = None
+) -> bool:
+    """exit.json (into ``slot`` when one was prepared); False when it could not be written."""
+    written = True
+    try:
+        payload = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+        if slot is not None:
+            slot.fill(payload)
+        else:
+            atomic_write_json(os.path.join(run_dir, EXIT_FILE), record.to_json())
+    except (OSError, MemoryError) as exc:
         log(f"cannot write {EXIT_FILE}: {exc}")
+        written = False
     if termination_log is not None:
         write_termination_log(termination_log, record)
+    return written
 
 
 def write_termination_log(path: str, record: ExitRecord) -> None:

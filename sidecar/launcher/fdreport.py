@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from .output import log
-from .proc import alive_descendants, start_ticks
+from .proc import alive_descendants, live_thread, start_ticks
 from .protocol.fds import DIR_FLAGS, classify_fds, fd_links, fd_report_json
 from .protocol.files import atomic_write_json
 from .protocol.names import FD_REPORT_FILE, FD_REPORT_MAX_PROCESSES
@@ -37,8 +37,10 @@ class FdReporter:
     def _table(
         self, pid: int, known: dict[tuple[int, int], tuple[int, dict[str, int], int]]
     ) -> dict[str, Any] | None:
+        tid = live_thread(pid)  # a leader that exited has no fd table of its own: its threads do
+        where = f"/proc/{pid}" if tid in (None, pid) else f"/proc/{pid}/task/{tid}"
         try:
-            pid_fd = os.open(f"/proc/{pid}", DIR_FLAGS)
+            pid_fd = os.open(where, DIR_FLAGS)
         except OSError:
             return None
         try:

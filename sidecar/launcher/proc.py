@@ -12,14 +12,36 @@ from .protocol.names import CMDLINE_READ_BYTES
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _fields_after_comm(pid: int) -> list[str] | None:
-    """Fields of /proc/PID/stat after the comm, starting with the state (field 3)."""
+def _fields_after_comm(pid: int, tid: int | None = None) -> list[str] | None:
+    """Fields of /proc/PID/stat (or of one of its threads) after the comm, the state (field 3) first."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
+        with open(path, "rb") as handle:
             raw = handle.read().decode(errors="replace")
     except OSError:
         return None
     return raw.rpartition(")")[2].split()
+
+
+DEAD_STATES = ("Z", "X", "x")
+
+
+def live_thread(pid: int) -> int | None:
+    """A thread of pid that has not exited: the leader, or another thread of a process whose leader
+    left with pthread_exit/SYS_exit (its /proc/PID shows state Z, no fds, no argv, while its other
+    threads run on); None when every thread is gone."""
+    fields = _fields_after_comm(pid)
+    if fields and fields[0] not in DEAD_STATES:
+        return pid
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        thread = _fields_after_comm(pid, int(tid)) if tid.isdigit() and int(tid) != pid else None
+        if thread and thread[0] not in DEAD_STATES:
+            return int(tid)
+    return None
 
 
 def start_ticks(pid: int) -> int | None:
@@ -36,7 +58,9 @@ def kernel_boot_id() -> str | None:
 def command_of(pid: int) -> tuple[str, ...]:
     """The process's arguments (the first CMDLINE_READ_BYTES of them), or its [comm] when it has
     none (a kernel thread, a zombie): what exit.json names a killed process by."""
-    data = _read_prefix(f"/proc/{pid}/cmdline", CMDLINE_READ_BYTES)
+    tid = live_thread(pid)
+    where = f"/proc/{pid}" if tid in (None, pid) else f"/proc/{pid}/task/{tid}"
+    data = _read_prefix(f"{where}/cmdline", CMDLINE_READ_BYTES)
     if data:
         return tuple(part.decode(errors="replace") for part in data.rstrip(b"\0").split(b"\0"))
     comm = read_bytes(f"/proc/{pid}/comm")
@@ -91,7 +115,8 @@ def _scan_children() -> dict[int, list[int]]:
 
 
 def alive_descendants(root: int) -> list[int]:
-    """Every live (non-zombie) descendant of root.
+    """Every live descendant of root: one with any thread that has not exited (a process whose
+    leader thread left while others run is alive, though /proc/PID says Z).
 
     As a subreaper the launcher adopts orphans, so this includes workers that setsid()'d away.
     The per-task children files only touch our own tree (fast); without CONFIG_PROC_CHILDREN
@@ -109,8 +134,7 @@ def alive_descendants(root: int) -> list[int]:
                 continue
             seen.add(pid)
             stack.append(pid)
-            fields = _fields_after_comm(pid)
-            if fields and fields[0] not in ("Z", "X"):
+            if live_thread(pid) is not None:
                 found.append(pid)
     return found
 

@@ -15,7 +15,7 @@ from .channel import SidecarChannel
 from .cleanup import clean_up
 from .deadline import MonotonicDeadline
 from .events import EventLoop
-from .exiting import exit_code, exit_record, write_exit
+from .exiting import exit_code, exit_record, open_record_slot, write_exit
 from .fdreport import FdReports
 from .memory import OomWatch
 from .output import STDOUT_QUEUE_BYTES, ConsoleLog, FdWriter, OutputTee, log
@@ -38,6 +38,7 @@ from .protocol.names import (
     EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND,
     EXIT_PROTOCOL,
+    EXIT_RECORD_UNWRITTEN,
     EXIT_SUPERVISOR_LOST,
     GO_FILE,
     GPU_ENV_VARS,
@@ -82,6 +83,7 @@ class Launcher:
     def run(self) -> int:
         code = EXIT_LAUNCHER_ERROR
         state = self.stopper.state
+        slot = open_record_slot(self.options.run_dir)
         try:
             self.loop.install()
             self.announce()
@@ -104,7 +106,9 @@ class Launcher:
             self.tee.close()
         record = exit_record(self.launch_id, code, state, self.trainer, self.tee.writer.dropped_bytes)
         record = replace(record, memory=self.oom.report())
-        write_exit(self.options.run_dir, record, self.options.termination_log)
+        if not write_exit(self.options.run_dir, record, self.options.termination_log, slot):
+            # The sidecar holds exit.json to this status: no record of ours, so say so.
+            return EXIT_RECORD_UNWRITTEN
         return code
 
     def wait(self, timeout: float | None) -> list[int]:

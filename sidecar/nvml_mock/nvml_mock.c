@@ -191,6 +191,9 @@ static char scenario_override[4096];
 static char loaded_path[4096];
 static char driver_version[80] = "535.129.03";
 static int time_in_samples;
+/* Set once one of our own descendants matched: we are a local sidecar, and a match elsewhere is
+ * another run's process (parallel tests, a second local soak), never ours, even once ours is gone. */
+static int descendants_only;
 static int device_count;
 static mock_device devices[MAX_DEVICES];
 static struct timespec init_time;
@@ -447,6 +450,7 @@ static nvmlReturn_t load_scenario(void) {
     memset(devices, 0, sizeof devices);
     device_count = 0;
     time_in_samples = 0;
+    descendants_only = 0;
     no_event_api = 0;
     snprintf(driver_version, sizeof driver_version, "%s", "535.129.03");
     int init_error = 0;
@@ -881,9 +885,9 @@ static int cmdline_contains(unsigned long pid, const char *needle) {
 }
 
 /* The lowest PID (not ours) whose command line contains needle, among our own descendants when
- * any matches (a local sidecar's trainer: other runs on the same host, e.g. parallel tests, use
- * GPUs of their own), else among every process we see (a pod: the trainer is a sibling container's
- * process); 0 when none does. */
+ * any matches (a local sidecar's trainer: other runs on the same host use GPUs of their own), else,
+ * unless one of ours matched before, among every process we see (a pod: the trainer is a sibling
+ * container's process); 0 when none does. */
 static unsigned int find_by_cmdline(const char *needle) {
     DIR *proc = opendir("/proc");
     if (proc == NULL) {
@@ -908,7 +912,11 @@ static unsigned int find_by_cmdline(const char *needle) {
         }
     }
     closedir(proc);
-    return (unsigned int)(best_descendant != 0 ? best_descendant : best);
+    if (best_descendant != 0) {
+        descendants_only = 1;
+        return (unsigned int)best_descendant;
+    }
+    return descendants_only ? 0U : (unsigned int)best;
 }
 
 /* A pid spec resolved now: 0 when a placeholder names nothing (that process is not running). */

@@ -20,6 +20,7 @@ import pytest
 
 from sidecar.adapters.rundir.channel import Heartbeat, RunDir
 from sidecar.adapters.rundir.zipapp import launcher_path
+from sidecar.launcher.proc import live_thread
 from sidecar.launcher.protocol import names as proto
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.files import atomic_write_json, read_json
@@ -307,6 +308,26 @@ def test_exit_code_passes_through_and_group_survivors_are_killed(
     assert [(p.pid, p.command) for p in record.survivors_killed] == [(leftover, ("sleep", "3600"))]
     assert not record.kill_sent, "sleep dies on TERM: no KILL needed"
     assert gone(leftover)
+
+
+def test_a_zombie_leader_the_trainer_left_is_killed_and_named(
+    launch: Callable[..., Run], tmp_path: Path, zombie_leader: Path
+) -> None:
+    """A daemon whose leader thread left (/proc/PID says Z while its thread runs) is alive: the
+    subreaper's cleanup kills it and names it, rather than leave it to outlive the run."""
+    marker = tmp_path / "leader.pid"
+    script = (
+        "import subprocess, sys\n"
+        f"p = subprocess.Popen([{str(zombie_leader)!r}, '8', '4'], stdout=subprocess.PIPE,\n"
+        "                      start_new_session=True)\n"
+        f"open({str(marker)!r}, 'w').write(p.stdout.readline().split()[1].decode())\n"
+    )
+    run = launch([sys.executable, "-c", script])
+    run.go(kill_grace=2.0)
+    record = run.finish()
+    leader = int(marker.read_text())
+    assert [(p.pid, p.command) for p in record.survivors_killed] == [(leader, (str(zombie_leader), "8", "4"))]
+    assert live_thread(leader) is None  # psutil would call it a zombie, gone or not
 
 
 def test_control_soft_stop_then_terminate_escalates_to_kill(

@@ -41,13 +41,21 @@ def test_the_package_keeps_its_layers() -> None:
     ("module", "line", "contract"),
     [
         ("core/liveness.py", "import sidecar.adapters.procfs", "cli > app > adapters > settings > core"),
-        ("adapters/procfs.py", "import sidecar.app.session", "cli > app > adapters > settings > core"),
+        (
+            "adapters/procfs/__init__.py",
+            "import sidecar.app.session",
+            "cli > app > adapters > settings > core",
+        ),
         ("core/conclusion.py", "import sidecar.settings", "cli > app > adapters > settings > core"),
         ("core/verdict.py", "import subprocess", "the core does no I/O"),
         ("adapters/kube/reads.py", "import sidecar.adapters.s3_sink", "adapters do not import each other"),
         ("launcher/runner.py", "import sidecar.core.samples", "standard library only"),
         ("launcher/proc.py", "import psutil", "standard library only"),
-        ("adapters/procfs.py", "import sidecar.launcher.runner", "imports only the launcher's protocol"),
+        (
+            "adapters/procfs/__init__.py",
+            "import sidecar.launcher.runner",
+            "imports only the launcher's protocol",
+        ),
         ("core/conclusion.py", "import sidecar.launcher.trainer", "imports only the launcher's protocol"),
         ("adapters/nvml/loader.py", "import sidecar.nvml_mock.build", "never build it"),
         ("settings/model.py", "import sidecar.app.supervisor", "no import cycles"),

@@ -199,3 +199,37 @@ def test_a_trainer_that_breaks_the_heartbeat_is_not_a_lost_sidecar(tmp_path: Pat
     found = artifact(tmp_path)
     assert found["failure_classification"] == "monitor_failure", found["failure_reason"]
     assert code == 70 and "heartbeat could not be written into the run dir" in found["failure_reason"]
+
+
+# A crash dressed as a pass: its own exit.json (its real code 3, returncode 0), a valid summary,
+# then every new fd taken from its launcher (prlimit RLIMIT_NOFILE 0, which the same UID may do).
+STARVES_ITS_LAUNCHER = textwrap.dedent(
+    """
+    import json, os, resource, sys, time
+    from pathlib import Path
+    from sidecar.examples.trainer import run_summary, write_atomic
+    run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
+    info = json.loads((run_dir / "launcher.json").read_text())
+    for step in range(5):
+        (progress / "step").write_text(str(step))
+        time.sleep(0.2)
+    summary = run_summary(steps=5, completed=True, classification="normal_completion", error=None)
+    write_atomic(progress / "run_summary.json", summary)
+    forged = {"protocol": 1, "launch_id": info["launch_id"], "exit_code": 3, "reason": "exited",
+              "returncode": 0, "trainer_pid": os.getpid()}
+    (run_dir / ".forged").write_text(json.dumps(forged))
+    os.replace(run_dir / ".forged", run_dir / "exit.json")
+    resource.prlimit(info["pid"], resource.RLIMIT_NOFILE, (0, 0))
+    sys.exit(3)
+    """
+)
+
+
+def test_a_crash_that_starves_its_launcher_of_fds_behind_a_forged_record_fails(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    """The launcher opened its record before the trainer started: it still writes its own."""
+    code, err = run_cli(spawn, tmp_path, "--", sys.executable, "-c", STARVES_ITS_LAUNCHER)
+    found = artifact(tmp_path)
+    assert (code, found["failure_classification"]) == (10, "trainer_failure"), (found["failure_reason"], err)
+    assert "trainer exited with returncode 3" in found["failure_reason"]

@@ -7,7 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sidecar.core.conclusion import RunFacts, conclude, deadline_end
+import pytest
+
+from sidecar.core.conclusion import RunFacts, SidecarHeartbeat, conclude, deadline_end
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess, MemoryReport, OomKill
@@ -180,13 +182,33 @@ def test_the_facts_are_all_it_needs() -> None:
 
 def test_a_lost_heartbeat_is_the_sidecars_stall_not_the_trainers_failure() -> None:
     record = exited(reason="heartbeat_lost", returncode=None, signal=9, heartbeat_lost=True)
-    result = conclude(facts(exit_record=record, summary=missing_summary()))
+    stalled_sidecar = SidecarHeartbeat(longest_gap_s=31.0, timeout_s=30.0)
+    result = conclude(facts(exit_record=record, summary=missing_summary(), heartbeat=stalled_sidecar))
     assert result.verdict.classification == "supervisor_lost"
     assert result.verdict.exit_code.retryable and int(result.verdict.exit_code) == 152
     assert (result.verdict.reason or "").startswith("the launcher lost the sidecar's heartbeat")
     # the sidecar's own finding comes first: the stall it saw before it stopped
     stalled = conclude(facts(exit_record=record, monitor_failure=("timeout/stale_tick", "stale")))
     assert stalled.verdict.classification == "timeout/stale_tick"
+
+
+@pytest.mark.parametrize(
+    "heartbeat",
+    [SidecarHeartbeat(longest_gap_s=1.0, timeout_s=30.0), SidecarHeartbeat()],
+    ids=["on time", "no record of a gap"],
+)
+def test_a_lost_heartbeat_the_sidecar_kept_writing_is_the_trainers_doing(heartbeat: SidecarHeartbeat) -> None:
+    """SIGSTOP the launcher past the timeout, or delete the heartbeat file: the launcher reports the
+    sidecar lost while the sidecar wrote on time. Never the retryable 152."""
+    record = exited(reason="heartbeat_lost", returncode=None, signal=9, heartbeat_lost=True)
+    result = conclude(facts(exit_record=record, summary=missing_summary(), heartbeat=heartbeat))
+    assert (result.verdict.classification, int(result.verdict.exit_code)) == ("trainer_failure", 10)
+    assert "the sidecar was there throughout" in (result.verdict.reason or "")
+    owner = exited(returncode=1, owner_lost=True)
+    assert not conclude(facts(exit_record=owner, heartbeat=heartbeat)).verdict.exit_code.retryable
+    resumed = SidecarHeartbeat(longest_gap_s=1.0, timeout_s=30.0, resumed=True)
+    again = conclude(facts(exit_record=record, summary=missing_summary(), heartbeat=resumed))
+    assert again.verdict.classification == "supervisor_lost"  # the sidecar before this one was gone
 
 
 def memory(*victims: OomKill, start: int = 2, end: int = 3, limit: int | None = 192 * 2**20) -> MemoryReport:

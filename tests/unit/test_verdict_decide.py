@@ -174,20 +174,26 @@ CASES: list[tuple[str, dict[str, Any], str, str]] = [
         f"trainer exited with returncode 1; {ABNORMAL_SHUTDOWN}",
     ),
     (
-        "the trainer's classification replaces the monitor's (seed)",
+        "a stop the sidecar saw stands over the trainer's own class (the seed let the trainer's win)",
         {
             "monitor_failure": ("external_cancellation", "soak was interrupted"),
             "returncode": -2,
             "summary": LEARNER,
         },
-        "learner_failure",
+        "external_cancellation",
         f"soak was interrupted; {ABNORMAL_SHUTDOWN}",
     ),
     (
-        "... and replaces resource_leak (seed)",
+        "... and so do survivors the sidecar found",
         {"residuals": ["5"], "summary": LEARNER},
-        "learner_failure",
+        "resource_leak",
         f"residual child processes after shutdown: 5; {ABNORMAL_SHUTDOWN}",
+    ),
+    (
+        "the trainer's own class replaces a monitor kind that observed no cause (seed)",
+        {"monitor_failure": ("supervisor_lost", "lost"), "returncode": None, "summary": LEARNER},
+        "learner_failure",
+        f"lost; {ABNORMAL_SHUTDOWN}",
     ),
     (
         "launcher missing",
@@ -259,13 +265,14 @@ def test_invalid_abnormal_shutdown_keeps_the_monitor_kind() -> None:
 
 def test_job_failed_stands_over_the_trainers_own_cancellation() -> None:
     """Soft-stopped because another index failed the Job, the trainer calls it a cancellation; the
-    sidecar knows why (same exit code, a more precise name). Any other classification still wins."""
+    sidecar knows why (same exit code, a more precise name). So does any other class it claims: the
+    failure came while it was being stopped."""
     cancelled = copy.deepcopy(ABNORMAL)
     cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
     stopped = ("job_failed", "the Job failed, so this pod was stopped: PodFailurePolicy")
     verdict = run(monitor_failure=stopped, summary=outcome_of(cancelled))
     assert (verdict.classification, verdict.exit_code) == ("job_failed", ExitCode.CANCELLED)
-    assert run(monitor_failure=stopped, summary=LEARNER).classification == "learner_failure"
+    assert run(monitor_failure=stopped, summary=LEARNER).classification == "job_failed"
     plain = run(monitor_failure=("external_cancellation", "interrupted"), summary=outcome_of(cancelled))
     assert plain.classification == "external_cancellation"
 
@@ -277,6 +284,40 @@ def test_a_named_cancellation_stands_over_the_trainers_own_cancellation(cause: s
     verdict = run(monitor_failure=(cause, "why"), returncode=0, summary=outcome_of(cancelled))
     expected = ExitCode.JOB_SUSPENDED if cause == "job_suspended" else ExitCode.CANCELLED
     assert (verdict.classification, verdict.exit_code) == (cause, expected)
+
+
+def test_a_claimed_cancellation_without_a_stop_is_not_taken() -> None:
+    """A crash whose summary says external_cancellation, though no stop was ever sent: the trainer's
+    failure (10), not CANCELLED (17); the claim is named."""
+    cancelled = copy.deepcopy(ABNORMAL)
+    cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
+    verdict = run(returncode=3, summary=outcome_of(cancelled))
+    assert (verdict.classification, verdict.exit_code) == ("trainer_failure", ExitCode.TRAINER_FAILED)
+    assert verdict.reason is not None
+    assert verdict.reason.endswith(
+        "the trainer's run_summary claims 'external_cancellation', which the sidecar did not see"
+    )
+    # exit 0 with the same claim: still the trainer's failure
+    assert run(returncode=0, summary=outcome_of(cancelled)).exit_code == ExitCode.TRAINER_FAILED
+
+
+def test_a_claimed_stall_counts_only_when_the_sidecar_saw_one() -> None:
+    stalled = copy.deepcopy(ABNORMAL)
+    stalled["runtime_manifest"]["shutdown"]["classification"] = "timeout/stale_tick"
+    assert run(returncode=1, summary=outcome_of(stalled)).exit_code == ExitCode.TRAINER_FAILED
+    seen = run(monitor_failure=("timeout/stale_tick", "stale"), returncode=-15, summary=outcome_of(stalled))
+    assert (seen.classification, seen.exit_code) == ("timeout/stale_tick", ExitCode.STALLED)
+
+
+@pytest.mark.parametrize("claim", ["external_cancellation", "learner_failure", "unknown_failure"])
+def test_what_the_sidecar_measured_outranks_what_the_trainer_claims(claim: str) -> None:
+    """A stalled trainer, or a leaker, that writes a class of its own keeps the sidecar's."""
+    summary = copy.deepcopy(ABNORMAL)
+    summary["runtime_manifest"]["shutdown"]["classification"] = claim
+    stalled = run(monitor_failure=("timeout/stale_tick", "stale"), returncode=1, summary=outcome_of(summary))
+    assert stalled.exit_code == ExitCode.STALLED
+    leaked = run(returncode=0, leaks=["RSS grew 80 MiB"], summary=outcome_of(summary))
+    assert (leaked.classification, leaked.exit_code) == ("resource_leak", ExitCode.RESOURCE_LEAK)
 
 
 OOM = "out of memory: the kernel's OOM killer killed the trainer (pid 7: python3 grow.py)"

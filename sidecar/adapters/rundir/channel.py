@@ -322,12 +322,17 @@ class Heartbeat:
         self.beats = 0
         self.last_error: str | None = None
         self.first_error: str | None = None
+        # The longest time between two heartbeats that landed (the sidecar's own clock): a gap the
+        # launcher's timeout could see as a lost sidecar. A stopped or starved sidecar shows it here.
+        self.longest_gap_s = 0.0
+        self._landed_at = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Heartbeat:
         self.run_dir.beat()
         self.beats = 1
+        self._landed_at = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name="soak-heartbeat", daemon=True)
         self._thread.start()
         return self
@@ -345,6 +350,12 @@ class Heartbeat:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            self._landed()  # the time since the last beat counts too
+
+    def _landed(self) -> None:
+        now = time.monotonic()
+        self.longest_gap_s = max(self.longest_gap_s, now - self._landed_at)
+        self._landed_at = now
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -352,6 +363,7 @@ class Heartbeat:
                 self.run_dir.beat()
                 self.beats += 1
                 self.last_error = None
+                self._landed()
             except LauncherError as exc:
                 self.last_error = str(exc)
                 self.first_error = self.first_error or self.last_error

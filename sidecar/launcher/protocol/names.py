@@ -96,6 +96,7 @@ EXIT_USAGE = 64  # bad command line
 EXIT_PROTOCOL = 65  # go.json present but malformed (EX_DATAERR)
 EXIT_LAUNCHER_ERROR = 70  # a bug in the launcher (EX_SOFTWARE); the trainer was killed
 EXIT_SUBREAPER = 71  # PR_SET_CHILD_SUBREAPER unavailable (EX_OSERR)
+EXIT_RECORD_UNWRITTEN = 74  # exit.json could not be written (EX_IOERR): the trainer's code is not told
 EXIT_GO_TIMEOUT = 75  # no go.json/abort.json within --go-timeout (EX_TEMPFAIL)
 EXIT_INSUFFICIENT_BUDGET = 18  # less than the checkpoint margin left at go (sidecar's code too)
 EXIT_ABORT_DEFAULT = 15  # abort.json without a usable exit_code (the sidecar's REFUSED)

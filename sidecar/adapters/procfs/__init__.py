@@ -27,12 +27,25 @@ from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ProcessTreeSamp
 from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_dir_size, fd_links
 from sidecar.launcher.protocol.names import CMDLINE_READ_BYTES
 
-_PROC = "/proc"
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+from .threads import (
+    DEAD,
+    DIR_FLAGS,
+    NUM_THREADS,
+    PPID,
+    PROC,
+    RSS,
+    STARTTIME,
+    STATE,
+    is_exiting,
+    live_task,
+    read_at,
+    same_process_alive,
+    stat_fields,
+)
+
+__all__ = ["ProcfsProcessTable", "is_exiting", "same_process_alive"]
+
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
-# Indexes into the stat fields after the command name: field N of proc(5) is index N - 3.
-_STATE, _PPID, _FLAGS, _NUM_THREADS, _STARTTIME, _RSS = 0, 1, 6, 17, 19, 21
-_PF_EXITING = 0x4  # task flag: the process is inside exit()
 # Samples between full readings of a process's fd classes while its fd count does not change
 # (a minute at the default 5 s interval).
 FD_CLASS_REFRESH = 12
@@ -53,63 +66,17 @@ _STATES = {
 }
 
 
-def _stat_fields(stat: bytes) -> list[bytes]:
-    """The fields of a ``stat`` file after the command name, state first."""
-    # The command name may hold spaces and parentheses: split after its closing one.
-    return stat.rsplit(b")", 1)[-1].split()
-
-
-def _read_stat(pid: int) -> list[bytes] | None:
-    try:
-        with open(f"{_PROC}/{pid}/stat", "rb") as handle:
-            return _stat_fields(handle.read())
-    except OSError:
-        return None
-
-
-def same_process_alive(pid: int, start_ticks: int | None) -> bool:
-    """True while ``pid`` runs and is not a zombie; with ``start_ticks``, only as that process."""
-    fields = _read_stat(pid)
-    if not fields or fields[_STATE] == b"Z":
-        return False
-    return start_ticks is None or (len(fields) > _STARTTIME and int(fields[_STARTTIME]) == start_ticks)
-
-
-def is_exiting(pid: int, start_ticks: int | None) -> bool:
-    """True when ``pid`` is exiting, a zombie, gone, or another process (PID reuse)."""
-    fields = _read_stat(pid)
-    if fields is None or len(fields) <= _STARTTIME or fields[_STATE] in (b"Z", b"X", b"x"):
-        return True
-    if start_ticks is not None and int(fields[_STARTTIME]) != start_ticks:
-        return True
-    return bool(int(fields[_FLAGS]) & _PF_EXITING)
-
-
-def _read_at(dir_fd: int, name: str, limit: int = 1 << 20) -> bytes:
-    """At most ``limit`` bytes of a /proc file (a trainer's argv may be megabytes)."""
-    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        chunks: list[bytes] = []
-        size = 0
-        while size < limit and (chunk := os.read(fd, min(65536, limit - size))):
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def _children(pid_fd: int) -> list[int]:
     """Children of every thread of the process (a child belongs to the thread that forked it)."""
     try:
-        task_fd = os.open("task", _DIR_FLAGS, dir_fd=pid_fd)
+        task_fd = os.open("task", DIR_FLAGS, dir_fd=pid_fd)
     except OSError:
         return []
     children: list[int] = []
     try:
         for tid in os.listdir(task_fd):
             try:
-                listing = _read_at(task_fd, f"{tid}/children")
+                listing = read_at(task_fd, f"{tid}/children")
             except OSError:
                 continue
             children.extend(int(value) for value in listing.split())
@@ -261,23 +228,32 @@ class ProcfsProcessTable:
     def _snapshot(self, pid: int, expected_ticks: int | None) -> tuple[ProcessInfo, list[int]] | None:
         """One process and its children; None when gone, unreadable or not the expected process."""
         try:
-            pid_fd = os.open(f"{_PROC}/{pid}", _DIR_FLAGS)
+            pid_fd = os.open(f"{PROC}/{pid}", DIR_FLAGS)
         except OSError:
             return None
+        live_fd = pid_fd
         try:
-            fields = _stat_fields(_read_at(pid_fd, "stat"))
-            ticks = int(fields[_STARTTIME])
+            fields = stat_fields(read_at(pid_fd, "stat"))
+            ticks = int(fields[STARTTIME])
             if expected_ticks is not None and ticks != expected_ticks:
                 return None
-            ppid, threads = int(fields[_PPID]), int(fields[_NUM_THREADS])
-            rss_kib = int(fields[_RSS]) * _PAGE_KIB
-            state = fields[_STATE].decode()
-            cmdline = _read_at(pid_fd, "cmdline", CMDLINE_READ_BYTES)
+            if fields[STATE] in DEAD:
+                # A leader that left while its threads run has no memory, fds or argv of its own:
+                # read them through a live thread (the start ticks stay the leader's).
+                live_fd = live_task(pid_fd, pid) or pid_fd
+                if live_fd != pid_fd:
+                    fields = stat_fields(read_at(live_fd, "stat"))
+            ppid, threads = int(fields[PPID]), int(fields[NUM_THREADS])
+            rss_kib = int(fields[RSS]) * _PAGE_KIB
+            state = fields[STATE].decode()
+            cmdline = read_at(live_fd, "cmdline", CMDLINE_READ_BYTES)
             children = _children(pid_fd)
-            fds = self._fd_table(pid_fd, pid, ticks)
+            fds = self._fd_table(live_fd, pid, ticks)
         except (OSError, IndexError, ValueError):
             return None
         finally:
+            if live_fd != pid_fd:
+                os.close(live_fd)
             os.close(pid_fd)
         if fds is None:
             return None
@@ -319,7 +295,7 @@ class ProcfsProcessTable:
     def fd_tables_readable(self, pid: int) -> bool:
         """Whether this process may read ``pid``'s fd table (same UID or CAP_SYS_PTRACE)."""
         try:
-            os.close(os.open(f"{_PROC}/{pid}/fd", _DIR_FLAGS))
+            os.close(os.open(f"{PROC}/{pid}/fd", DIR_FLAGS))
         except PermissionError:
             return False
         except OSError:

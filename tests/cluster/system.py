@@ -15,6 +15,8 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+import psutil
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_VERSION = "1.35.4"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -265,3 +267,53 @@ def host_state(paths: Sequence[Path], skip_pids: Collection[int] = ()) -> set[st
             if os.path.basename(argv0).startswith(programs):
                 state.add(f"process {argv0.decode(errors='replace')}")
     return state
+
+
+def boot_clock() -> float:
+    """Seconds since boot: the clock of :func:`foreign_pids`'s ``since`` (a process's start time on
+    it is exact to a clock tick, where psutil's wall-clock start time may be a second off)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _started_before(pid: int, since: float) -> bool:
+    """Whether ``pid`` surely started before ``since`` (:func:`boot_clock`): its start time, in clock
+    ticks since boot, rounds down, so one started in the tick of ``since`` is not."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[19]) + 1) / os.sysconf("SC_CLK_TCK") <= since
+
+
+def foreign_pids(since: float, me: psutil.Process | None = None) -> set[int]:
+    """Processes of whatever else runs on this machine (another test run, a CI run beside it), told
+    apart from those of this process (``me``): one is foreign when it or an ancestor started before
+    ``since`` (:func:`boot_clock`) and is neither init nor ``me`` or one of its ancestors, unless ``me``
+    is its ancestor. Every process this run started since then, even one orphaned to init (a
+    leftover), is not."""
+    me = me or psutil.Process()
+    mine = {0, 1, me.pid, *(parent.pid for parent in me.parents())}
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            chain = [proc, *proc.parents()]
+            if me.pid not in {link.pid for link in chain} and any(
+                link.pid not in mine and _started_before(link.pid, since) for link in chain
+            ):
+                found.add(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def command_line_places(pids: Collection[int]) -> set[Path]:
+    """Absolute paths at least three levels deep that those processes' command lines name, bare or as
+    an option's value: where they keep their state (a dockerd's --data-root, a node's workdir)."""
+    places = set()
+    for pid in pids:
+        try:
+            args = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        for arg in args:
+            value = Path(arg.split("=", 1)[-1])
+            if value.is_absolute() and len(value.parts) >= 4:
+                places.add(value)
+    return places

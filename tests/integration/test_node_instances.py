@@ -1,13 +1,15 @@
 """Two real nodes on one machine (issue 41), checked without starting one: each node's ports are chosen
 free when it is made and checked again before its components bind them, each node's network and names
 come from a slot of its own, and the registry of nodes up hands the shared host paths to the last node
-down and tells a test run's leftover check which state belongs to other nodes."""
+down and tells a test run's leftover check which state belongs to other nodes and other runs."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +19,23 @@ import pytest
 from tests.cluster import hostshare
 from tests.cluster.hostshare import HostSlot, LiveNodes, Member
 from tests.cluster.node import RealNode
-from tests.cluster.system import port_free
+from tests.cluster.system import boot_clock, command_line_places, foreign_pids, port_free
 from tests.fixtures.processes import Spawner
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 # What the harness took before issue 41: etcd client and peer, apiserver, kubelet, kubelet healthz,
 # CoreDNS ready.
 OLD_FIXED_PORTS = {12379, 12380, 6443, 10250, 10248, 18181}
+# Starts a child after a while, writes its pid to argv[1] and waits for it.
+LATER_CHILD = """
+import subprocess, sys, time
+time.sleep(1.0)
+child = subprocess.Popen(["sleep", "30"])
+open(sys.argv[1], "w").write(str(child.pid))
+child.wait()
+"""
 
 
 def dead_pid() -> int:
@@ -143,3 +154,25 @@ def test_other_nodes_state_is_told_apart_from_this_runs(tmp_path: Path, spawn: S
     stranger = spawn([sys.executable, "-c", "import time; time.sleep(60)", f"{tmp_path}/othernode"])
     pids = other.pids()
     assert shim.pid in pids and stranger.pid not in pids
+
+
+def test_other_runs_processes_are_told_apart_from_this_runs_leftovers(tmp_path: Path, spawn: Spawner) -> None:
+    # Stand-ins: `me` is this run; its parent (pytest) one of its ancestors, as a shell is; `older` a
+    # process of another run, already there when this run began, which starts a child later.
+    me = psutil.Process(spawn(["sleep", "30"]).pid)
+    child_file = tmp_path / "child"
+    older = spawn([sys.executable, "-c", LATER_CHILD, str(child_file)])
+    time.sleep(0.2)
+    since = boot_clock()
+    newer = spawn(["sleep", "30"])  # started since, under this run's ancestor: this run's leftover
+    wait_until("the older one's child", lambda: child_file.exists() and child_file.read_text() != "")
+    foreign = foreign_pids(since, me)
+    assert older.pid in foreign and int(child_file.read_text()) in foreign
+    assert newer.pid not in foreign and me.pid not in foreign and os.getpid() not in foreign
+
+
+def test_mounts_are_told_apart_by_the_places_other_processes_name(spawn: Spawner) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(30)"]
+    proc = spawn([*argv, "--data-root=/tmp/other-run/x/docker", "/opt/shallow", "relative/a/b/c"])
+    wait_until("its command line", lambda: len(psutil.Process(proc.pid).cmdline()) == 6)
+    assert command_line_places([proc.pid]) == {Path("/tmp/other-run/x/docker"), Path(sys.executable)}

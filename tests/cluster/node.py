@@ -657,6 +657,7 @@ state = "{root / "state"}"
         if self.claimed is not None:
             remove_cgroups(self.slot.cgroup_root)
             self._network_down()
+            self.claimed = None  # the slot is free again: another node may take it
         # Logs and the kubeconfig stay for a post-mortem; state (images, etcd) is gigabytes.
         for state in ("containerd", "etcd", "kubelet", "pod-logs"):
             shutil.rmtree(self.workdir / state, ignore_errors=True)

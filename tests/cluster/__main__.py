@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.cluster import images
 from tests.cluster.kind import local_runtime
 from tests.cluster.kind_image import NODE_IMAGE, node_image
-from tests.cluster.node import NODE_IP, RealNode
+from tests.cluster.node import RealNode
 from tests.cluster.system import coredns_binary, kube_binaries, log
 from tests.fixtures.helm import layer_tools_dir
 from tests.fixtures.s3 import ACCESS_KEY, SECRET_KEY, run_seaweedfs
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     node = RealNode(workdir=workdir / "node", kubectl_bin=tools / "kubectl")
     try:
         node.up()
-        with run_seaweedfs(workdir / "s3", bucket=BUCKET, ip=NODE_IP) as s3:
+        with run_seaweedfs(workdir / "s3", bucket=BUCKET, ip=node.host_address) as s3:
             node.kubectl(
                 "create",
                 "secret",
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--from-literal=AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
             )
             print(
+                f"node {node.slot.name}: apiserver {node.api_url}, pods on {node.slot.bridge} "
+                f"({node.slot.pod_subnet})\n"
                 f"export KUBECONFIG={node.kubeconfig} PATH={tools}:$PATH   # helm and kubectl\n"
                 f"S3: bucket {BUCKET} at {s3.endpoint}, Secret {SECRET} in default: add "
                 f"--set s3.endpointUrl={s3.endpoint} to the README's helm install\n"

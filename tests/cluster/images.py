@@ -14,6 +14,7 @@ an input changed. The private dockerd lives only for the build and leaves nothin
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -295,6 +296,52 @@ def docker(env: dict[str, str], *args: str, timeout: float = 1800, stdin: Path |
     return run_logged(["docker", *args], env=env, timeout=timeout, stdin=stdin)
 
 
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """An flock in the cache: two test runs on one machine never run the private dockerd at once."""
+    with (images_dir() / ".build.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_project_image(
+    tmp: Path, context: Path, dest: Path, runtime: Path, build: Path
+) -> tuple[str, float]:
+    """Build the image from ``context`` into ``dest`` (and drop the images of other inputs); its size
+    (bytes) and when the build started."""
+    wheelhouse(context / "docker" / "wheels", context)
+    started = time.monotonic()
+    with private_dockerd(tmp) as env:
+        bases = {"soak-base-runtime:" + runtime.stem: runtime, "soak-base-build:" + build.stem: build}
+        for tag, rootfs in bases.items():
+            docker(env, "import", str(rootfs), tag, timeout=600)
+        runtime_tag, build_tag = bases
+        docker(
+            env,
+            "build",
+            "--network",
+            "none",
+            "--pull=false",
+            "--tag",
+            PROJECT_IMAGE,
+            "--build-arg",
+            f"PYTHON_IMAGE={runtime_tag}",
+            "--build-arg",
+            f"BUILD_IMAGE={build_tag}",
+            str(context),
+        )
+        tmp_dest = _atomic_output(dest)
+        docker(env, "save", "--output", str(tmp_dest), PROJECT_IMAGE, timeout=600)
+        size = docker(env, "image", "inspect", "--format", "{{.Size}}", PROJECT_IMAGE).strip()
+    dest.with_suffix(".size").write_text(size, encoding="utf-8")
+    tmp_dest.replace(dest)
+    for old in images_dir().glob("soak-sidecar-*.tar"):
+        if old != dest:
+            old.unlink(missing_ok=True)
+            old.with_suffix(".size").unlink(missing_ok=True)
+    return size, started
+
+
 def project_image() -> Path:
     """The project's image as a ``docker save`` tarball, built from its Dockerfile offline."""
     runtime = base_rootfs(RUNTIME_PACKAGES)
@@ -308,35 +355,9 @@ def project_image() -> Path:
         )
         if dest.is_file():
             return dest
-        wheelhouse(context / "docker" / "wheels", context)
-        started = time.monotonic()
-        with private_dockerd(Path(tmp)) as env:
-            bases = {"soak-base-runtime:" + runtime.stem: runtime, "soak-base-build:" + build.stem: build}
-            for tag, rootfs in bases.items():
-                docker(env, "import", str(rootfs), tag, timeout=600)
-            runtime_tag, build_tag = bases
-            docker(
-                env,
-                "build",
-                "--network",
-                "none",
-                "--pull=false",
-                "--tag",
-                PROJECT_IMAGE,
-                "--build-arg",
-                f"PYTHON_IMAGE={runtime_tag}",
-                "--build-arg",
-                f"BUILD_IMAGE={build_tag}",
-                str(context),
-            )
-            tmp_dest = _atomic_output(dest)
-            docker(env, "save", "--output", str(tmp_dest), PROJECT_IMAGE, timeout=600)
-            size = docker(env, "image", "inspect", "--format", "{{.Size}}", PROJECT_IMAGE).strip()
-        tmp_dest.replace(dest)
-    (dest.with_suffix(".size")).write_text(size, encoding="utf-8")
+        with _build_lock():  # one private dockerd at a time: its exec root and socket are fixed
+            if dest.is_file():  # built by another run while this one waited
+                return dest
+            size, started = _build_project_image(Path(tmp), context, dest, runtime, build)
     log(f"project image: {int(size) >> 20} MiB, built in {time.monotonic() - started:.0f} s")
-    for old in images_dir().glob("soak-sidecar-*.tar"):
-        if old != dest:
-            old.unlink(missing_ok=True)
-            old.with_suffix(".size").unlink(missing_ok=True)
     return dest

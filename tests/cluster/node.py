@@ -2,14 +2,56 @@
 
 containerd, runc and the CNI plugins come from Debian; etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and kubelet from ``tests/kube/build.sh``; the pause and project images from
-``tests.cluster.images``. Pods live on a bridge this harness creates (``soak-e2e0``, 10.87.0.0/24,
+``tests.cluster.images``. Pods live on a bridge this harness creates (``soak-e2eX``, 10.87.X.0/24,
 no masquerade: pods reach only the node), the apiserver listens on the bridge's address, and one
 iptables DNAT rule stands in for kube-proxy (``10.96.0.1:443``). The settings follow
 ``../shared/REAL-CLUSTER.md`` (restrict_oom_score_adj, oomScoreAdj 0, cgroupfs on cgroup v1).
 
+Several nodes can run on one machine at once (two test runs, or a node brought up by hand beside a
+test run), so nothing a node takes is fixed:
+
+- Ports are chosen free when a :class:`RealNode` is made (:class:`NodePorts`, through
+  ``tests.cluster.system.free_ports``) and checked again just before the components bind them: etcd's
+  client and peer ports and CoreDNS's ready port on 127.0.0.1, the apiserver's secure port and the
+  kubelet's port on the node's address. Everything else listens nowhere or on a port the kernel picks
+  at bind: kube-controller-manager and kube-scheduler ``--secure-port=0`` (no serving), the kubelet's
+  healthz and read-only ports 0 (off), containerd's CRI streaming server on 127.0.0.1 port 0.
+- The network and the names come from a slot claimed in :func:`tests.cluster.hostshare.claim_slot`
+  when the node starts: bridge ``soak-e2eX``, subnet ``10.87.X.0/24`` with the node at ``10.87.X.1``,
+  chains ``SOAK-E2EX-APISERVER`` and ``SOAK-E2EX-FORWARD``, CNI network ``soak-e2eX``, and the
+  kubelet's ``cgroupRoot`` ``/soak-e2eX`` (pods' cgroups under it, not under a host-wide
+  ``/kubepods``). CoreDNS listens on the node's own address, port 53 (the port a pod's resolv.conf
+  implies; the address is the node's, so two nodes never clash on it).
+- State lives under ``workdir``: containerd's root, state, sockets and runc root, network namespaces
+  (``netns_mounts_under_state_dir``), the CNI config and host-local IPAM data, the kubelet's root and
+  cert dirs, pod logs, etcd, the PKI, kubeconfigs and logs.
+- The ``10.96.0.1:443`` DNAT that every pod uses is per node: PREROUTING jumps to the node's chain,
+  whose rule matches the node's pod subnet as source, so each node's pods reach their own apiserver.
+
+What stays fixed, and why it is shared rather than per node (:mod:`tests.cluster.hostshare`: the first
+node up records which of these did not exist, the last one down removes them):
+
+- ``/run/containerd``: containerd 1.6 puts its shims' sockets under ``/run/containerd/s/`` whatever
+  its state dir (each named by a hash of the node's own containerd address, so they never clash).
+- ``/var/lib/cni``: the CNI result cache (libcni's default; containerd 1.6's CRI has no setting for
+  it); entries are named by network (per node) and container id.
+- ``/var/lib/kubelet``: the kubelet's device-plugin socket and checkpoint live in
+  ``/var/lib/kubelet/device-plugins`` whatever ``--root-dir`` says (a compiled-in path). The kubelet
+  that starts last owns the socket; no device plugins run here, so the other kubelet loses nothing.
+- ``/var/log/containers``: the kubelet's compiled-in container log links (named by pod, namespace,
+  container and container id).
+- ``/var/log/pods`` and ``/run/netns``: no longer written (``podLogsDir`` and netns mounts are in the
+  workdir), watched in case a component falls back to them.
+- The kubelet's own iptables chains ``KUBE-FIREWALL``, ``KUBE-KUBELET-CANARY`` and
+  ``KUBE-IPTABLES-HINT`` (fixed names in the kubelet; every kubelet ensures the same ones).
+- Host-originated traffic to ``10.96.0.1`` (the nat OUTPUT hook): a process in the host's network
+  namespace (a ``hostNetwork`` pod) carries no mark of its node, so no DNAT can pick the right
+  apiserver; the nodes install no OUTPUT rule, and a ``hostNetwork`` pod must use the apiserver's
+  address from its kubeconfig. Nothing in this project runs one (the chart forbids ``hostNetwork``).
+
 :meth:`RealNode.down` stops everything and removes what it made, inside and outside the workspace:
-processes, mounts, network namespaces, the bridge, iptables rules and chains, cgroups, and the fixed
-host paths the kubelet, containerd and the CNI plugins write to.
+processes, mounts, network namespaces, the bridge, its iptables rules and chains, its cgroups, and,
+when it is the last node on the machine, the shared host paths and chains above.
 """
 
 from __future__ import annotations
@@ -28,14 +70,19 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tests.cluster import images
+from tests.cluster import hostshare, images
+from tests.cluster.hostshare import HOST_PATHS, KUBELET_CHAINS, HostSlot, Member, chain_exists, iptables
 from tests.cluster.pki import make_pki
 from tests.cluster.system import (
+    CGROUP_ROOT,
     HostFootprint,
     coredns_binary,
+    free_ports,
     kube_binaries,
     log,
+    port_free,
     remove_cgroups,
     run_logged,
     unmount_under,
@@ -44,64 +91,66 @@ from tests.docs_commands import CHART_IMAGE
 from tests.fixtures.processes import start_server
 from tests.waiting import wait_until
 
-BRIDGE = "soak-e2e0"
-NODE_IP = "10.87.0.1"
-POD_SUBNET = "10.87.0.0/24"
+# Inside the cluster, the same on every node (they do not meet on the host: the service DNAT is per node).
 SERVICE_RANGE = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
-API_PORT = 6443
-KUBELET_PORT = 10250
 NODE_NAME = "soak-node"
 # Cluster DNS: CoreDNS on the node's bridge address, the kubelet's clusterDNS for every pod.
 CLUSTER_DOMAIN = "cluster.local"
-DNS_READY_ADDRESS = "127.0.0.1:18181"
-NAT_CHAIN = "SOAK-E2E-APISERVER"
-FILTER_CHAIN = "SOAK-E2E-FORWARD"
-# Chains the kubelet creates on its own; removed at teardown when they were not there before.
-KUBELET_CHAINS = {
-    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
-    "nat": ("KUBE-KUBELET-CANARY",),
-    "mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"),
-}
-# Fixed places written whatever the configuration says (shim sockets, CNI cache, device plugins,
-# container log links, network namespaces).
-HOST_PATHS = (
-    Path("/run/containerd"),
-    Path("/var/lib/cni"),
-    Path("/var/lib/kubelet"),
-    Path("/var/log/containers"),
-    Path("/var/log/pods"),
-    Path("/run/netns"),
-)
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 20.0
 # The apiserver drains for about 60 s on SIGTERM; a throwaway cluster need not wait for that.
 APISERVER_STOP_S = 5.0
 
 
-def _iptables(*args: str, check: bool = True) -> bool:
-    proc = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True, check=False)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"iptables {' '.join(args)}: {proc.stderr.strip()}")
-    return proc.returncode == 0
+@dataclass(frozen=True)
+class NodePorts:
+    """The TCP ports a node takes, chosen free (see the module doc)."""
+
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    kubelet: int
+    dns_ready: int
+
+    @classmethod
+    def choose(cls) -> NodePorts:
+        return cls(*free_ports(5))
+
+    def binds(self, node_ip: str) -> list[tuple[str, int]]:
+        """Where each port is bound: etcd and CoreDNS's ready on loopback, the rest on the node."""
+        loopback = "127.0.0.1"
+        return [
+            (loopback, self.etcd_client),
+            (loopback, self.etcd_peer),
+            (node_ip, self.apiserver),
+            (node_ip, self.kubelet),
+            (loopback, self.dns_ready),
+        ]
+
+    def still_free(self, node_ip: str) -> NodePorts:
+        """These ports if all are still free where they will be bound, else a fresh choice (taken in
+        the meantime by another process: checked again, up to a few times)."""
+        ports = self
+        for _ in range(5):
+            if all(port_free(host, port) for host, port in ports.binds(node_ip)):
+                return ports
+            ports = NodePorts.choose()
+        raise RuntimeError(f"no free ports for the node on 127.0.0.1 and {node_ip}")
 
 
-def _chain_exists(table: str, chain: str) -> bool:
-    return _iptables("-t", table, "-nL", chain, check=False)
-
-
-def _make_pki(pki: Path) -> None:
+def _make_pki(pki: Path, node_ip: str) -> None:
     make_pki(
         pki,
         {
             "apiserver": (
                 "/CN=kube-apiserver",
-                f"subjectAltName=IP:{NODE_IP},IP:{KUBERNETES_SERVICE_IP},IP:127.0.0.1,DNS:kubernetes,"
+                f"subjectAltName=IP:{node_ip},IP:{KUBERNETES_SERVICE_IP},IP:127.0.0.1,DNS:kubernetes,"
                 "DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:localhost\nextendedKeyUsage=serverAuth\n",
             ),
             "kubelet": (
                 f"/CN={NODE_NAME}",
-                f"subjectAltName=IP:{NODE_IP},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth\n",
+                f"subjectAltName=IP:{node_ip},DNS:{NODE_NAME}\nextendedKeyUsage=serverAuth\n",
             ),
             "apiserver-kubelet-client": (
                 "/CN=kube-apiserver-kubelet-client/O=system:masters",
@@ -131,15 +180,29 @@ def kubeconfig_doc(server: str, ca_file: Path, token: str, namespace: str | None
 
 @dataclass
 class RealNode:
-    """One node: control plane, containerd and kubelet under ``workdir``; see the module doc."""
+    """One node: control plane, containerd and kubelet under ``workdir``; see the module doc. Its
+    ports are chosen when it is made; its slot (network and names) is claimed by :meth:`up`."""
 
     workdir: Path
     kubectl_bin: Path
+    ports: NodePorts = field(default_factory=NodePorts.choose)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     admin_token: str = field(default_factory=lambda: uuid.uuid4().hex)
     startup_s: float = 0.0
+    claimed: HostSlot | None = None
+    member: Member | None = None
+
+    def __post_init__(self) -> None:
+        # Absolute: every path handed to the components, and what tests.cluster.hostshare matches.
+        self.workdir = self.workdir.absolute()
 
     # ------------------------------------------------------------------ paths
+
+    @property
+    def slot(self) -> HostSlot:
+        if self.claimed is None:
+            raise RuntimeError("the node has no slot yet: RealNode.up() claims one")
+        return self.claimed
 
     @property
     def kubeconfig(self) -> Path:
@@ -147,12 +210,12 @@ class RealNode:
 
     @property
     def api_url(self) -> str:
-        return f"https://{NODE_IP}:{API_PORT}"
+        return f"https://{self.slot.node_ip}:{self.ports.apiserver}"
 
     @property
     def host_address(self) -> str:
         """The node's address as pods see it: servers the tests start for pods listen here."""
-        return NODE_IP
+        return self.slot.node_ip
 
     @property
     def containerd_socket(self) -> Path:
@@ -165,20 +228,18 @@ class RealNode:
 
     def up(self) -> None:
         started = time.monotonic()
-        self._footprint = HostFootprint(HOST_PATHS)
-        self._chains_before = {
-            (table, chain)
-            for table, chains in KUBELET_CHAINS.items()
-            for chain in chains
-            if _chain_exists(table, chain)
-        }
         bins = kube_binaries(node=True)
         coredns = coredns_binary()
         pause, project = images.pause_image(), images.project_image()
         self.logs().mkdir(parents=True, exist_ok=True)
+        self.claimed = hostshare.claim_slot()
+        self.member = Member.me(self.slot, self.workdir)
+        hostshare.join(self.member, _shared_before)
+        log(f"node slot {self.slot.name}: {self.slot.node_ip} on {self.slot.bridge}")
         pki = self.workdir / "pki"
-        _make_pki(pki)
+        _make_pki(pki, self.slot.node_ip)
         self._network_up()
+        self._cgroup_root_up()
         self._start_containerd()
         for image in (pause, project):
             t0 = time.monotonic()
@@ -192,6 +253,9 @@ class RealNode:
             f"docker.io/library/{images.PROJECT_IMAGE}",
             f"docker.io/library/{CHART_IMAGE}",
         )
+        self.ports = self.ports.still_free(self.slot.node_ip)
+        log(f"node ports: {self.ports}")
+        self._service_up()
         self._start_control_plane(bins, pki)
         self._start_cluster_dns(coredns)
         self._start_kubelet(bins, pki)
@@ -222,56 +286,31 @@ class RealNode:
         wait_until(what, alive_and_ready, START_TIMEOUT_S, interval_s=0.5)
 
     def _network_up(self) -> None:
-        if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True).returncode != 0:
-            run_logged(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        run_logged(["ip", "addr", "replace", f"{NODE_IP}/24", "dev", BRIDGE])
-        run_logged(["ip", "link", "set", BRIDGE, "up"])
-        # kube-proxy's one job here: the kubernetes Service to the apiserver on the node.
-        _iptables("-t", "nat", "-N", NAT_CHAIN, check=False)
-        _iptables("-t", "nat", "-F", NAT_CHAIN)
-        _iptables(
-            "-t",
-            "nat",
-            "-A",
-            NAT_CHAIN,
-            "-d",
-            KUBERNETES_SERVICE_IP,
-            "-p",
-            "tcp",
-            "--dport",
-            "443",
-            "-j",
-            "DNAT",
-            "--to-destination",
-            f"{NODE_IP}:{API_PORT}",
-        )
-        for hook in ("PREROUTING", "OUTPUT"):
-            if not _iptables("-t", "nat", "-C", hook, "-j", NAT_CHAIN, check=False):
-                _iptables("-t", "nat", "-I", hook, "-j", NAT_CHAIN)
+        slot = self.slot  # claim_slot created the bridge
+        run_logged(["ip", "addr", "replace", f"{slot.node_ip}/24", "dev", slot.bridge])
+        run_logged(["ip", "link", "set", slot.bridge, "up"])
         # Pods talk to the node only: nothing from the bridge is forwarded anywhere else.
-        _iptables("-N", FILTER_CHAIN, check=False)
-        _iptables("-F", FILTER_CHAIN)
-        _iptables("-A", FILTER_CHAIN, "-i", BRIDGE, "!", "-o", BRIDGE, "-j", "DROP")
-        if not _iptables("-C", "FORWARD", "-j", FILTER_CHAIN, check=False):
-            _iptables("-I", "FORWARD", "-j", FILTER_CHAIN)
+        iptables("-N", slot.filter_chain)
+        iptables("-A", slot.filter_chain, "-i", slot.bridge, "!", "-o", slot.bridge, "-j", "DROP")
+        iptables("-I", "FORWARD", "-j", slot.filter_chain)
         netconf = self.workdir / "cni" / "net.d"
         netconf.mkdir(parents=True, exist_ok=True)
         (netconf / "10-soak-e2e.conflist").write_text(
             json.dumps(
                 {
                     "cniVersion": "0.4.0",
-                    "name": "soak-e2e",
+                    "name": slot.cni_network,
                     "plugins": [
                         {
                             "type": "bridge",
-                            "bridge": BRIDGE,
+                            "bridge": slot.bridge,
                             "isGateway": True,
                             "ipMasq": False,
                             "hairpinMode": True,
                             "ipam": {
                                 "type": "host-local",
                                 "dataDir": str(self.workdir / "cni" / "ipam"),
-                                "ranges": [[{"subnet": POD_SUBNET, "gateway": NODE_IP}]],
+                                "ranges": [[{"subnet": slot.pod_subnet, "gateway": slot.node_ip}]],
                                 "routes": [{"dst": SERVICE_RANGE}],
                             },
                         },
@@ -280,6 +319,32 @@ class RealNode:
             ),
             encoding="utf-8",
         )
+
+    def _service_up(self) -> None:
+        """kube-proxy's one job here: the kubernetes Service to the apiserver on the node, for this
+        node's pods only (their source subnet), so every node's pods reach their own apiserver."""
+        slot = self.slot
+        iptables("-t", "nat", "-N", slot.nat_chain)
+        iptables(
+            "-t", "nat", "-A", slot.nat_chain, "-s", slot.pod_subnet, "-d", KUBERNETES_SERVICE_IP,
+            "-p", "tcp", "--dport", "443", "-j", "DNAT",
+            "--to-destination", f"{slot.node_ip}:{self.ports.apiserver}",
+        )  # fmt: skip
+        iptables("-t", "nat", "-I", "PREROUTING", "-j", slot.nat_chain)
+
+    def _cgroup_root_up(self) -> None:
+        """The kubelet's cgroupRoot, in every hierarchy (the kubelet requires it to exist)."""
+        name = self.slot.cgroup_root
+        if (CGROUP_ROOT / "cgroup.controllers").exists():  # cgroup v2 only
+            (CGROUP_ROOT / name).mkdir(exist_ok=True)
+            return
+        for hierarchy in sorted(CGROUP_ROOT.iterdir()):
+            if (hierarchy / "cgroup.procs").exists():
+                (hierarchy / name).mkdir(exist_ok=True)
+        cpuset = CGROUP_ROOT / "cpuset"
+        for knob in ("cpuset.cpus", "cpuset.mems"):  # a new cpuset cgroup starts with none
+            if (cpuset / name / knob).exists():
+                (cpuset / name / knob).write_text((cpuset / knob).read_text())
 
     def _start_containerd(self) -> None:
         root = self.workdir / "containerd"
@@ -299,6 +364,11 @@ state = "{root / "state"}"
   sandbox_image = "{images.PAUSE_IMAGE}"
   # The VM lacks CAP_SYS_RESOURCE: no negative oom_score_adj for sandboxes.
   restrict_oom_score_adj = true
+  # Pods' network namespaces in this node's state dir, not the host-wide /run/netns.
+  netns_mounts_under_state_dir = true
+  # exec/attach/port-forward streams: a port the kernel picks when containerd binds it.
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -336,16 +406,18 @@ state = "{root / "state"}"
         self.kubeconfig.write_text(
             kubeconfig_doc(self.api_url, pki / "ca.crt", self.admin_token), encoding="utf-8"
         )
+        etcd_url = f"http://127.0.0.1:{self.ports.etcd_client}"
+        peer_url = f"http://127.0.0.1:{self.ports.etcd_peer}"
         self._spawn(
             "etcd",
             [
                 str(bins / "etcd"),
                 f"--data-dir={self.workdir / 'etcd'}",
-                "--listen-client-urls=http://127.0.0.1:12379",
-                "--advertise-client-urls=http://127.0.0.1:12379",
-                "--listen-peer-urls=http://127.0.0.1:12380",
-                "--initial-advertise-peer-urls=http://127.0.0.1:12380",
-                "--initial-cluster=default=http://127.0.0.1:12380",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
                 "--unsafe-no-fsync",
                 "--log-level=warn",
             ],
@@ -354,10 +426,10 @@ state = "{root / "state"}"
             "kube-apiserver",
             [
                 str(bins / "kube-apiserver"),
-                "--etcd-servers=http://127.0.0.1:12379",
-                f"--bind-address={NODE_IP}",
-                f"--advertise-address={NODE_IP}",
-                f"--secure-port={API_PORT}",
+                f"--etcd-servers={etcd_url}",
+                f"--bind-address={self.slot.node_ip}",
+                f"--advertise-address={self.slot.node_ip}",
+                f"--secure-port={self.ports.apiserver}",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
@@ -424,12 +496,13 @@ state = "{root / "state"}"
         """CoreDNS serving the cluster domain from the apiserver (Services, and the pods of a
         headless Service by hostname), as a cluster's own CoreDNS does; nothing else resolves."""
         corefile = self.workdir / "Corefile"
+        ready_address = f"127.0.0.1:{self.ports.dns_ready}"
         corefile.write_text(
             f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 {{
-    bind {NODE_IP}
+    bind {self.slot.node_ip}
     errors
     log
-    ready {DNS_READY_ADDRESS}
+    ready {ready_address}
     kubernetes {CLUSTER_DOMAIN} in-addr.arpa {{
         kubeconfig {self.kubeconfig} soak-e2e
         pods insecure
@@ -444,7 +517,7 @@ state = "{root / "state"}"
 
         def ready() -> bool:
             try:
-                with direct.open(f"http://{DNS_READY_ADDRESS}/ready", timeout=5) as resp:
+                with direct.open(f"http://{ready_address}/ready", timeout=5) as resp:
                     return bool(resp.status == 200)
             except (urllib.error.URLError, OSError):
                 return False
@@ -466,8 +539,8 @@ state = "{root / "state"}"
                 {
                     "apiVersion": "kubelet.config.k8s.io/v1beta1",
                     "kind": "KubeletConfiguration",
-                    "address": NODE_IP,
-                    "port": KUBELET_PORT,
+                    "address": self.slot.node_ip,
+                    "port": self.ports.kubelet,
                     "readOnlyPort": 0,
                     "healthzBindAddress": "127.0.0.1",
                     "healthzPort": 0,
@@ -483,11 +556,13 @@ state = "{root / "state"}"
                     # cgroup v1 (hybrid) on these machines: allowed explicitly, driven through cgroupfs.
                     "cgroupDriver": "cgroupfs",
                     "failCgroupV1": False,
+                    # The node's own top-level cgroup (made by _cgroup_root_up), not a host-wide /kubepods.
+                    "cgroupRoot": f"/{self.slot.cgroup_root}",
                     # No CAP_SYS_RESOURCE: the kubelet must not lower its own oom_score_adj.
                     "oomScoreAdj": 0,
                     "failSwapOn": False,
                     "resolvConf": str(resolv),
-                    "clusterDNS": [NODE_IP],
+                    "clusterDNS": [self.slot.node_ip],
                     "clusterDomain": CLUSTER_DOMAIN,
                     "podLogsDir": str(self.workdir / "pod-logs"),
                     "makeIPTablesUtilChains": False,
@@ -518,7 +593,7 @@ state = "{root / "state"}"
                 f"--root-dir={kubelet_dir / 'root'}",
                 f"--cert-dir={kubelet_dir / 'pki'}",
                 f"--hostname-override={NODE_NAME}",
-                f"--node-ip={NODE_IP}",
+                f"--node-ip={self.slot.node_ip}",
                 "--v=1",
             ],
         )
@@ -579,20 +654,16 @@ state = "{root / "state"}"
         self._stop("containerd")
         self._kill_shims()
         unmount_under(self.workdir)
-        remove_cgroups("kubepods")
-        self._network_down()
+        if self.claimed is not None:
+            remove_cgroups(self.slot.cgroup_root)
+            self._network_down()
+            self.claimed = None  # the slot is free again: another node may take it
         # Logs and the kubeconfig stay for a post-mortem; state (images, etcd) is gigabytes.
         for state in ("containerd", "etcd", "kubelet", "pod-logs"):
             shutil.rmtree(self.workdir / state, ignore_errors=True)
-        if hasattr(self, "_footprint"):
-            self._footprint.clean()
-        for table, chains in KUBELET_CHAINS.items():
-            for chain in chains:
-                if (table, chain) not in getattr(self, "_chains_before", set()) and _chain_exists(
-                    table, chain
-                ):
-                    _iptables("-t", table, "-F", chain, check=False)
-                    _iptables("-t", table, "-X", chain, check=False)
+        if self.member is not None:
+            hostshare.leave(self.member, _clean_shared)
+            self.member = None
 
     def _stop(self, name: str, timeout_s: float = STOP_TIMEOUT_S) -> None:
         proc = self.procs.get(name)
@@ -637,17 +708,37 @@ state = "{root / "state"}"
                     os.kill(int(entry.name), signal.SIGKILL)
 
     def _network_down(self) -> None:
-        for hook in ("PREROUTING", "OUTPUT"):
-            while _iptables("-t", "nat", "-D", hook, "-j", NAT_CHAIN, check=False):
-                pass
-        _iptables("-t", "nat", "-F", NAT_CHAIN, check=False)
-        _iptables("-t", "nat", "-X", NAT_CHAIN, check=False)
-        while _iptables("-D", "FORWARD", "-j", FILTER_CHAIN, check=False):
+        """This node's chains and bridge (veth ends died with their netns, unmounted above)."""
+        slot = self.slot
+        while iptables("-t", "nat", "-D", "PREROUTING", "-j", slot.nat_chain, check=False):
             pass
-        _iptables("-F", FILTER_CHAIN, check=False)
-        _iptables("-X", FILTER_CHAIN, check=False)
-        # veth ends die with their netns; the bridge is ours.
-        for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").is_dir() else []:
-            subprocess.run(["ip", "netns", "delete", netns.name], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True, check=False)
+        while iptables("-D", "FORWARD", "-j", slot.filter_chain, check=False):
+            pass
+        for table, chain in slot.chains():
+            iptables("-t", table, "-F", chain, check=False)
+            iptables("-t", table, "-X", chain, check=False)
+        subprocess.run(["ip", "link", "delete", slot.bridge], capture_output=True, check=False)
         shutil.rmtree(self.workdir / "cni", ignore_errors=True)
+
+
+def _shared_before() -> dict[str, Any]:
+    """What the first node up records (tests.cluster.hostshare.join): the shared host paths and the
+    kubelet's chains that do not exist yet, for the last node down to remove."""
+    return {
+        "paths": [str(path) for path in HostFootprint(HOST_PATHS).created],
+        "chains": [
+            [table, chain]
+            for table, chains in KUBELET_CHAINS.items()
+            for chain in chains
+            if not chain_exists(table, chain)
+        ],
+    }
+
+
+def _clean_shared(record: dict[str, Any]) -> None:
+    """The last node down (tests.cluster.hostshare.leave): remove what the first one recorded."""
+    HostFootprint.of([Path(path) for path in record.get("paths", [])]).clean()
+    for table, chain in record.get("chains", []):
+        if chain_exists(table, chain):
+            iptables("-t", table, "-F", chain, check=False)
+            iptables("-t", table, "-X", chain, check=False)

@@ -255,13 +255,14 @@ def terminated(pod: dict[str, Any], name: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
-    from tests.cluster.node import NODE_IP, RealNode
-    from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, free_ports, run_seaweedfs
+    from tests.cluster.node import RealNode
+    from tests.cluster.system import free_ports
+    from tests.fixtures.s3 import ACCESS_KEY, REGION, SECRET_KEY, run_seaweedfs
 
     node = RealNode(workdir=workdir / "node", kubectl_bin=tools / "kubectl")
     try:
         node.up()
-        with run_seaweedfs(workdir / "s3", bucket=S3_BUCKET, ip=NODE_IP) as server:
+        with run_seaweedfs(workdir / "s3", bucket=S3_BUCKET, ip=node.host_address) as server:
             env = {
                 "S3_ENDPOINT": server.endpoint,
                 "S3_BUCKET": S3_BUCKET,
@@ -281,7 +282,7 @@ def node_cluster(workdir: Path, tools: Path) -> Iterator[E2ECluster]:
                 s3_endpoint=server.endpoint,
                 s3_values={"s3": {"endpointUrl": server.endpoint, "region": REGION}},
                 list_objects=list_objects,
-                closed_port_endpoint=f"http://{NODE_IP}:{free_ports(1)[0]}",
+                closed_port_endpoint=f"http://{node.host_address}:{free_ports(1, node.host_address)[0]}",
                 s3_credentials=(ACCESS_KEY, SECRET_KEY),
                 host_paths=(Path("/"),),
             )

@@ -1,4 +1,5 @@
-"""Small host helpers shared by the cluster providers: logging, commands, cgroups, caches."""
+"""Small host helpers shared by the cluster providers and fixtures: logging, commands, free ports,
+cgroups, caches."""
 
 from __future__ import annotations
 
@@ -6,15 +7,60 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
+
+import psutil
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KUBE_VERSION = "1.35.4"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+# Every port free_ports handed out in this process: never handed out twice, so two servers (or two
+# nodes) configured in one process get distinct ports even when neither has bound its own yet.
+_HANDED_OUT: set[int] = set()
+_HANDED_OUT_LOCK = threading.Lock()
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct TCP ports free on ``host`` now, chosen by the kernel (all held open together,
+    then released) and none handed out before in this process. The one helper for every fixture and
+    cluster component that needs a port: a port is taken at start, never fixed, so two test runs on
+    one machine do not clash."""
+    holders: list[socket.socket] = []
+    chosen: list[int] = []
+    with _HANDED_OUT_LOCK:
+        try:
+            while len(chosen) < count:
+                if len(holders) > count + 1000:
+                    raise RuntimeError(f"no {count} fresh free ports on {host}")
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                holders.append(sock)
+                sock.bind((host, 0))
+                port = int(sock.getsockname()[1])
+                if port not in _HANDED_OUT:
+                    chosen.append(port)
+            _HANDED_OUT.update(chosen)
+            return chosen
+        finally:
+            for sock in holders:
+                sock.close()
+
+
+def port_free(host: str, port: int) -> bool:
+    """Whether a TCP listener could bind ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def log(message: str) -> None:
@@ -153,10 +199,17 @@ class HostFootprint:
     exist before is unmounted and removed on :meth:`clean`, so a teardown leaves nothing behind."""
 
     def __init__(self, paths: Sequence[Path]) -> None:
-        self._created = [path for path in paths if not path.exists()]
+        self.created = [path for path in paths if not path.exists()]
+
+    @classmethod
+    def of(cls, created: Sequence[Path]) -> HostFootprint:
+        """A footprint recorded earlier (e.g. by another process): ``created`` are the paths to clean."""
+        footprint = cls(())
+        footprint.created = list(created)
+        return footprint
 
     def clean(self) -> None:
-        for path in self._created:
+        for path in self.created:
             unmount_under(path)
             if path.is_symlink() or path.is_file():
                 path.unlink(missing_ok=True)
@@ -164,9 +217,21 @@ class HostFootprint:
                 subprocess.run(["rm", "-rf", "--one-file-system", str(path)], check=False)
 
 
-def host_state(paths: Sequence[Path]) -> set[str]:
+# Top-level cgroups of the real nodes' pods (tests/cluster/node.py: each node's kubelet cgroupRoot).
+NODE_CGROUP_PREFIX = "soak-e2e"
+
+
+def node_cgroups() -> set[str]:
+    """The names of the real nodes' top-level cgroups present in any hierarchy."""
+    tops = [CGROUP_ROOT, *(CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else ())]
+    tops += [top / "unified" for top in tops]
+    return {group.name for top in tops if top.is_dir() for group in top.glob(f"{NODE_CGROUP_PREFIX}[0-9]*")}
+
+
+def host_state(paths: Sequence[Path], skip_pids: Collection[int] = ()) -> set[str]:
     """What a cluster could leave behind on the host, as comparable strings: links, iptables chains,
-    mounts, cgroups of pods and builds, the fixed paths, and processes of the cluster's programs."""
+    mounts, cgroups of pods and builds, the fixed paths, and processes of the cluster's programs
+    (but for ``skip_pids``: those of another test run's cluster)."""
     state: set[str] = set()
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False).stdout
     state |= {"link " + line.split(":")[1].strip().split("@")[0] for line in links.splitlines()}
@@ -179,7 +244,7 @@ def host_state(paths: Sequence[Path]) -> set[str]:
             if line.startswith((":", "-A"))
         }
     state |= {"mount " + line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()}
-    for name in ("kubepods", "soak-e2e-docker", "soak-kind-docker", "docker"):
+    for name in sorted({"kubepods", "soak-e2e-docker", "soak-kind-docker", "docker", *node_cgroups()}):
         state |= {f"cgroup {path}" for path in cgroup_dirs(name)}
     state |= {f"path {path}" for path in paths if path.exists()}
     programs = (
@@ -194,7 +259,7 @@ def host_state(paths: Sequence[Path]) -> set[str]:
         b"pause",
     )
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if entry.name.isdigit() and int(entry.name) not in skip_pids:
             try:
                 argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
             except OSError:
@@ -202,3 +267,53 @@ def host_state(paths: Sequence[Path]) -> set[str]:
             if os.path.basename(argv0).startswith(programs):
                 state.add(f"process {argv0.decode(errors='replace')}")
     return state
+
+
+def boot_clock() -> float:
+    """Seconds since boot: the clock of :func:`foreign_pids`'s ``since`` (a process's start time on
+    it is exact to a clock tick, where psutil's wall-clock start time may be a second off)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def _started_before(pid: int, since: float) -> bool:
+    """Whether ``pid`` surely started before ``since`` (:func:`boot_clock`): its start time, in clock
+    ticks since boot, rounds down, so one started in the tick of ``since`` is not."""
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[19]) + 1) / os.sysconf("SC_CLK_TCK") <= since
+
+
+def foreign_pids(since: float, me: psutil.Process | None = None) -> set[int]:
+    """Processes of whatever else runs on this machine (another test run, a CI run beside it), told
+    apart from those of this process (``me``): one is foreign when it or an ancestor started before
+    ``since`` (:func:`boot_clock`) and is neither init nor ``me`` or one of its ancestors, unless ``me``
+    is its ancestor. Every process this run started since then, even one orphaned to init (a
+    leftover), is not."""
+    me = me or psutil.Process()
+    mine = {0, 1, me.pid, *(parent.pid for parent in me.parents())}
+    found = set()
+    for proc in psutil.process_iter():
+        try:
+            chain = [proc, *proc.parents()]
+            if me.pid not in {link.pid for link in chain} and any(
+                link.pid not in mine and _started_before(link.pid, since) for link in chain
+            ):
+                found.add(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def command_line_places(pids: Collection[int]) -> set[Path]:
+    """Absolute paths at least three levels deep that those processes' command lines name, bare or as
+    an option's value: where they keep their state (a dockerd's --data-root, a node's workdir)."""
+    places = set()
+    for pid in pids:
+        try:
+            args = psutil.Process(pid).cmdline()
+        except psutil.Error:
+            continue
+        for arg in args:
+            value = Path(arg.split("=", 1)[-1])
+            if value.is_absolute() and len(value.parts) >= 4:
+                places.add(value)
+    return places

@@ -2,7 +2,8 @@
 ``SOAK_E2E=kind`` (Docker and kind). Unset, the e2e tests skip; set, a cluster that cannot start is
 an error, never a skip. One cluster serves the e2e package and is gone before the other tests run;
 the real node's teardown, and kind's with its own dockerd (SOAK_KIND_NODE=local), must leave the
-host as it found it (checked here).
+host as it found it (checked here; what other real nodes up meanwhile and other runs' processes
+own is left out of the comparison).
 
 With ``SOAK_E2E_ONCE=1`` (.ci/run, which brings up both clusters) each scenario runs on one of them
 only, the one that shows it best (``KIND_SCENARIOS``; docs/helm.md says why); the others are
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.cluster import kind
+from tests.cluster.hostshare import HOST_PATHS, REGISTRY, LiveNodes
 from tests.cluster.images import DOCKER_PATHS
-from tests.cluster.node import HOST_PATHS
 from tests.cluster.providers import E2ECluster, e2e_cluster, selected_provider
-from tests.cluster.system import host_state
+from tests.cluster.system import boot_clock, command_line_places, foreign_pids, host_state
 from tests.fixtures.helm import layer_tools_dir
 
 # What a user runs on kind with the chart's kind values: the docs' commands, a passing soak, the mock
@@ -57,13 +59,34 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster]:
     provider = selected_provider()
     if provider is None:
         pytest.skip("opt-in: SOAK_E2E=node (a real single node, as root) or SOAK_E2E=kind (Docker and kind)")
-    watched = [*HOST_PATHS, *DOCKER_PATHS, kind.DOCKER_EXEC_ROOT]
-    before = host_state(watched)
+    watched = [*HOST_PATHS, REGISTRY, *DOCKER_PATHS, kind.DOCKER_EXEC_ROOT]
+    since = boot_clock()
+    before = _host_state_but_others(watched, since)
     with e2e_cluster(provider, tmp_path_factory.mktemp("e2e"), layer_tools_dir()) as cluster:
         yield cluster
     if provider == "node" or kind.local_node():
-        left = sorted(host_state(watched) - before)
+        left = sorted(_host_state_but_others(watched, since) - before)
         assert not left, f"the {provider} cluster's teardown left these behind: {left}"
+
+
+def _host_state_but_others(watched: list[Path], since: float) -> set[str]:
+    """The host's state less what belongs to others on this machine: real nodes up now (another test
+    run's, or one brought up by hand: tests.cluster.hostshare), and the processes of other runs (and
+    mounts under the places their command lines name), so what they start or stop meanwhile is not
+    taken for this run's leftovers."""
+    nodes = LiveNodes.now()
+    others = nodes.pids() | foreign_pids(since)
+    places = command_line_places(others)
+    return {
+        item
+        for item in host_state(watched, skip_pids=others)
+        if not nodes.owns(item) and not _mounted_under(item, places)
+    }
+
+
+def _mounted_under(item: str, places: set[Path]) -> bool:
+    kind_, _, where = item.partition(" ")
+    return kind_ == "mount" and any(Path(where).is_relative_to(place) for place in places)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sidecar.adapters.metrics import PrometheusMetrics
 from sidecar.adapters.metrics.server import CONNECTION_TIMEOUT_S, MAX_REQUEST_BYTES
 from sidecar.core.samples import FD_CLASSES
+from tests.cluster.system import free_ports
 from tests.fixtures.processes import Spawner
 from tests.waiting import wait_until
 
@@ -43,12 +44,6 @@ EXPECTED_TYPES = {
     "soak_sample_duration_seconds": "histogram",
     "soak_verdict": "info",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]] | None:
@@ -79,7 +74,7 @@ def local_run(tmp_path: Path, port: int, *trainer_args: str) -> list[str]:
 
 
 def test_a_local_run_serves_its_samples_and_then_its_verdict(tmp_path: Path, spawn: Spawner) -> None:
-    port = free_port()
+    (port,) = free_ports(1)
     env = {
         **os.environ,
         "SOAK_METRICS__LINGER_S": "30",  # until the test has seen the verdict (it kills the run then)
@@ -167,7 +162,7 @@ def closed_by_peer(sock: socket.socket, deadline: float) -> bool:
 def test_hostile_connections_hold_no_thread_and_do_not_stop_the_scrape(
     tmp_path: Path, spawn: Spawner
 ) -> None:
-    port = free_port()
+    (port,) = free_ports(1)
     env = {**os.environ, "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2"}
     argv = local_run(tmp_path, port, "--steps", "3000", "--step-s", "0.1")  # runs until killed
     proc = spawn(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.s3 import REGION, SeaweedServer, free_ports
+from tests.cluster.system import free_ports
+from tests.fixtures.s3 import REGION, SeaweedServer
 
 pytestmark = pytest.mark.integration
 

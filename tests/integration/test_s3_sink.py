@@ -16,7 +16,8 @@ from sidecar.adapters.s3_client import make_s3_client
 from sidecar.adapters.s3_sink import S3ArtifactSink
 from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.settings import S3Settings
-from tests.fixtures.s3 import REGION, SeaweedServer, free_ports
+from tests.cluster.system import free_ports
+from tests.fixtures.s3 import REGION, SeaweedServer
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -26,8 +26,9 @@ from sidecar.core.errors import (
 )
 from sidecar.core.identity import RunIdentity, make_identity, run_slot
 from sidecar.settings import S3Settings
+from tests.cluster.system import free_ports
 from tests.fixtures.processes import PYTHON, Spawner
-from tests.fixtures.s3 import SeaweedServer, free_ports
+from tests.fixtures.s3 import SeaweedServer
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

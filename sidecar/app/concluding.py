@@ -8,7 +8,7 @@ from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
 from sidecar.app.values import Going, Started, Watched
 from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
-from sidecar.core.conclusion import Conclusion, RunFacts, conclude, residual_processes
+from sidecar.core.conclusion import Conclusion, DeadlineSeen, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
 from sidecar.core.gpu_trends import correctable_growth
 from sidecar.core.ports import GpuBackend
@@ -61,7 +61,8 @@ def conclude_run(
             still_alive=tuple(still_alive),
             summary=summary,
             leaks=tuple(leaks),
-            deadline_passed=going.preflight.clock.expired(clock.wall(), clock.monotonic()),
+            deadline=_deadline_seen(going, watched),
+            fallback_kill=watched.fallback_kill,
             trainer_xids=tuple(recorder.health.trainer_xids()),
             heartbeat=session.heartbeat_record(resumed=going.started.already_going),
             peak_rss_kib=recorder.summary.max_process_rss_kib,
@@ -71,6 +72,18 @@ def conclude_run(
     recorder.summary.residual_process_count = len(conclusion.residual_pids)
     recorder.summary.run_summary_figures = run_summary_figures(summary.data)
     return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
+
+
+def _deadline_seen(going: Going, watched: Watched) -> DeadlineSeen:
+    clock, deadline = going.ports.clock, going.preflight.clock
+    wall, monotonic = clock.wall(), clock.monotonic()
+    left = deadline.remaining(wall, monotonic)
+    return DeadlineSeen(
+        passed=deadline.expired(wall, monotonic),
+        term_due=left <= going.settings.deadline.term_grace_s,
+        margin_due=left <= going.preflight.record.checkpoint_margin_seconds,
+        outlived=watched.ran_past_deadline,
+    )
 
 
 def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:

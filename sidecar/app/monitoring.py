@@ -185,6 +185,8 @@ def watch(
         stacks=stall_stacks(ports) if policy.stacks_requested else None,
         go_unix=go_unix,
         moments=sampler.moments,
+        ran_past_deadline=policy.ran_past_deadline,
+        fallback_kill=policy.fallback_kill,
     )
 
 

@@ -105,6 +105,10 @@ class Watched:
     # When the go-ahead was given, and the first progress and checkpoints the samples showed.
     go_unix: float | None = None
     moments: ProgressMoments | None = None
+    # The launcher still ran after the deadline, by the sidecar's clock.
+    ran_past_deadline: bool = False
+    # The sidecar had to kill the trainer's processes itself (the launcher did not act in time).
+    fallback_kill: str | None = None
 
 
 @dataclass(frozen=True)

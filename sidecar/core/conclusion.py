@@ -43,6 +43,19 @@ LAPSE_SHARE = 0.5
 
 
 @dataclass(frozen=True)
+class DeadlineSeen:
+    """The deadline by the sidecar's own clock. The exit record's deadline flags are the launcher's
+    word in a file the trainer can write: they count only where this agrees."""
+
+    passed: bool = False  # at the conclusion
+    term_due: bool = False  # the deadline's TERM time (term_grace_s before it) had come
+    margin_due: bool = False  # the checkpoint margin's soft stop had come
+    # The launcher, and the trainer's tree with it, still ran after the deadline (whatever the
+    # trainer exits with later: a stopped launcher cannot hold the deadline off).
+    outlived: bool = False
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """What the monitor, the launcher and the trainer's files say once the trainer has ended."""
 
@@ -58,10 +71,12 @@ class RunFacts:
     still_alive: tuple[ProcessInfo, ...]
     summary: SummaryOutcome
     leaks: tuple[str, ...]
-    deadline_passed: bool
+    deadline: DeadlineSeen
     # XIDs the application caused (core.gpu_health): named in a failed verdict's reason.
     trainer_xids: tuple[str, ...] = ()
     heartbeat: SidecarHeartbeat = SidecarHeartbeat()
+    # The sidecar had to kill the trainer's processes itself: a finding, never silent.
+    fallback_kill: str | None = None
     # The largest RSS of the trainer's tree any sample saw (KiB), for an OOM kill's reason.
     peak_rss_kib: int | None = None
     # The kubelet's word (pod mode): the trainer's container was OOMKilled.
@@ -80,7 +95,7 @@ class Conclusion:
 def conclude(facts: RunFacts) -> Conclusion:
     residual_pids = _residual_pids(facts)
     record = facts.exit_record
-    deadline = deadline_end(record, facts.summary, deadline_passed=facts.deadline_passed)
+    deadline = deadline_end(record, facts.summary, seen=facts.deadline)
     verdict = verdicts.decide(
         monitor_failure=_monitor_failure(facts),
         returncode=None if record is None else record.trainer_returncode,
@@ -99,6 +114,12 @@ def conclude(facts: RunFacts) -> Conclusion:
     if verdict.status == "failed" and facts.trainer_xids:
         caused = "; ".join(facts.trainer_xids)
         verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
+    if facts.fallback_kill is not None:
+        verdict = (
+            replace(verdict, reason=f"{verdict.reason}; {facts.fallback_kill}")
+            if verdict.status == "failed"
+            else verdicts.stopped("monitor_failure", facts.fallback_kill)
+        )
     return Conclusion(verdict, residual_pids, _reported(facts), deadline)
 
 
@@ -239,23 +260,25 @@ def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
 
 
 def deadline_end(
-    record: ExitRecord | None, summary: SummaryOutcome, *, deadline_passed: bool
+    record: ExitRecord | None, summary: SummaryOutcome, *, seen: DeadlineSeen
 ) -> verdicts.DeadlineEnd | None:
     """How the deadline ended the run, if it did.
 
-    ``expired``: the deadline passed, or the trainer died of the deadline's TERM or KILL (sent
-    term_grace_s before it). ``budget_spent``: the trainer was soft-stopped at the checkpoint margin,
-    before the deadline, and had not finished: the budget's verdict, not the trainer's (or an
-    external) cancellation, but the deadline itself did not expire. A soft stop for any other reason
-    (a stop signal, the sidecar's cancellation) is not the deadline's.
+    ``expired``: the launcher still ran after the deadline, or the deadline passed, or the trainer
+    died of the deadline's TERM or KILL (sent term_grace_s before it). ``budget_spent``: the trainer
+    was soft-stopped at the checkpoint margin, before the deadline, and had not finished: the
+    budget's verdict, not the trainer's (or an external) cancellation, but the deadline itself did
+    not expire. A soft stop for any other reason (a stop signal, the sidecar's cancellation) is not
+    the deadline's. Each of the record's claims counts only when the sidecar's clock agrees.
     """
-    if record is not None and record.deadline_expired:
+    if seen.outlived or (record is not None and record.deadline_expired and seen.passed):
         return "expired"
-    ended_by_deadline = (record is not None and record.reason == "deadline") or deadline_passed
-    if ended_by_deadline and (record is None or record.returncode != 0):
+    by_term = record is not None and record.reason == "deadline" and (seen.term_due or seen.passed)
+    if (by_term or seen.passed) and (record is None or record.returncode != 0):
         return "expired"
     margin = record is not None and record.soft_stop_reason in (None, DEADLINE_SOFT_STOP)
-    if record is not None and record.soft_stop_sent and margin and not summary.passed:
+    due = seen.margin_due or seen.term_due or seen.passed
+    if record is not None and record.soft_stop_sent and margin and due and not summary.passed:
         return "budget_spent"
     return None
 

@@ -81,6 +81,10 @@ class MonitorPolicy:
         self.failure: tuple[MonitorKind, str] | None = None
         self.gpu_fault: str | None = None
         self.stacks_requested = False
+        # The launcher was still running when the deadline had passed (step is called only then).
+        self.ran_past_deadline = False
+        # Why the sidecar killed the remembered processes itself: the launcher did not act in time.
+        self.fallback_kill: str | None = None
 
     def due(self, now: float) -> Due:
         """What to observe now; a full sample also judges liveness."""
@@ -100,6 +104,8 @@ class MonitorPolicy:
         return self._liveness.last_progress_age(now)
 
     def step(self, now: float, seen: Observation) -> Action:
+        """One turn of the loop while the launcher runs."""
+        self.ran_past_deadline = self.ran_past_deadline or seen.deadline_expired
         stale = None if seen.progress is None else self._liveness.observe(seen.progress, now)
         if stale is not None and self.failure is None:
             self.failure = (cast("MonitorKind", stale[0]), stale[1])
@@ -108,7 +114,11 @@ class MonitorPolicy:
         if self._stop_by is None:
             return self._first_stop(now, seen, stale)
         if now > self._stop_by:
-            return Action(kill_remembered=True, reason="the launcher did not stop the trainer in time")
+            self.fallback_kill = (
+                f"the launcher did not stop the trainer within {self._timings.fallback_after_s:g} s of the "
+                "request: the sidecar killed its processes itself"
+            )
+            return Action(kill_remembered=True, reason=self.fallback_kill)
         return CONTINUE
 
     def _first_stop(self, now: float, seen: Observation, stale: tuple[str, str] | None) -> Action:

@@ -233,3 +233,43 @@ def test_a_crash_that_starves_its_launcher_of_fds_behind_a_forged_record_fails(
     found = artifact(tmp_path)
     assert (code, found["failure_classification"]) == (10, "trainer_failure"), (found["failure_reason"], err)
     assert "trainer exited with returncode 3" in found["failure_reason"]
+
+
+# Stops its launcher before the checkpoint margin, trains on past the deadline, writes a clean
+# summary and exits 0, leaving a child to wake the launcher up.
+OUTRUNS_THE_DEADLINE = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    from pathlib import Path
+    from sidecar.examples.trainer import run_summary, write_atomic
+    run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
+    launcher = json.loads((run_dir / "launcher.json").read_text())["pid"]
+    os.kill(launcher, signal.SIGSTOP)
+    deadline, step = float(os.environ["SOAK_DEADLINE_UNIX"]), 0
+    while time.time() < deadline + 2:
+        step += 1
+        (progress / "step").write_text(str(step))
+        time.sleep(0.2)
+    summary = run_summary(steps=step, completed=True, classification="normal_completion", error=None)
+    write_atomic(progress / "run_summary.json", summary)
+    if os.fork() == 0:
+        time.sleep(0.3)
+        os.kill(launcher, signal.SIGCONT)
+        os._exit(0)
+    sys.exit(0)
+    """
+)
+
+
+def test_a_trainer_that_stops_its_launcher_and_outruns_the_deadline_exhausts_it(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    code, err = run_cli(
+        spawn, tmp_path, "--budget", "12", "--checkpoint-margin", "6", "--", sys.executable, "-c",
+        OUTRUNS_THE_DEADLINE,
+    )  # fmt: skip
+    found = artifact(tmp_path)
+    assert (code, found["failure_classification"]) == (14, "deadline_exhausted"), (
+        found["failure_reason"],
+        err,
+    )

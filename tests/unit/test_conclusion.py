@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sidecar.core.conclusion import RunFacts, SidecarHeartbeat, conclude, deadline_end
+from sidecar.core.conclusion import DeadlineSeen, RunFacts, SidecarHeartbeat, conclude, deadline_end
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
 from sidecar.launcher.protocol.exit import ExitRecord, KilledProcess, MemoryReport, OomKill
@@ -67,7 +67,7 @@ def facts(**fields: Any) -> RunFacts:
         "still_alive": (),
         "summary": completed_summary(),
         "leaks": (),
-        "deadline_passed": False,
+        "deadline": DeadlineSeen(),
     }
     return RunFacts(**{**values, **fields})
 
@@ -124,32 +124,60 @@ def test_a_helper_killed_between_samples_is_still_listed() -> None:
     assert only.last_seen is None
 
 
+PASSED = DeadlineSeen(passed=True, term_due=True, margin_due=True)
+TERM_DUE = DeadlineSeen(term_due=True, margin_due=True)
+MARGIN_DUE = DeadlineSeen(margin_due=True)
+
+
 def test_deadline_expired_by_the_launcher_by_the_clock_or_spent_at_the_margin() -> None:
     summary, missing = completed_summary(), missing_summary()
-    assert deadline_end(exited(deadline_expired=True), summary, deadline_passed=False) == "expired"
+    assert deadline_end(exited(deadline_expired=True), summary, seen=PASSED) == "expired"
     # The deadline's TERM killed the trainer before the deadline itself passed.
-    assert (
-        deadline_end(exited(reason="deadline", returncode=-15), summary, deadline_passed=False) == "expired"
-    )
+    assert deadline_end(exited(reason="deadline", returncode=-15), summary, seen=TERM_DUE) == "expired"
     # A trainer that completed as the deadline passed did complete.
-    assert deadline_end(exited(reason="exited", returncode=0), summary, deadline_passed=True) is None
-    assert deadline_end(None, summary, deadline_passed=True) == "expired"
+    assert deadline_end(exited(reason="exited", returncode=0), summary, seen=PASSED) is None
+    assert deadline_end(None, summary, seen=PASSED) == "expired"
     # Stopped at the checkpoint margin without completing: the budget was spent, the deadline had
     # not expired.
     spent = exited(soft_stop_sent=True, returncode=0)
-    assert deadline_end(spent, missing, deadline_passed=False) == "budget_spent"
-    assert deadline_end(spent, summary, deadline_passed=False) is None
+    assert deadline_end(spent, missing, seen=MARGIN_DUE) == "budget_spent"
+    assert deadline_end(spent, summary, seen=MARGIN_DUE) is None
     margin = exited(soft_stop_sent=True, soft_stop_reason=DEADLINE_SOFT_STOP, returncode=0)
-    assert deadline_end(margin, missing, deadline_passed=False) == "budget_spent"
+    assert deadline_end(margin, missing, seen=MARGIN_DUE) == "budget_spent"
     # Soft-stopped because the soak was stopped from outside: a cancellation, not the deadline.
     for reason in ("signal: SIGTERM", "control: soak was interrupted before the trainer completed"):
         stopped = exited(soft_stop_sent=True, soft_stop_reason=reason, returncode=0)
-        assert deadline_end(stopped, missing, deadline_passed=False) is None
+        assert deadline_end(stopped, missing, seen=MARGIN_DUE) is None
+
+
+def test_the_deadline_claims_of_a_record_count_only_when_the_sidecars_clock_agrees() -> None:
+    """A plain crash dressed as the deadline's (a planted exit.json) keeps its own class."""
+    missing, early = missing_summary(), DeadlineSeen()
+    assert deadline_end(exited(returncode=1, deadline_expired=True), missing, seen=early) is None
+    assert deadline_end(exited(reason="deadline", returncode=1), missing, seen=early) is None
+    assert deadline_end(exited(returncode=1, soft_stop_sent=True), missing, seen=early) is None
+
+
+def test_a_trainer_that_ran_past_the_deadline_exhausted_it_whatever_it_exits_with() -> None:
+    """SIGSTOP the launcher before the margin, train on past the deadline, exit 0: the sidecar saw
+    the launcher still running after the deadline."""
+    outlived = DeadlineSeen(passed=True, term_due=True, margin_due=True, outlived=True)
+    assert deadline_end(exited(returncode=0), completed_summary(), seen=outlived) == "expired"
+    verdict = conclude(facts(exit_record=exited(returncode=0), deadline=outlived)).verdict
+    assert (verdict.classification, int(verdict.exit_code)) == ("deadline_exhausted", 14)
+
+
+def test_the_sidecars_own_kill_is_named_and_never_passes() -> None:
+    why = "the launcher did not stop the trainer within 15 s: the sidecar killed its processes itself"
+    stalled = conclude(facts(monitor_failure=("timeout/stale_tick", "stale"), fallback_kill=why)).verdict
+    assert stalled.classification == "timeout/stale_tick" and (stalled.reason or "").endswith(why)
+    clean = conclude(facts(exit_record=exited(returncode=0), fallback_kill=why)).verdict
+    assert (clean.status, clean.reason) == ("failed", why)
 
 
 def test_a_clean_soft_stop_at_the_margin_does_not_say_the_deadline_expired() -> None:
     margin = exited(soft_stop_sent=True, soft_stop_reason=DEADLINE_SOFT_STOP, returncode=0)
-    verdict = conclude(facts(exit_record=margin, summary=missing_summary())).verdict
+    verdict = conclude(facts(exit_record=margin, summary=missing_summary(), deadline=MARGIN_DUE)).verdict
     assert verdict.classification == "deadline_exhausted" and verdict.reason is not None
     assert verdict.reason.startswith("the budget ran out") and "expired" not in verdict.reason
 
@@ -159,6 +187,7 @@ def test_the_deadline_is_the_verdict_even_over_a_monitor_failure() -> None:
         facts(
             exit_record=exited(deadline_expired=True, returncode=-9),
             monitor_failure=("monitor_failure", "lock lost"),
+            deadline=PASSED,
         )
     )
     assert result.verdict.classification == "deadline_exhausted"

@@ -87,8 +87,20 @@ def test_a_launcher_that_does_not_act_in_time_gets_the_kill_fallback() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
     assert policy.step(1.0, Observation(deadline_expired=True)).stop == "kill"
     assert policy.step(6.0, Observation(deadline_expired=True)) == CONTINUE  # 5 s: the limit itself
+    assert policy.fallback_kill is None
     action = policy.step(6.1, Observation(deadline_expired=True))
     assert action.kill_remembered and action.stop is None
+    assert action.reason == policy.fallback_kill  # a finding for the verdict, not only an action
+    assert policy.fallback_kill is not None and "the sidecar killed" in policy.fallback_kill
+
+
+def test_a_launcher_still_running_past_the_deadline_is_remembered() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    policy.step(1.0, Observation())
+    assert not policy.ran_past_deadline
+    policy.step(2.0, Observation(deadline_expired=True))
+    policy.step(3.0, Observation())
+    assert policy.ran_past_deadline
 
 
 def test_a_stall_asks_for_stacks_and_waits_for_them_before_the_fallback() -> None:

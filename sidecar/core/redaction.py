@@ -206,7 +206,9 @@ def redact_stacks(record: StacksRecord, rules: RedactionRules = DEFAULT_RULES) -
         dataclasses.replace(
             process,
             command=redact_command(process.command, rules),
-            stack=None if process.stack is None else without_command_line(process.pid, process.stack),
+            stack=None
+            if process.stack is None
+            else without_command_line(process.pid, process.stack, process.command),
         )
         for process in record.processes
     )

@@ -206,7 +206,7 @@ def _judged(
     out, err = bytes(output.kept["out"]), bytes(output.kept["err"])
     if reader.returncode != 0 or not out.strip():
         return ProcessStack(pid, command, None, why_missing(reader.returncode or 0, err))
-    text = without_command_line(pid, out.decode(errors="replace"))
+    text = without_command_line(pid, out.decode(errors="replace"), command)
     if len(text) > MAX_STACK_CHARS:
         text = text[: MAX_STACK_CHARS - 40] + "\n[... cut at the stack size limit]\n"
     return ProcessStack(pid, command, text, None)

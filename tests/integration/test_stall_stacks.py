@@ -219,9 +219,16 @@ def test_a_flooding_reader_is_read_within_bounds(tmp_path: Path) -> None:
     assert missing.strip() == "timed out after 2s"
 
 
-def test_a_dump_keeps_no_command_line(tmp_path: Path, spawn: Spawner, py_spy: str) -> None:
+@pytest.mark.parametrize(
+    "secrets",
+    [["--token", "s3cr3t", "--password=hunter2"], ["--note", "x\nPython v9", "--token", "s3cr3t", "hunter2"]],
+    ids=["plain", "an argument that fakes py-spy's version line"],
+)
+def test_a_dump_keeps_no_command_line(
+    tmp_path: Path, spawn: Spawner, py_spy: str, secrets: list[str]
+) -> None:
     """py-spy prints the target's argv above its stack: the record keeps it apart, to be redacted."""
-    proc = spawn([*python_stuck(tmp_path), "--token", "s3cr3t", "--password=hunter2"])
+    proc = spawn([*python_stuck(tmp_path), *secrets])
     wait_until("stuck process ready", (tmp_path / "ready").exists)
     record = capture([proc.pid], tool=py_spy, timeout_s=10.0, launch_id="x", requested_unix=None)
     (process,) = record.processes

@@ -25,6 +25,7 @@ from sidecar.launcher.protocol.stacks import (
     STACKS_LIMIT_BYTES,
     ProcessStack,
     StacksRecord,
+    without_command_line,
 )
 from sidecar.launcher.stacks import why_missing
 from tests.unit.test_launcher_rundir import LAUNCH_ID, announce
@@ -280,7 +281,8 @@ def test_the_sidecar_keeps_no_command_line_in_a_stack(tmp_path: Path) -> None:
         "Python v3.11.7 (/usr/bin/python3.11)\n\n"
         'Thread 7 (idle): "MainThread"\n    hang (t.py:3)\n'
     )
-    processes = [{"pid": 7, "command": ["python", "train.py", "--token", "s3cr3t"], "stack": dump}]
+    argv = ["python", "train.py", "--token", "s3cr3t", "--password=hunter2"]
+    processes = [{"pid": 7, "command": argv, "stack": dump}]
     rd.file(proto.STACKS_FILE).write_text(json.dumps(record(processes=processes)))
     stacks = rd.stacks()
     assert stacks is not None
@@ -290,3 +292,19 @@ def test_the_sidecar_keeps_no_command_line_in_a_stack(tmp_path: Path) -> None:
     rd.redact_commands()
     kept = rd.file(proto.STACKS_FILE).read_text()
     assert "s3cr3t" not in kept and "hunter2" not in kept
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["python", "t.py", "--note", "x\nPython v9", "--password", "S3CRET"],  # fakes the version line
+        ["python", "t.py", "--note", "x\nPython v9 (y)\n\nThread 1", "--password", "S3CRET"],
+    ],
+)
+def test_a_dump_header_is_cut_where_the_arguments_end_not_where_they_fake_it(argv: list[str]) -> None:
+    stack = 'Python v3.11.7 (/usr/bin/python3)\n\nThread 7 (idle): "M"\n    hang (t.py:3)\n'
+    dump = f"Process 7: {' '.join(argv)}\n{stack}"
+    cut = without_command_line(7, dump, argv)
+    assert cut.startswith("Process 7\nPython v3.11.7") and "hang (t.py:3)" in cut and "S3CRET" not in cut
+    # Not those arguments (another process's, a truncated read): withheld, secrets and all.
+    assert "S3CRET" not in without_command_line(7, dump, argv[:3])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,21 +31,23 @@ MAX_KEPT_ARG_CHARS = 256
 MAX_PID = 2**31 - 1
 
 
-# py-spy's dump opens with "Process PID: ARGV" (the raw command line, secrets and all), then
-# "Python vX.Y.Z (executable)".
+# py-spy's dump opens with "Process PID: ARGV" (the arguments joined by spaces, secrets and all),
+# then "Python vX.Y.Z (executable)". An argument may hold a newline and "Python v" itself.
 _DUMP_HEADER = "Process "
 _DUMP_VERSION_LINE = "\nPython v"
 
 
-def without_command_line(pid: int, stack: str) -> str:
+def without_command_line(pid: int, stack: str, command: Sequence[str]) -> str:
     """The stack without the command line py-spy prints above it: the record has the command apart,
-    where the sidecar redacts it. Where the header's end cannot be found, nothing of it is kept."""
-    if not stack.startswith(_DUMP_HEADER):
-        return stack
-    end = stack.find(_DUMP_VERSION_LINE)
-    if end < 0:
+    where the sidecar redacts it argument by argument. The header is cut exactly where the process's
+    own arguments end (never at the first thing that looks like the version line, which an argument
+    can fake); a header that is not those arguments is withheld whole, with the dump."""
+    if not stack.startswith(_DUMP_HEADER) or stack.startswith(f"{_DUMP_HEADER}{pid}\n"):
+        return stack  # no header, or cut already (by the launcher)
+    header = f"{_DUMP_HEADER}{pid}: {' '.join(command)}"
+    if not (stack.startswith(header) and stack.startswith(_DUMP_VERSION_LINE, len(header))):
         return f"Process {pid}\n[the dump is withheld: its command line could not be told apart]\n"
-    return f"Process {pid}\n{stack[end + 1 :]}"
+    return f"Process {pid}\n{stack[len(header) + 1 :]}"
 
 
 @dataclass(frozen=True)

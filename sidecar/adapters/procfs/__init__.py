@@ -16,6 +16,7 @@ mixes two processes' data, and a remembered identity is matched by PID and start
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -96,8 +97,10 @@ def _command(cmdline: bytes, max_chars: int, rules: RedactionRules) -> str:
 
 
 class _Commands:
-    """Redacted command lines by raw cmdline, remembered for the processes of the last sample:
-    redaction costs more than reading, and a command line seldom changes."""
+    """Redacted command lines by a digest of the raw cmdline, remembered for the processes of the
+    last sample: redaction costs more than reading, and a command line seldom changes. Keyed by the
+    digest, not the cmdline itself (up to CMDLINE_READ_BYTES each): the cache's size is bounded by
+    the process count times the stored command's MAX chars, whatever argv the trainer chooses."""
 
     def __init__(self, max_chars: int, rules: RedactionRules) -> None:
         self._max_chars = max_chars
@@ -109,10 +112,11 @@ class _Commands:
         self._last, self._next = self._next, {}
 
     def __call__(self, cmdline: bytes) -> str:
-        command = self._last.get(cmdline)
+        key = hashlib.blake2b(cmdline, digest_size=16).digest()
+        command = self._last.get(key)
         if command is None:
             command = _command(cmdline, self._max_chars, self._rules)
-        self._next[cmdline] = command
+        self._next[key] = command
         return command
 
 

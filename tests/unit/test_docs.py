@@ -27,8 +27,8 @@ def test_readme_starts_with_the_two_commands_and_ci_runs_the_same_test_command()
     # then the e2e package again on kind.
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     halves = re.findall(rf'{test_command} -m "([^"]+)"', ci)
-    assert halves[:2] == ["$cluster_free", "not ($cluster_free)"], halves
-    assert re.search(r'^cluster_free="[^"$]+"$', ci, re.MULTILINE)
+    assert halves[:2] == ["$first_half", "not ($first_half)"], halves
+    assert re.search(r'^first_half="[^"$]+"$', ci, re.MULTILINE)
 
 
 def test_every_setting_is_documented_with_unit_or_default() -> None:

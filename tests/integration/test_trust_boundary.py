@@ -99,7 +99,9 @@ def test_a_forged_trainer_json_cannot_aim_the_sidecars_kill(tmp_path: Path, spaw
 # behind; or with wrong types), writes a passing run_summary, leaves a worker in a session of its
 # own, then SIGKILLs its launcher so the forgery is the only record. "clean": it exits; "types":
 # it stays, so only the sidecar can end it. Pids go to the progress dir for the test to check.
-FORGES_EXIT = textwrap.dedent(
+# What each forger does first: five steps of progress and a passing run_summary; ``info`` is
+# launcher.json (its pid and launch id).
+PASSES_FIRST = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
@@ -111,6 +113,10 @@ FORGES_EXIT = textwrap.dedent(
         time.sleep(0.2)
     summary = run_summary(steps=5, completed=True, classification="normal_completion", error=None)
     write_atomic(progress / "run_summary.json", summary)
+    """
+)
+FORGES_EXIT = PASSES_FIRST + textwrap.dedent(
+    """
     clean = {"protocol": 1, "launch_id": info["launch_id"], "exit_code": 0, "reason": "exited",
              "returncode": 0, "trainer_pid": os.getpid()}
     forged = clean if sys.argv[1] == "clean" else {**clean, "exit_code": "x"}
@@ -203,18 +209,9 @@ def test_a_trainer_that_breaks_the_heartbeat_is_not_a_lost_sidecar(tmp_path: Pat
 
 # A crash dressed as a pass: its own exit.json (its real code 3, returncode 0), a valid summary,
 # then every new fd taken from its launcher (prlimit RLIMIT_NOFILE 0, which the same UID may do).
-STARVES_ITS_LAUNCHER = textwrap.dedent(
+STARVES_ITS_LAUNCHER = PASSES_FIRST + textwrap.dedent(
     """
-    import json, os, resource, sys, time
-    from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
-    run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
-    info = json.loads((run_dir / "launcher.json").read_text())
-    for step in range(5):
-        (progress / "step").write_text(str(step))
-        time.sleep(0.2)
-    summary = run_summary(steps=5, completed=True, classification="normal_completion", error=None)
-    write_atomic(progress / "run_summary.json", summary)
+    import resource
     forged = {"protocol": 1, "launch_id": info["launch_id"], "exit_code": 3, "reason": "exited",
               "returncode": 0, "trainer_pid": os.getpid()}
     (run_dir / ".forged").write_text(json.dumps(forged))

@@ -44,7 +44,7 @@ from sidecar.adapters.ledger_store import S3LedgerStore
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.adapters.s3_store import S3DeadlineStore
 from sidecar.adapters.s3_store.lease import SystemClock
-from sidecar.core.deadline import create_or_resume
+from sidecar.core.deadline import obtain_record
 from sidecar.core.identity import make_identity, run_slot
 from sidecar.core.ledger.phases import PHASES, Phase
 from sidecar.core.ledger.record import Ledger, LedgerEntry, with_entry
@@ -211,9 +211,9 @@ def _steps(sidecar: Sidecar, run_id: str, through: Any) -> None:
     through("built")
     out.released = time.monotonic()
     with store.lock(slot):
-        record = create_or_resume(
+        record = obtain_record(
             store, identity, now_wall=time.time(), resume_required=False, max_budget_s=BUDGET_S
-        )
+        ).record
         store.store_clock(run_id)
         attempt = store.claim_attempt(slot)
         out.ready, out.record = time.monotonic(), (record.started_unix, record.deadline_unix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sidecar.app.ports import Ports, WorkDirs
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
-from sidecar.core.deadline import DeadlineClock, check_startable, create_or_resume, parse_record
+from sidecar.core.deadline import DeadlineClock, check_startable, obtain_record, parse_record
 from sidecar.core.errors import SoakError
 from sidecar.settings import DeadlineSettings, Settings
 
@@ -33,7 +33,7 @@ def with_recorded_budget(dset: DeadlineSettings, existing: bytes | None) -> Dead
     try:
         record = parse_record(existing, max_budget_s=dset.max_budget_s)
     except SoakError:
-        return dset  # create_or_resume refuses the record and says why
+        return dset  # obtain_record refuses the record and says why
     recorded = {"budget_s": record.budget_seconds, "checkpoint_margin_s": record.checkpoint_margin_seconds}
     return dset.model_copy(update={name: recorded[name] for name in unset})
 
@@ -65,11 +65,10 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
     extra_args = attempt_command(identity, resume_checkpoint, resume_flag=dset.resume_flag)[
         len(identity.command) :
     ]
-    resumed = existing is not None
     clock = ports.clock
     # Read once: it stamps a new record and bounds this attempt.
     reference = None if ports.reference_clock is None else ports.reference_clock.now()
-    record = create_or_resume(
+    obtained = obtain_record(
         ports.store,
         identity,
         now_wall=clock.wall(),
@@ -78,6 +77,7 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         boot=clock.boot(),
         reference=reference,
     )
+    record = obtained.record
     deadline = DeadlineClock(
         record,
         now_wall=clock.wall(),
@@ -91,7 +91,7 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
     return Preflight(
         record=record,
         clock=deadline,
-        resumed=resumed,
+        resumed=not obtained.created,
         remaining_at_start_s=deadline.remaining(clock.wall(), clock.monotonic()),
         resume_checkpoint=resume_checkpoint,
         extra_args=tuple(extra_args),

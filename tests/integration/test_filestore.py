@@ -19,7 +19,7 @@ import pytest
 
 from sidecar.adapters.filestore import FileDeadlineStore
 from sidecar.adapters.identity_files import identity_from_settings
-from sidecar.core.deadline import create_or_resume, parse_record
+from sidecar.core.deadline import obtain_record, parse_record
 from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
@@ -110,9 +110,9 @@ def test_stray_temp_file_from_a_crash_is_ignored(tmp_path: Path) -> None:
     store = FileDeadlineStore(tmp_path)
     (tmp_path / f".{RUN_ID}.json.deadbeef.tmp").write_bytes(b'{"partial')
     assert store.load(RUN_ID) is None
-    record = create_or_resume(
+    record = obtain_record(
         store, identity(store), now_wall=1000.0, resume_required=False, max_budget_s=MAX_BUDGET
-    )
+    ).record
     assert record.started_unix == 1000.0
 
 
@@ -164,7 +164,7 @@ RACER = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
     from sidecar.adapters.filestore import FileDeadlineStore
-    from sidecar.core.deadline import create_or_resume
+    from sidecar.core.deadline import obtain_record
     from sidecar.core.identity import make_identity
     store = FileDeadlineStore(Path(sys.argv[1]))
     ident = make_identity(run_id=sys.argv[2], command=("python3", "train.py"), budget_s=7200,
@@ -172,8 +172,8 @@ RACER = textwrap.dedent(
     print("ready", flush=True)
     while not os.path.exists(sys.argv[3]):
         time.sleep(0.001)
-    record = create_or_resume(store, ident, now_wall=time.time(), resume_required=False,
-                              max_budget_s=7 * 24 * 3600.0)
+    record = obtain_record(store, ident, now_wall=time.time(), resume_required=False,
+                              max_budget_s=7 * 24 * 3600.0).record
     print(json.dumps([record.started_unix, record.deadline_unix]), flush=True)
     """
 )
@@ -209,13 +209,13 @@ def test_concurrent_creators_in_threads_share_one_record(tmp_path: Path) -> None
     def race(offset: int) -> None:
         try:
             barrier.wait(timeout=WAIT_S)
-            record = create_or_resume(
+            record = obtain_record(
                 store,
                 identity(store),
                 now_wall=1_000_000.0 + offset,
                 resume_required=False,
                 max_budget_s=MAX_BUDGET,
-            )
+            ).record
             results.append(record.deadline_unix)
         except BaseException as exc:
             errors.append(exc)
@@ -405,7 +405,7 @@ def test_attempts_are_numbered_once_each_even_under_a_race(tmp_path: Path) -> No
 def planted(tmp_path: Path) -> tuple[FileDeadlineStore, Path, bytes]:
     """A store with a genuine record, its path and bytes, for a test to replace by hand."""
     store = FileDeadlineStore(tmp_path / "deadlines")
-    create_or_resume(store, identity(store), now_wall=1.7e9, resume_required=False, max_budget_s=MAX_BUDGET)
+    obtain_record(store, identity(store), now_wall=1.7e9, resume_required=False, max_budget_s=MAX_BUDGET)
     path = store.record_path(RUN_ID)
     return store, path, path.read_bytes()
 
@@ -443,7 +443,7 @@ def test_a_deleted_record_is_refused_while_the_ledger_remembers_attempts(tmp_pat
     store.claim_attempt(RUN_ID)
     path.unlink()
     with pytest.raises(RefusedError, match=r"holds 1 attempt.*record is missing.*refusing a fresh budget"):
-        create_or_resume(
+        obtain_record(
             store, identity(store), now_wall=1.7e9 + 600, resume_required=False, max_budget_s=MAX_BUDGET
         )
     assert store.load(RUN_ID) is None  # and no fresh record was written
@@ -460,7 +460,7 @@ def test_a_record_shifted_later_than_the_ledger_is_refused(tmp_path: Path) -> No
     path.write_bytes(json.dumps(shifted).encode())
     path.chmod(0o444)
     with pytest.raises(RefusedError, match=r"s after the first attempt was claimed .*window shifted"):
-        create_or_resume(
+        obtain_record(
             store, identity(store), now_wall=time.time(), resume_required=True, max_budget_s=MAX_BUDGET
         )
 
@@ -469,7 +469,7 @@ def test_the_store_clock_is_the_file_systems(tmp_path: Path) -> None:
     store = FileDeadlineStore(tmp_path / "deadlines")
     assert store.store_clock(RUN_ID) is None
     now = time.time()
-    create_or_resume(store, identity(store), now_wall=now, resume_required=False, max_budget_s=MAX_BUDGET)
+    obtain_record(store, identity(store), now_wall=now, resume_required=False, max_budget_s=MAX_BUDGET)
     reading = store.store_clock(RUN_ID)
     assert reading is not None
     assert reading.record_written == store.record_path(RUN_ID).stat().st_mtime

@@ -15,7 +15,7 @@ import botocore.exceptions
 import pytest
 
 from sidecar.adapters.s3_store import S3DeadlineStore
-from sidecar.core.deadline import DeadlineClock, DeadlineRecord, create_or_resume
+from sidecar.core.deadline import DeadlineClock, DeadlineRecord, obtain_record
 from sidecar.core.errors import (
     AlreadySupervisedError,
     ConfigError,
@@ -97,17 +97,17 @@ def test_the_deadline_core_creates_then_resumes_the_same_record(
         checkpoint_margin_s=60,
         deadline_store=first_store.location,
     )
-    created = create_or_resume(
+    created = obtain_record(
         first_store, identity, now_wall=1000.0, resume_required=False, max_budget_s=MAX_BUDGET
-    )
+    ).record
     # A later attempt (new pod, new store object) resumes: same deadline, never extended.
-    resumed = create_or_resume(
+    resumed = obtain_record(
         _store(seaweedfs, settings),
         identity,
         now_wall=5000.0,
         resume_required=True,
         max_budget_s=MAX_BUDGET,
-    )
+    ).record
     assert resumed.deadline_unix == created.deadline_unix == 4600.0
 
 
@@ -331,7 +331,9 @@ def test_the_servers_clock_bounds_a_node_whose_clock_is_behind(seaweedfs: Seawee
     assert store.store_clock(run_id) is None  # no record yet
     # Made on another node (no boot anchor here), with a correct clock.
     identity = _identity(store, run_id)
-    record = create_or_resume(store, identity, now_wall=time.time(), resume_required=False, max_budget_s=7200)
+    record = obtain_record(
+        store, identity, now_wall=time.time(), resume_required=False, max_budget_s=7200
+    ).record
     reading = store.store_clock(run_id)
     assert reading is not None and reading.source == "the deadline store's clock (S3 LastModified)"
     assert abs(reading.record_written - record.started_unix) < 5 and abs(reading.now - time.time()) < 5
@@ -351,7 +353,7 @@ def test_a_record_made_by_a_node_whose_clock_was_ahead_is_refused(
     # Its clock 10 minutes ahead: the record would start (and end) 10 minutes late.
     identity = _identity(store, run_id)
     ahead = time.time() + 600
-    record = create_or_resume(store, identity, now_wall=ahead, resume_required=False, max_budget_s=7200)
+    record = obtain_record(store, identity, now_wall=ahead, resume_required=False, max_budget_s=7200).record
     reading = store.store_clock(run_id)
     with pytest.raises(
         RefusedError, match=r"s later than the deadline store's clock \(S3 LastModified\) dates"
@@ -383,9 +385,9 @@ def _start_at_once(stores: list[S3DeadlineStore], identity: RunIdentity) -> list
     def start(index: int, store: S3DeadlineStore) -> None:
         barrier.wait(WAIT_S)
         try:
-            record = create_or_resume(
+            record = obtain_record(
                 store, identity, now_wall=time.time(), resume_required=False, max_budget_s=MAX_BUDGET
-            )
+            ).record
             store.claim_attempt(run_slot(identity.run_id, index))
             outcomes[index] = record
         except Exception as exc:  # the outcome under test: returned, asserted by the caller

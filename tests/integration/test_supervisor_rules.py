@@ -30,7 +30,7 @@ from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.app.wiring import build_ports
 from sidecar.core.artifact.objects import SAMPLES_FILE
-from sidecar.core.deadline import create_or_resume
+from sidecar.core.deadline import obtain_record
 from sidecar.core.identity import new_run_id
 from sidecar.core.redaction import DEFAULT_RULES
 from sidecar.core.samples import ProcessTreeSample
@@ -441,9 +441,9 @@ def test_insufficient_budget_at_start(tmp_path: Path) -> None:
         redaction=DEFAULT_RULES,
     )
     # the original attempt started 8.5 s ago: 1.5 s of the 10 s budget left, below the margin
-    record = create_or_resume(
+    record = obtain_record(
         store, identity, now_wall=time.time() - 8.5, resume_required=False, max_budget_s=100.0
-    )
+    ).record
     result, artifact = supervise(settings, command, run_id=run_id)
     assert_verdict(result, artifact, classification="insufficient_budget", exit_code=18)
     assert "insufficient original budget" in (result.verdict.reason or "")

@@ -19,9 +19,9 @@ from sidecar.core.deadline import (
     DeadlineRecord,
     check_ledger,
     check_startable,
-    create_or_resume,
     encode_record,
     new_record,
+    obtain_record,
     parse_record,
 )
 from sidecar.core.errors import (
@@ -184,7 +184,7 @@ def test_corrupt_cases_mutate_a_valid_record() -> None:
 def test_corrupt_stored_record_refuses_to_run(store: FileDeadlineStore) -> None:
     store.create(RUN_ID, _mutate(lambda v: v.update(deadline_unix=v["deadline_unix"] + 1)))
     with pytest.raises(DeadlineRecordError, match="inconsistent") as caught:
-        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+        obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     assert isinstance(caught.value, RefusedError)
 
 
@@ -198,26 +198,49 @@ def test_consistently_extended_record_is_refused_on_resume(store: FileDeadlineSt
 
     store.create(RUN_ID, _mutate(extend))
     with pytest.raises(RefusedError, match="differs in budget_s"):
-        create_or_resume(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
+        obtain_record(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
 
 
 def test_budget_over_cap_is_a_config_error(store: FileDeadlineStore) -> None:
     with pytest.raises(ConfigError, match="exceeds max_budget_s"):
-        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=3600)
+        obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=3600)
     assert store.load(RUN_ID) is None
 
 
 def test_create_then_resume_never_extends(store: FileDeadlineStore) -> None:
-    first = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    obtained = obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    assert obtained.created
+    first = obtained.record
     assert first.started_unix == T0
     assert first.deadline_unix == T0 + 7200
     stored = store.load(RUN_ID)
     for later in (T0 + 1, T0 + 3600, T0 + 7199, T0 + 10**6):
-        again = create_or_resume(
+        again = obtain_record(
             store, identity(), now_wall=later, resume_required=True, max_budget_s=MAX_BUDGET
-        )
+        ).record
         assert again == first
     assert store.load(RUN_ID) == stored
+    assert not obtain_record(
+        store, identity(), now_wall=T0 + 1, resume_required=True, max_budget_s=MAX_BUDGET
+    ).created
+
+
+def test_a_record_a_concurrent_creator_made_first_is_a_resume(
+    store: FileDeadlineStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two indexes start at once: both find no record, one creates it, the other's create is
+    refused. The other resumed that record; it did not create one (found under load in CI)."""
+    obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    loads = {"count": 0}
+    real_load = store.load
+
+    def load_after_the_race(run_id: str) -> bytes | None:
+        loads["count"] += 1
+        return None if loads["count"] == 1 else real_load(run_id)  # the first look came too early
+
+    monkeypatch.setattr(store, "load", load_after_the_race)
+    late = obtain_record(store, identity(), now_wall=T0 + 1, resume_required=False, max_budget_s=MAX_BUDGET)
+    assert not late.created and late.record.started_unix == T0
 
 
 @pytest.mark.parametrize(
@@ -236,10 +259,10 @@ def test_create_then_resume_never_extends(store: FileDeadlineStore) -> None:
 def test_identity_mismatch_is_refused_naming_the_field(
     store: FileDeadlineStore, change: dict[str, Any], field: str
 ) -> None:
-    create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     before = store.load(RUN_ID)
     with pytest.raises(RefusedError, match="never extend an existing job") as caught:
-        create_or_resume(
+        obtain_record(
             store,
             identity(**change),
             now_wall=T0 + 5,
@@ -251,9 +274,9 @@ def test_identity_mismatch_is_refused_naming_the_field(
 
 
 def test_mismatch_lists_every_differing_field(store: FileDeadlineStore) -> None:
-    create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
     with pytest.raises(RefusedError, match=r"differs in command, budget_s: command: record"):
-        create_or_resume(
+        obtain_record(
             store,
             identity(budget_s=3600, command=("python3", "x.py")),
             now_wall=T0,
@@ -264,7 +287,7 @@ def test_mismatch_lists_every_differing_field(store: FileDeadlineStore) -> None:
 
 def test_explicit_resume_without_record_is_refused(store: FileDeadlineStore) -> None:
     with pytest.raises(RefusedError, match="explicit resume requires the original deadline record"):
-        create_or_resume(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
+        obtain_record(store, identity(), now_wall=T0, resume_required=True, max_budget_s=MAX_BUDGET)
     assert store.load(RUN_ID) is None
 
 
@@ -288,7 +311,7 @@ class RacingStore(FileDeadlineStore):
 def test_lost_create_race_adopts_the_winners_record(tmp_path: Path) -> None:
     rival = new_record(identity(), now_wall=T0 - 30)
     store = RacingStore(tmp_path, rival)
-    got = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    got = obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET).record
     assert store.lost
     assert got == rival
 
@@ -296,7 +319,7 @@ def test_lost_create_race_adopts_the_winners_record(tmp_path: Path) -> None:
 def test_lost_create_race_to_another_identity_is_refused(tmp_path: Path) -> None:
     store = RacingStore(tmp_path, new_record(identity(budget_s=3600), now_wall=T0))
     with pytest.raises(RefusedError, match="differs in budget_s"):
-        create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+        obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
 
 
 class ConcurrentCreatorStore(FileDeadlineStore):
@@ -338,7 +361,7 @@ def test_a_concurrent_creator_between_any_two_store_calls_is_adopted_never_refus
     after, this one resumes a record of the run (the rival's, or its own that the rival adopted)."""
     rival = new_record(identity(), now_wall=T0 - 1)
     store = ConcurrentCreatorStore(tmp_path, rival, after)
-    got = create_or_resume(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET)
+    got = obtain_record(store, identity(), now_wall=T0, resume_required=False, max_budget_s=MAX_BUDGET).record
     assert got == parse_record(store.load(RUN_ID) or b"", max_budget_s=MAX_BUDGET)
     assert got.started_unix in (rival.started_unix, T0)
 
@@ -352,7 +375,7 @@ class BlackHoleStore(FileDeadlineStore):
 
 def test_record_missing_after_create_fails_closed(tmp_path: Path) -> None:
     with pytest.raises(DeadlineRecordError, match="vanished"):
-        create_or_resume(
+        obtain_record(
             BlackHoleStore(tmp_path),
             identity(),
             now_wall=T0,
@@ -608,21 +631,21 @@ def test_a_malformed_reference_fails_closed(reference: object) -> None:
 
 
 def test_create_or_resume_stamps_a_new_record_with_the_reference_time(store: FileDeadlineStore) -> None:
-    made = create_or_resume(
+    made = obtain_record(
         store,
         identity(),
         now_wall=T0,
         resume_required=False,
         max_budget_s=MAX_BUDGET,
         reference=ReferenceTime(APISERVER, T0 + 2),
-    )
+    ).record
     assert made.reference == ReferenceTime(APISERVER, T0 + 2)
-    again = create_or_resume(
+    again = obtain_record(
         store,
         identity(),
         now_wall=T0 + 50,
         resume_required=True,
         max_budget_s=MAX_BUDGET,
         reference=ReferenceTime(APISERVER, T0 + 52),
-    )
+    ).record
     assert again.reference == ReferenceTime(APISERVER, T0 + 2)  # the first making's, never moved

@@ -14,7 +14,7 @@ Rules kept from the training-deadline seed:
   time too: a wall clock set back between attempts is refused with the figures, never believed;
 - nothing starts with the checkpoint margin or less left.
 
-The caller holds ``store.lock(run_id)`` around ``create_or_resume`` and for the rest of its life.
+The caller holds ``store.lock(run_id)`` around ``obtain_record`` and for the rest of its life.
 """
 
 from sidecar.core.deadline.clock import DeadlineClock, check_startable
@@ -27,7 +27,7 @@ from sidecar.core.deadline.record import (
     new_record,
     parse_record,
 )
-from sidecar.core.deadline.resume import LEDGER_SKEW_TOLERANCE_S, check_ledger, create_or_resume
+from sidecar.core.deadline.resume import LEDGER_SKEW_TOLERANCE_S, check_ledger, obtain_record
 
 __all__ = [
     "LEDGER_SKEW_TOLERANCE_S",
@@ -38,8 +38,8 @@ __all__ = [
     "DeadlineRecord",
     "check_ledger",
     "check_startable",
-    "create_or_resume",
     "encode_record",
     "new_record",
+    "obtain_record",
     "parse_record",
 ]

@@ -4,7 +4,7 @@ evidence for a deleted or replaced record."""
 
 from __future__ import annotations
 
-import contextlib
+from dataclasses import dataclass
 
 from sidecar.core.boot import BootClock, ReferenceTime
 from sidecar.core.deadline.record import DeadlineRecord, encode_record, new_record, parse_record, shorten
@@ -66,7 +66,15 @@ def check_ledger(
         )
 
 
-def create_or_resume(
+@dataclass(frozen=True)
+class Obtained:
+    record: DeadlineRecord
+    # This call created the record: not a resume, nor a concurrent creator's (another index of the
+    # same soak that won the exclusive create between our load and our create).
+    created: bool
+
+
+def obtain_record(
     store: DeadlineStore,
     identity: RunIdentity,
     *,
@@ -75,7 +83,7 @@ def create_or_resume(
     max_budget_s: float,
     boot: BootClock | None = None,
     reference: ReferenceTime | None = None,
-) -> DeadlineRecord:
+) -> Obtained:
     """The run's record: the stored one if any (verified, never extended), else a new one.
 
     ``resume_required`` (an explicit resume) refuses instead of creating a fresh budget.
@@ -91,7 +99,7 @@ def create_or_resume(
     existing = _load_verified(store, identity, max_budget_s=max_budget_s)
     check_ledger(existing, claims, run_id=identity.run_id, location=store.location)
     if existing is not None:
-        return existing
+        return Obtained(existing, created=False)
     if resume_required:
         raise RefusedError(
             f"explicit resume requires the original deadline record; no fresh budget "
@@ -99,12 +107,15 @@ def create_or_resume(
         )
     payload = encode_record(new_record(identity, now_wall=now_wall, boot=boot, reference=reference))
     # When a concurrent creator wins, its record is the run's record, verified like any other.
-    with contextlib.suppress(RecordExistsError):
+    created = True
+    try:
         store.create(identity.run_id, payload)
+    except RecordExistsError:
+        created = False
     # Read back what is durable rather than trusting what we meant to write.
     stored = _load_verified(store, identity, max_budget_s=max_budget_s)
     if stored is None:
         raise DeadlineRecordError(
             f"deadline record for run {identity.run_id} vanished from {store.location} after creation"
         )
-    return stored
+    return Obtained(stored, created=created)

@@ -31,8 +31,9 @@ DEAD = (b"Z", b"X", b"x")
 
 
 def _live_stat(pid: int) -> list[bytes] | None:
-    """The stat fields of ``pid``'s leader, or, when the leader thread has exited while others run
-    (its own stat says Z), those of a live thread: the process is alive while any thread is."""
+    """The stat fields of ``pid``'s leader; when the leader thread has exited while others run (its
+    own stat says Z), with a live thread's state and flags: the process is alive while any thread
+    is. The start ticks stay the leader's (the process's identity; a thread starts later)."""
     fields = _read_stat(pid)
     if not fields or fields[STATE] not in DEAD:
         return fields
@@ -47,8 +48,10 @@ def _live_stat(pid: int) -> list[bytes] | None:
                 thread = stat_fields(handle.read())
         except OSError:
             continue
-        if thread and thread[STATE] not in DEAD:
-            return thread
+        if len(thread) > FLAGS and thread[STATE] not in DEAD:
+            live = list(fields)
+            live[STATE], live[FLAGS] = thread[STATE], thread[FLAGS]
+            return live
     return fields
 
 

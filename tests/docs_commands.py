@@ -4,7 +4,8 @@ docs/workflows.md's session (WORKFLOWS: its commands run in order in one directo
 
 Placeholders that stand for the user's own things (their trainer image and command, their bucket,
 their GPUs) are swapped by the one table below; nothing else is changed. A trailing ``# ... exit N``
-comment is the exit code the docs promise (0 when none is given).
+comment is the exit code the docs promise (0 when none is given). A command sent to the background
+(``... &``) is one script with the lines after it, up to the line that ``wait``s for it.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def doc_commands() -> list[DocCommand]:
 def commands_of(doc: Path, tools: tuple[str, ...]) -> list[DocCommand]:
     """The commands of ``doc``'s shell blocks whose first word is one of ``tools``, in order."""
     found = []
-    in_shell, pending, start = False, "", 0
+    in_shell, in_script, pending, start = False, False, "", 0
     comments: list[str] = []
     for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
         if line.startswith("```"):
@@ -94,6 +95,11 @@ def commands_of(doc: Path, tools: tuple[str, ...]) -> list[DocCommand]:
         if code.endswith("\\"):
             pending += code[:-1].rstrip() + " "
             continue
+        in_script = in_script or (code.endswith("&") and not code.endswith("&&"))
+        if in_script and "wait" not in code.split():
+            pending += code + "\n"
+            continue
+        in_script = False
         text = (pending + code).strip()
         pending = ""
         if text.split(maxsplit=1)[:1] and text.split()[0] in tools:

@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +128,23 @@ def _segments(objects: dict[str, bytes], stem: str) -> bytes:
 
 
 def _kill(
-    proc: subprocess.Popen[bytes], rng: random.Random, point: int, *, whole_tree: bool
+    proc: subprocess.Popen[bytes],
+    rng: random.Random,
+    point: int,
+    *,
+    sampling: Callable[[], bool],
+    whole_tree: bool,
 ) -> tuple[float, float | None]:
-    """SIGKILL the sidecar (or its whole tree) at a random point, spread over its first five
-    seconds; every other point after a SIGTERM. (when the SIGKILL went, when the SIGTERM did)"""
-    time.sleep((point % 10) * 0.5 + rng.uniform(0.0, 0.5))
+    """SIGKILL the sidecar (or its whole tree) at a random point; every other point after a SIGTERM.
+    Every third point falls in the sidecar's first seconds, counted from the spawn; the others in its
+    first six seconds of monitoring, counted from its first samples on disk, so that a loaded machine's
+    slow start cannot leave the test without points that had samples to lose.
+    (when the SIGKILL went, when the SIGTERM did)"""
+    if point % 3:
+        wait_until("the attempt's first samples", sampling, 60, interval_s=0.02)
+        time.sleep(1.0 + (point % 10) * 0.5 + rng.uniform(0.0, 0.5))
+    else:
+        time.sleep((point % 10) * 0.3 + rng.uniform(0.0, 0.5))
     termed = None
     if point % 2:
         proc.send_signal(signal.SIGTERM)
@@ -202,7 +215,11 @@ def test_a_hard_stop_at_any_point_loses_nothing_before_the_last_flush(
     for point in range(POINTS):
         before = set(runs.glob("attempt-*")) if runs.exists() else set()
         proc = spawn(_argv(tmp_path, run_id), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        killed, termed = _kill(proc, rng, point, whole_tree=whole_tree)
+
+        def sampling(before: set[Path] = before) -> bool:
+            return any((a / "samples.jsonl.gz").exists() for a in set(runs.glob("attempt-*")) - before)
+
+        killed, termed = _kill(proc, rng, point, sampling=sampling, whole_tree=whole_tree)
         for attempt in set(runs.glob("attempt-*")) - before if runs.exists() else ():
             try:
                 for what in _check_attempt(attempt, bucket, killed, termed):

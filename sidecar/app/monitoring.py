@@ -172,7 +172,7 @@ def watch(
     session.reap(session.fallback_after_s)
     record = ports.channel.wait_exit(2.0)
     violations = [] if sampler.claim_mismatch is None else [sampler.claim_mismatch]
-    if (forged := session.unconfirmed(record)) is not None:
+    if (forged := session.unconfirmed(record, patience_s=_kubelet_patience(going, policy))) is not None:
         violations.append(forged)
         record = None  # judged as a launcher that left no record: never a pass
     sampler.final_look()
@@ -188,6 +188,16 @@ def watch(
         ran_past_deadline=policy.ran_past_deadline,
         fallback_kill=policy.fallback_kill,
     )
+
+
+def _kubelet_patience(going: Going, policy: MonitorPolicy) -> float:
+    """How long a pod's sidecar waits for the kubelet's report of the trainer container's end. A soak
+    already failed by what the sidecar saw (a stop from outside, within the pod's grace period)
+    waits only as long as for a stop's cause."""
+    patience_s, status = going.settings.kube.exit_status_wait_s, going.ports.pod_status
+    if policy.failure is not None and status is not None:
+        return min(patience_s, status.cause_wait_s)
+    return patience_s
 
 
 def stall_stacks(ports: Ports) -> dict[str, Any]:

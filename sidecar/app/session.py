@@ -28,6 +28,7 @@ from sidecar.settings import Settings
 # remembered processes itself (the launcher may be wedged or gone).
 FALLBACK_SLACK_S = 10.0
 POLL_S = 0.05
+KUBELET_POLL_S = 0.5
 
 
 class LaunchSession:
@@ -173,20 +174,46 @@ class LaunchSession:
             resumed=resumed,
         )
 
-    def unconfirmed(self, record: ExitRecord | None) -> str | None:
+    def unconfirmed(self, record: ExitRecord | None, *, patience_s: float) -> str | None:
         """Why ``record`` cannot be the launcher's own: exit.json sits in a dir the trainer can
-        write, so a local launcher's record is held field by field to the launcher's own exit
-        status (core.exit_confirmation); a launcher that could not write its record says so."""
-        status = None if self._local is None else self._local.poll()
-        if status is None:
+        write, so it is held field by field (core.exit_confirmation) to how the launcher ended as
+        a channel the trainer cannot write reports it: locally the launcher's exit status, in a pod
+        the trainer container's terminated state as the kubelet reports it (awaited up to
+        ``patience_s``). A launcher that could not write its record says so through either."""
+        ended = self._ended(patience_s if record is not None else 0.0)
+        if ended is None:
+            if record is not None and self._local is None and self._ports.pod_status is not None:
+                return (
+                    f"the kubelet reported no end of the trainer container within {patience_s:g} s: "
+                    f"{names.EXIT_FILE} cannot be confirmed"
+                )
             return None if record is None else exit_confirmation.inconsistency(record)
+        status, who = ended
         if record is None:
             unwritten = status == names.EXIT_RECORD_UNWRITTEN
-            return (
-                f"the launcher exited {status}: it could not write {names.EXIT_FILE}" if unwritten else None
-            )
-        problem = exit_confirmation.disagreement(record, status, "the launcher")
-        return None if problem is None else f"{problem}: not its record"
+            could_not = f"{who} exited {status}: the launcher could not write {names.EXIT_FILE}"
+            return could_not if unwritten else None
+        if status is None:
+            return f"{who} ended with no exit code: {names.EXIT_FILE} cannot be confirmed"
+        problem = exit_confirmation.disagreement(record, status, who)
+        return None if problem is None else f"{problem}: not the launcher's record"
+
+    def _ended(self, patience_s: float) -> tuple[int | None, str] | None:
+        """How the launcher ended, from a channel the trainer cannot write, and who says so; None
+        when no such channel has an answer (pod mode outside Kubernetes: only tests run so)."""
+        if self._local is not None:
+            status = self._local.poll()
+            return None if status is None else (status, "the launcher")
+        pod = self._ports.pod_status
+        if pod is None:
+            return None
+        clock = self._ports.clock
+        end = clock.monotonic() + patience_s
+        while (state := pod.trainer_ended()) is None and clock.monotonic() < end:
+            self._ports.sleep(KUBELET_POLL_S)
+        if state is None:
+            return None
+        return state.exit_code, "the trainer container (as the kubelet reports it)"
 
     def reap(self, timeout_s: float) -> None:
         """Wait for a local launcher to exit (it kills the trainer first); kill it if it does not."""

@@ -215,6 +215,16 @@ class KubeSettings(Group):
         Path("/dev/termination-log"),
         description="Termination message file. Default /dev/termination-log.",
     )
+    exit_status_wait_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds to wait, once the launcher has exited, for the kubelet to report the trainer "
+            "container's terminated state, which exit.json is held to; a record it never confirms "
+            "fails the soak. Default 30."
+        ),
+    )
     api_retries: int = Field(5, ge=0, le=100, description="Retries on 409/429/5xx. Default 5.")
     api_backoff_s: float = Field(
         0.5,

@@ -24,7 +24,7 @@ from sidecar.core.deadline import DeadlineClock, new_record
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import ConfigError, StoreUnavailableError
 from sidecar.core.identity import make_identity
-from sidecar.core.pod_facts import Condition, JobFacts, PodFacts, PodMoments
+from sidecar.core.pod_facts import Condition, ContainerState, JobFacts, PodFacts, PodMoments
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.records import LauncherInfo
 from sidecar.settings import Settings, load_settings
@@ -547,3 +547,32 @@ def test_a_pods_attempt_begins_at_its_pods_creation(tmp_path: Path) -> None:
         ("launcher", 10.0),
     ]
     assert phases[0]["start_unix"] == created
+
+
+def _pod_run(tmp_path: Path, script: Script, ended: ContainerState | None) -> tuple[RunResult, Fakes]:
+    world = fakes(script, SUMMARY)
+    ports = replace(world.ports(), pod_status=FakePodStatus(StopEvidence(None), ended=ended))
+    result = Supervisor(settings(tmp_path), ports, RunRequest(mode="pod", run_id=RUN_ID)).run()
+    return result, world
+
+
+def test_in_a_pod_the_kubelets_report_of_the_trainer_container_confirms_exit_json(tmp_path: Path) -> None:
+    result, _ = _pod_run(tmp_path, Script(runs_s=3.0), ContainerState("terminated", "Completed", exit_code=0))
+    assert result.verdict.status == "passed" and result.exit_code == 0
+
+
+def test_in_a_pod_a_record_the_kubelet_contradicts_is_no_record(tmp_path: Path) -> None:
+    """The trainer container exited 3 (its launcher said so to the kubelet); exit.json says 0."""
+    result, world = _pod_run(tmp_path, Script(runs_s=3.0), ContainerState("terminated", "Error", exit_code=3))
+    assert result.exit_code == 70 and result.verdict.classification == "monitor_failure"
+    artifact = world.files.artifact()
+    violations = " ".join(artifact["protocol_violations"])
+    assert "the trainer container (as the kubelet reports it) exited 3" in violations, violations
+
+
+def test_in_a_pod_a_record_the_kubelet_never_confirms_cannot_pass(tmp_path: Path) -> None:
+    result, world = _pod_run(tmp_path, Script(runs_s=3.0), None)
+    assert result.exit_code == 70 and result.verdict.status != "passed"
+    violations = " ".join(world.files.artifact()["protocol_violations"])
+    assert "the kubelet reported no end of the trainer container within 30 s" in violations
+    assert world.world.now >= 30.0  # it waited for the kubelet first

@@ -63,6 +63,7 @@ def conclude_run(
             leaks=tuple(leaks),
             deadline=_deadline_seen(going, watched),
             fallback_kill=watched.fallback_kill,
+            launcher_stopped=watched.launcher_stopped,
             trainer_xids=tuple(recorder.health.trainer_xids()),
             heartbeat=session.heartbeat_record(resumed=going.started.already_going),
             peak_rss_kib=recorder.summary.max_process_rss_kib,

@@ -29,7 +29,7 @@ from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
-from sidecar.core.trainer_process import claim_mismatch, trainer_of
+from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.core.verdict import MonitorKind
 
 CAUSE_POLL_S = 0.5
@@ -69,6 +69,8 @@ class Sampler:
         # against it: a claim that disagrees is named in the artifact, never followed.
         self.trainer: ProcessInfo | None = None
         self.claim_mismatch: str | None = None
+        # The first sample that saw the launcher stopped or traced (the trainer's doing).
+        self.launcher_stopped: str | None = None
         self.duration_s = 0.0  # of the latest sample
         self.moments = ProgressMoments()
 
@@ -82,6 +84,8 @@ class Sampler:
             progress=self._ports.progress.sample(),
         )
         self.recorder.add(sample, steady=self._steady(sample))
+        if self.launcher_stopped is None:
+            self.launcher_stopped = launcher_stopped(tree.processes, self._launcher_pid, sample.elapsed_s)
         self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample
@@ -187,6 +191,7 @@ def watch(
         moments=sampler.moments,
         ran_past_deadline=policy.ran_past_deadline,
         fallback_kill=policy.fallback_kill,
+        launcher_stopped=sampler.launcher_stopped,
     )
 
 

@@ -109,6 +109,8 @@ class Watched:
     ran_past_deadline: bool = False
     # The sidecar had to kill the trainer's processes itself (the launcher did not act in time).
     fallback_kill: str | None = None
+    # A sample saw the launcher stopped or traced: the trainer's doing, never a pass.
+    launcher_stopped: str | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ class RunFacts:
     heartbeat: SidecarHeartbeat = SidecarHeartbeat()
     # The sidecar had to kill the trainer's processes itself: a finding, never silent.
     fallback_kill: str | None = None
+    # A sample saw the launcher stopped or traced (core.trainer_process.launcher_stopped).
+    launcher_stopped: str | None = None
     # The largest RSS of the trainer's tree any sample saw (KiB), for an OOM kill's reason.
     peak_rss_kib: int | None = None
     # The kubelet's word (pod mode): the trainer's container was OOMKilled.
@@ -114,12 +116,18 @@ def conclude(facts: RunFacts) -> Conclusion:
     if verdict.status == "failed" and facts.trainer_xids:
         caused = "; ".join(facts.trainer_xids)
         verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
-    if facts.fallback_kill is not None:
-        verdict = (
-            replace(verdict, reason=f"{verdict.reason}; {facts.fallback_kill}")
-            if verdict.status == "failed"
-            else verdicts.stopped("monitor_failure", facts.fallback_kill)
-        )
+    # Findings that never pass: named in a failure's reason, or the failure themselves.
+    findings: tuple[tuple[verdicts.MonitorKind, str | None], ...] = (
+        ("monitor_failure", facts.fallback_kill),
+        ("trainer_failure", facts.launcher_stopped),
+    )
+    for kind, finding in findings:
+        if finding is not None:
+            verdict = (
+                replace(verdict, reason=f"{verdict.reason}; {finding}")
+                if verdict.status == "failed"
+                else verdicts.stopped(kind, finding)
+            )
     return Conclusion(verdict, residual_pids, _reported(facts), deadline)
 
 
@@ -136,7 +144,7 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
         )
         return None if facts.container_oom_killed else failure
     if record.heartbeat_lost or record.owner_lost:
-        return _lost_sidecar(record, facts.heartbeat)
+        return _lost_sidecar(record, facts.heartbeat, facts.launcher_stopped)
     if record.reason == "spawn_failed":
         problem = "was not found" if record.exit_code == 127 else "is not executable"
         return (
@@ -146,10 +154,14 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
     return None
 
 
-def _lost_sidecar(record: ExitRecord, heartbeat: SidecarHeartbeat) -> tuple[verdicts.MonitorKind, str]:
+def _lost_sidecar(
+    record: ExitRecord, heartbeat: SidecarHeartbeat, launcher_stopped: str | None
+) -> tuple[verdicts.MonitorKind, str]:
     """The launcher says it lost the sidecar. Retryable (152) only when the sidecar's own record
     shows it: a sidecar that concludes was not gone (owner lost), and one whose heartbeats all
     landed on time was not stalled. Otherwise the launcher was stopped, starved or lied to."""
+    if launcher_stopped is not None:
+        return ("trainer_failure", f"the launcher reported the sidecar lost, but {launcher_stopped}")
     if heartbeat.first_error is not None:
         # The heartbeat could not land: the run dir broke (the trainer can write it), not the sidecar.
         return (

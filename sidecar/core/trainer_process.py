@@ -28,3 +28,19 @@ def claim_mismatch(claimed_pid: int, claimed_ticks: int | None, observed: Proces
         f"trainer.json names pid {claimed_pid} (start ticks {claimed_ticks}), but the launcher's child "
         f"is pid {observed.pid} (start ticks {observed.start_ticks}): the claim was ignored"
     )
+
+
+# Only a signal or a tracer stops the launcher; neither comes from the sidecar or the kubelet, and the
+# launcher's UID is the trainer's. (psutil's names, as the samples carry them.)
+STOPPED_STATES = frozenset({"stopped", "tracing-stop"})
+
+
+def launcher_stopped(processes: Sequence[ProcessInfo], launcher_pid: int, elapsed_s: float) -> str | None:
+    """Why the launcher, seen in this sample, is stopped from the trainer's side; None when it runs."""
+    launcher = next((p for p in processes if p.pid == launcher_pid), None)
+    if launcher is None or launcher.state not in STOPPED_STATES:
+        return None
+    return (
+        f"the launcher (pid {launcher_pid}) was seen {launcher.state} {elapsed_s:.1f} s into the attempt: "
+        "stopped or traced from the trainer's side"
+    )

@@ -270,3 +270,26 @@ def test_a_trainer_that_stops_its_launcher_and_outruns_the_deadline_exhausts_it(
         found["failure_reason"],
         err,
     )
+
+
+# Passes in every file it writes, but holds its launcher stopped for two seconds on the way (short of
+# the heartbeat timeout and the deadline: nothing but the samples sees it), then lets it go and exits 0.
+STOPS_ITS_LAUNCHER = PASSES_FIRST + textwrap.dedent(
+    """
+    os.kill(info["pid"], signal.SIGSTOP)
+    time.sleep(2.0)
+    os.kill(info["pid"], signal.SIGCONT)
+    sys.exit(0)
+    """
+)
+
+
+def test_a_launcher_seen_stopped_is_the_trainers_doing_and_never_passes(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    code, err = run_cli(spawn, tmp_path, "--", sys.executable, "-c", STOPS_ITS_LAUNCHER)
+    found = artifact(tmp_path)
+    assert (code, found["failure_classification"]) == (10, "trainer_failure"), (found["failure_reason"], err)
+    assert (
+        "was seen stopped" in found["failure_reason"] and "from the trainer's side" in found["failure_reason"]
+    )

@@ -240,6 +240,24 @@ def test_a_lost_heartbeat_the_sidecar_kept_writing_is_the_trainers_doing(heartbe
     assert again.verdict.classification == "supervisor_lost"  # the sidecar before this one was gone
 
 
+STOPPED = (
+    "the launcher (pid 10) was seen stopped 4.0 s into the attempt: stopped or traced from the trainer's side"
+)
+
+
+def test_a_launcher_seen_stopped_never_passes_and_is_never_a_lost_sidecar() -> None:
+    clean = conclude(facts(launcher_stopped=STOPPED)).verdict
+    assert (clean.classification, int(clean.exit_code), clean.reason) == ("trainer_failure", 10, STOPPED)
+    # Stopped past the heartbeat timeout, a lapse the sidecar's clock cannot tell from its own stall.
+    lost = exited(reason="heartbeat_lost", returncode=None, signal=9, heartbeat_lost=True)
+    lapsed = SidecarHeartbeat(longest_gap_s=31.0, timeout_s=30.0)
+    verdict = conclude(facts(exit_record=lost, heartbeat=lapsed, launcher_stopped=STOPPED)).verdict
+    assert (verdict.classification, int(verdict.exit_code)) == ("trainer_failure", 10)
+    assert (verdict.reason or "").endswith(STOPPED)
+    crashed = conclude(facts(exit_record=exited(returncode=3, exit_code=3), launcher_stopped=STOPPED)).verdict
+    assert crashed.classification == "trainer_failure" and (crashed.reason or "").endswith(STOPPED)
+
+
 def memory(*victims: OomKill, start: int = 2, end: int = 3, limit: int | None = 192 * 2**20) -> MemoryReport:
     return MemoryReport("v1", limit, oom_kills_at_start=start, oom_kills_at_end=end, oom_killed=victims)
 

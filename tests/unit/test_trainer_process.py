@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sidecar.core.samples import ProcessInfo
-from sidecar.core.trainer_process import claim_mismatch, trainer_of
+from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 
 LAUNCHER = 50
 
@@ -49,3 +49,19 @@ def test_whatever_the_tree_the_trainer_is_a_child_of_the_launcher_and_never_pid_
         assert found in tree and found.ppid == launcher and found.pid > 1 and found.start_ticks is not None
         assert all(found.start_ticks <= (p.start_ticks or 0) for p in tree if p.ppid == launcher and p.pid > 1
                    and p.start_ticks is not None)  # fmt: skip
+
+
+def test_a_launcher_seen_stopped_or_traced_is_named_and_a_stopped_trainer_is_not() -> None:
+    def launcher_in(state: str) -> list[ProcessInfo]:
+        return [proc(LAUNCHER, 1, 10).model_copy(update={"state": state}), proc(60, LAUNCHER, 20)]
+
+    for state in ("stopped", "tracing-stop"):
+        found = launcher_stopped(launcher_in(state), LAUNCHER, 4.04)
+        assert found == f"the launcher (pid {LAUNCHER}) was seen {state} 4.0 s into the attempt: " + (
+            "stopped or traced from the trainer's side"
+        )
+    assert launcher_stopped(launcher_in("sleeping"), LAUNCHER, 4.0) is None
+    assert launcher_stopped(launcher_in("zombie"), LAUNCHER, 4.0) is None
+    stopped_trainer = [proc(LAUNCHER, 1, 10), proc(60, LAUNCHER, 20).model_copy(update={"state": "stopped"})]
+    assert launcher_stopped(stopped_trainer, LAUNCHER, 4.0) is None  # a debugger's, or the trainer's own
+    assert launcher_stopped([], LAUNCHER, 4.0) is None

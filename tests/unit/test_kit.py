@@ -1,0 +1,166 @@
+"""The trainer kit on its own: what it writes where, the soft stop, and the summary's class."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.core.run_summary.evaluate import SummaryOutcome, evaluate_run_summary
+from soak_sidecar_kit import PROGRESS_MAX_BYTES, Soak
+
+
+@pytest.fixture
+def restore_usr1() -> Iterator[None]:
+    previous = signal.getsignal(signal.SIGUSR1)
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    (tmp_path / "progress").mkdir(exist_ok=True)
+    return {
+        "SOAK_PROGRESS_DIR": str(tmp_path / "progress"),
+        "SOAK_SOFT_STOP_FILE": str(tmp_path / "run" / "soft-stop"),
+        "SOAK_SOFT_STOP_SIGNAL": "SIGUSR1",
+        **extra,
+    }
+
+
+def summary(tmp_path: Path) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads((tmp_path / "progress" / "run_summary.json").read_text())
+    return document
+
+
+def core_outcome(tmp_path: Path) -> SummaryOutcome:
+    raw = (tmp_path / "progress" / "run_summary.json").read_bytes()
+    return evaluate_run_summary(
+        raw, mtime=None, run_started_wall=None, max_bytes=1 << 20, manifest_validator=None, profile="core"
+    )
+
+
+def test_a_run_that_ends_writes_a_completed_core_summary(tmp_path: Path, restore_usr1: None) -> None:
+    with Soak(environ=env(tmp_path), owner="test") as soak:
+        for step in range(1, 4):
+            soak.progress(step, samples=step * 8, loss=1.0 / step)
+    document = summary(tmp_path)
+    assert document["status"] == "completed" and document["steps"] == 3 and document["samples"] == 24
+    assert document["runtime_manifest"]["shutdown"]["classification"] == "normal_completion"
+    outcome = core_outcome(tmp_path)
+    assert outcome.classification is None and not outcome.failures, outcome
+
+
+def test_progress_is_one_line_a_second_and_a_phase_change_at_once(tmp_path: Path, restore_usr1: None) -> None:
+    soak = Soak(environ=env(tmp_path), progress_interval_s=3600)
+    for step in range(1, 50):
+        soak.progress(step, loss=float("nan") if step == 1 else 0.5)
+    with soak.phase("eval"):
+        pass
+    lines = [json.loads(line) for line in (tmp_path / "progress" / "progress.jsonl").read_text().splitlines()]
+    assert [(line["step"], line["phase"]) for line in lines] == [(1, "train"), (49, "eval"), (49, "train")]
+    assert lines[0]["loss"] is None and lines[0]["loss_nonfinite"] is True
+
+
+def test_progress_is_bounded_on_disk(tmp_path: Path, restore_usr1: None) -> None:
+    soak = Soak(environ=env(tmp_path), progress_interval_s=0)
+    path = tmp_path / "progress" / "progress.jsonl"
+    path.write_bytes(b"x" * (PROGRESS_MAX_BYTES + 1))
+    soak.progress(1)
+    assert path.stat().st_size < 100 and (tmp_path / "progress" / "progress.jsonl.1").exists()
+
+
+def test_the_soft_stop_signal_stops_and_late_copies_are_ignored(tmp_path: Path, restore_usr1: None) -> None:
+    soak = Soak(environ=env(tmp_path))
+    assert not soak.should_stop()
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert soak.stop_requested and soak.should_stop()
+    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGUSR1)  # a late copy: ignored, not fatal
+    soak.finish()
+    shutdown = summary(tmp_path)["runtime_manifest"]["shutdown"]
+    assert summary(tmp_path)["status"] == "failed" and shutdown["classification"] == "external_cancellation"
+
+
+def test_the_soft_stop_file_stops(tmp_path: Path, restore_usr1: None) -> None:
+    soak = Soak(environ=env(tmp_path))
+    (tmp_path / "run").mkdir()
+    assert not soak.should_stop()
+    (tmp_path / "run" / "soft-stop").touch()
+    assert soak.should_stop()
+
+
+def test_a_handler_installed_before_the_kit_still_runs(tmp_path: Path, restore_usr1: None) -> None:
+    seen: list[int] = []
+    signal.signal(signal.SIGUSR1, lambda signum, _frame: seen.append(signum))
+    soak = Soak(environ=env(tmp_path))
+    os.kill(os.getpid(), signal.SIGUSR1)
+    assert soak.stop_requested and seen == [signal.SIGUSR1]
+
+
+def test_ranks_agree_through_the_given_reduction(tmp_path: Path, restore_usr1: None) -> None:
+    """Another rank got the signal: this one stops at the same step although it saw nothing."""
+    soak = Soak(environ=env(tmp_path), agree=lambda local: True)
+    assert not soak.stop_requested and soak.should_stop()
+
+
+def test_an_exception_is_the_trainers_failure_unless_the_stop_caused_it(
+    tmp_path: Path, restore_usr1: None
+) -> None:
+    with pytest.raises(RuntimeError), Soak(environ=env(tmp_path)):
+        raise RuntimeError("boom")
+    shutdown = summary(tmp_path)["runtime_manifest"]["shutdown"]
+    assert shutdown["classification"] == "learner_failure"
+    assert shutdown["exception"] == {"type": "RuntimeError", "message": "boom"}
+    assert core_outcome(tmp_path).classification == "learner_failure"
+    (tmp_path / "progress" / "run_summary.json").unlink()
+    with pytest.raises(RuntimeError), Soak(environ=env(tmp_path)) as soak:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert soak.stopping
+        raise RuntimeError("DataLoader worker (pid 7) is killed by signal: Terminated.")
+    assert summary(tmp_path)["runtime_manifest"]["shutdown"]["classification"] == "external_cancellation"
+
+
+def test_only_local_rank_zero_writes(tmp_path: Path, restore_usr1: None) -> None:
+    with Soak(environ=env(tmp_path, LOCAL_RANK="1", RANK="3")) as soak:
+        soak.progress(1)
+        soak.checkpoint(1, tmp_path)
+    assert list((tmp_path / "progress").iterdir()) == []
+
+
+def test_a_checkpoint_record_is_what_the_next_attempt_resumes_from(
+    tmp_path: Path, restore_usr1: None
+) -> None:
+    saved = tmp_path / "ckpt" / "step-7.ckpt"
+    saved.parent.mkdir()
+    saved.write_bytes(b"w" * 1234)
+    Soak(environ=env(tmp_path)).checkpoint(7, saved, duration_s=0.25)
+    record_path = tmp_path / "progress" / "checkpoint.json"
+    record = json.loads(record_path.read_text())
+    assert (record["step"], record["path"], record["bytes"], record["duration_s"]) == (
+        7,
+        str(saved),
+        1234,
+        0.25,
+    )
+    resumed = Soak(environ=env(tmp_path, SOAK_RESUME_CHECKPOINT=str(record_path)))
+    assert (resumed.resume_checkpoint, resumed.resume_step) == (str(saved), 7)
+    # An approved file that is not a kit record is itself what to load.
+    other = Soak(environ=env(tmp_path, SOAK_RESUME_CHECKPOINT=str(saved)))
+    assert (other.resume_checkpoint, other.resume_step) == (str(saved), None)
+    assert Soak(environ=env(tmp_path)).resume_checkpoint is None
+
+
+def test_outside_a_soak_it_writes_nothing_and_still_answers(
+    tmp_path: Path, restore_usr1: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with Soak(environ={}) as soak:
+        soak.progress(1)
+        soak.checkpoint(1)
+        assert not soak.should_stop()
+    assert list(tmp_path.iterdir()) == []

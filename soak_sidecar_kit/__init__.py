@@ -131,6 +131,16 @@ class Soak:
             self._ignore_late_copies()
         return self._agreed
 
+    def agree_with(self, agree: Agree) -> None:
+        """How the ranks agree on a stop: ``agree(local)`` returns True on every rank when any
+        rank's ``local`` is (a framework's own reduction); by default a torch.distributed MAX."""
+        self._agree = agree
+
+    def stopped_from_outside(self) -> None:
+        """The framework took a stop signal itself (Lightning's SIGTERM, HF's): what ends the run
+        now is a consequence of the stop, not the trainer's own failure."""
+        self._requested.set()
+
     def _decide(self, local: bool) -> bool:
         if self._agree is not None:
             return bool(self._agree(local))
@@ -189,6 +199,11 @@ class Soak:
             if line["loss"] is None:
                 line["loss_nonfinite"] = True
         self._append_progress(line)
+
+    def progress_due(self) -> bool:
+        """Whether ``progress`` would write a line now: a costly figure (a loss on the GPU) need only
+        be taken then."""
+        return self.writes and time.time() - self._last_line >= self._interval_s
 
     @contextlib.contextmanager
     def phase(self, name: str, step: int | None = None) -> Iterator[None]:

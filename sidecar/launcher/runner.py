@@ -11,6 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+from .beside import kit_dir, with_kit
 from .channel import SidecarChannel
 from .cleanup import clean_up
 from .deadline import MonotonicDeadline
@@ -209,6 +210,7 @@ class Launcher:
             ENV_DEADLINE_FILE: options.path(DEADLINE_COPY_FILE),
             ENV_SOFT_STOP_FILE: options.path(SOFT_STOP_FILE),
         }
+        env = with_kit(env, kit_dir())
         console = ConsoleLog(options.path(CONSOLE_LOG), go.console_log_bytes)
         self.oom.start()
         try:

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from .beside import launcher_dir
 from .proc import command_of
 from .protocol.names import STACK_READER
 from .protocol.stacks import (
@@ -41,25 +42,12 @@ _REAP_S = 1.0
 def find_py_spy() -> str | None:
     """py-spy beside the launcher's file (the chart's init container puts it there), beside its
     Python (a virtualenv), or on PATH."""
-    beside = [_launcher_dir(), os.path.dirname(sys.executable)]
+    beside = [launcher_dir(), os.path.dirname(sys.executable)]
     for directory in beside:
         candidate = os.path.join(directory, PY_SPY)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return shutil.which(PY_SPY)
-
-
-def _launcher_dir() -> str:
-    """The folder of the launcher's file. Run as a zipapp, sys.argv[0] names a module inside the
-    archive (soak-launcher.py/soak_launcher/__main__.py): the archive is the file on that path."""
-    path = os.path.abspath(sys.argv[0])
-    probe = path
-    while not os.path.isfile(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return os.path.dirname(path)
-        probe = parent
-    return os.path.dirname(probe)
 
 
 def why_missing(returncode: int, stderr: bytes) -> str:

@@ -14,6 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import soak_sidecar_kit
 from sidecar.adapters.fsutil import write_atomic
 from sidecar.core.errors import ConfigError
 from sidecar.launcher.protocol import names
@@ -48,13 +49,25 @@ def launcher_archive() -> bytes:
     return buffer.getvalue()
 
 
+def kit_sources() -> list[tuple[str, bytes]]:
+    """The trainer kit's modules (soak_sidecar_kit/*.py), as paths under the kit folder and bytes."""
+    root = Path(soak_sidecar_kit.__file__).resolve().parent
+    return [(f"{names.KIT_PACKAGE}/{path.name}", path.read_bytes()) for path in sorted(root.glob("*.py"))]
+
+
 def build_launcher(dest_dir: Path) -> Path:
-    """Write the launcher into dest_dir as LAUNCHER_FILE_NAME (executable); ConfigError if it cannot."""
+    """Write the launcher into dest_dir as LAUNCHER_FILE_NAME (executable), and the trainer kit beside
+    it (KIT_DIR_NAME/soak_sidecar_kit/), where the launcher puts it on the trainer's path; ConfigError
+    if it cannot."""
     target = dest_dir / names.LAUNCHER_FILE_NAME
+    kit = dest_dir / names.KIT_DIR_NAME
     try:
         dest_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(target, launcher_archive())
         target.chmod(0o755)
+        (kit / names.KIT_PACKAGE).mkdir(parents=True, exist_ok=True)
+        for name, data in kit_sources():
+            write_atomic(kit / name, data)
     except OSError as exc:
         raise ConfigError(f"cannot write the launcher into {dest_dir}: {exc}") from exc
     return target
@@ -79,12 +92,20 @@ def install_stack_reader(dest_dir: Path) -> Path | None:
 @functools.cache
 def launcher_path() -> Path:
     """The built launcher in this user's cache (built once per source digest): what local mode runs."""
-    data = launcher_archive()
+    data, kit = launcher_archive(), kit_sources()
+    digest = hashlib.sha256(data)
+    for name, source in kit:
+        digest.update(name.encode() + b"\0" + hashlib.sha256(source).digest())
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = cache / "soak-sidecar" / "launcher" / hashlib.sha256(data).hexdigest()[:16]
+    folder = cache / "soak-sidecar" / "launcher" / digest.hexdigest()[:16]
     target = folder / names.LAUNCHER_FILE_NAME
     try:
-        if target.is_file() and not target.is_symlink() and target.read_bytes() == data:
+        if (
+            target.is_file()
+            and not target.is_symlink()
+            and target.read_bytes() == data
+            and all((folder / names.KIT_DIR_NAME / name).read_bytes() == source for name, source in kit)
+        ):
             return target
     except OSError:
         pass  # rebuild below

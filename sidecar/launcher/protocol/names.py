@@ -7,6 +7,10 @@ PROTOCOL = 1
 MIN_PYTHON = (3, 9)
 # The name the launcher is installed and run under (one zipapp file); the sidecar finds it by it.
 LAUNCHER_FILE_NAME = "soak-launcher.py"
+# Beside the launcher's file: the trainer kit's package (soak_sidecar_kit) in this folder, which the
+# launcher adds to the trainer's PYTHONPATH, so a trainer imports it with nothing installed.
+KIT_DIR_NAME = "kit"
+KIT_PACKAGE = "soak_sidecar_kit"
 
 LAUNCHER_FILE = "launcher.json"
 GO_FILE = "go.json"

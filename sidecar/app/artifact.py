@@ -41,6 +41,8 @@ class Evidence:
     preflight: Preflight | None = None
     summary: SummaryOutcome | None = None
     exit_record: ExitRecord | None = None
+    # exit.json the kubelet had not confirmed (watched.unconfirmed_record): shown, marked as such.
+    unconfirmed_record: ExitRecord | None = None
     residuals: tuple[ResidualProcess, ...] = ()
     duration_s: float = 0.0
     gpu_devices: tuple[GpuDevice, ...] = ()
@@ -52,6 +54,14 @@ class Evidence:
     moments: ProgressMoments | None = None
     # The pod's creation, scheduling and container starts (pod mode; a first sidecar only).
     pod: PodMoments | None = None
+
+
+def _launcher_exit(evidence: Evidence) -> dict[str, Any] | None:
+    if evidence.exit_record is not None:
+        return evidence.exit_record.to_json()
+    if evidence.unconfirmed_record is not None:
+        return {**evidence.unconfirmed_record.to_json(), "confirmed": False}
+    return None
 
 
 def build_artifact(
@@ -159,7 +169,7 @@ def _document(settings: Settings, ports: Ports, evidence: Evidence, recorder: Sa
         shutdown=json_safe(dict(summary.shutdown)) if summary and summary.shutdown is not None else None,
         post_shutdown=PostShutdown(
             residual_processes=list(evidence.residuals),
-            launcher_exit=evidence.exit_record.to_json() if evidence.exit_record else None,
+            launcher_exit=_launcher_exit(evidence),
         ),
         run_summary=json_safe(summary.data) if summary else None,
         console_log=None,

@@ -176,8 +176,14 @@ def watch(
     session.reap(session.fallback_after_s)
     record = ports.channel.wait_exit(2.0)
     violations = [] if sampler.claim_mismatch is None else [sampler.claim_mismatch]
-    if (forged := session.unconfirmed(record, patience_s=_kubelet_patience(going, policy))) is not None:
-        violations.append(forged)
+    unconfirmed_record = None
+    if (found := session.unconfirmed(record, patience_s=_kubelet_patience(going, policy))) is not None:
+        if found.contradicted or policy.failure is None:
+            violations.append(found.problem)
+        else:
+            # A run the sidecar already failed (a pod deleted, within its grace period) whose
+            # record the kubelet had not confirmed yet: kept as evidence, never as the verdict's.
+            unconfirmed_record = record
         record = None  # judged as a launcher that left no record: never a pass
     sampler.final_look()
     return Watched(
@@ -192,6 +198,7 @@ def watch(
         ran_past_deadline=policy.ran_past_deadline,
         fallback_kill=policy.fallback_kill,
         launcher_stopped=sampler.launcher_stopped,
+        unconfirmed_record=unconfirmed_record,
     )
 
 

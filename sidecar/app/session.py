@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 from sidecar.app.console import Console
 from sidecar.app.ports import HeartbeatStatus, LocalLauncher, Ports, StopRequest
@@ -29,6 +30,15 @@ from sidecar.settings import Settings
 FALLBACK_SLACK_S = 10.0
 POLL_S = 0.05
 KUBELET_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Unconfirmed:
+    """Why exit.json is not taken: a channel the trainer cannot write contradicts it (or it
+    contradicts itself), or, ``contradicted`` False, the kubelet did not answer in time."""
+
+    problem: str
+    contradicted: bool = True
 
 
 class LaunchSession:
@@ -174,7 +184,7 @@ class LaunchSession:
             resumed=resumed,
         )
 
-    def unconfirmed(self, record: ExitRecord | None, *, patience_s: float) -> str | None:
+    def unconfirmed(self, record: ExitRecord | None, *, patience_s: float) -> Unconfirmed | None:
         """Why ``record`` cannot be the launcher's own: exit.json sits in a dir the trainer can
         write, so it is held field by field (core.exit_confirmation) to how the launcher ended as
         a channel the trainer cannot write reports it: locally the launcher's exit status, in a pod
@@ -183,20 +193,22 @@ class LaunchSession:
         ended = self._ended(patience_s if record is not None else 0.0)
         if ended is None:
             if record is not None and self._local is None and self._ports.pod_status is not None:
-                return (
+                return Unconfirmed(
                     f"the kubelet reported no end of the trainer container within {patience_s:g} s: "
-                    f"{names.EXIT_FILE} cannot be confirmed"
+                    f"{names.EXIT_FILE} cannot be confirmed",
+                    contradicted=False,
                 )
-            return None if record is None else exit_confirmation.inconsistency(record)
+            problem = None if record is None else exit_confirmation.inconsistency(record)
+            return None if problem is None else Unconfirmed(problem)
         status, who = ended
         if record is None:
             unwritten = status == names.EXIT_RECORD_UNWRITTEN
             could_not = f"{who} exited {status}: the launcher could not write {names.EXIT_FILE}"
-            return could_not if unwritten else None
+            return Unconfirmed(could_not) if unwritten else None
         if status is None:
-            return f"{who} ended with no exit code: {names.EXIT_FILE} cannot be confirmed"
+            return Unconfirmed(f"{who} ended with no exit code: {names.EXIT_FILE} cannot be confirmed")
         problem = exit_confirmation.disagreement(record, status, who)
-        return None if problem is None else f"{problem}: not the launcher's record"
+        return None if problem is None else Unconfirmed(f"{problem}: not the launcher's record")
 
     def _ended(self, patience_s: float) -> tuple[int | None, str] | None:
         """How the launcher ended, from a channel the trainer cannot write, and who says so; None

@@ -144,6 +144,7 @@ class Supervisor:
             preflight=checked,
             summary=concluded.summary,
             exit_record=watched.exit_record,
+            unconfirmed_record=watched.unconfirmed_record,
             residuals=concluded.conclusion.residuals_reported,
             duration_s=concluded.duration_s,
             gpu_devices=devices,

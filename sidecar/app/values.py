@@ -111,6 +111,9 @@ class Watched:
     fallback_kill: str | None = None
     # A sample saw the launcher stopped or traced: the trainer's doing, never a pass.
     launcher_stopped: str | None = None
+    # exit.json kept as evidence only: the kubelet had not confirmed it when a run the sidecar had
+    # already failed ended (exit_record is then None).
+    unconfirmed_record: ExitRecord | None = None
 
 
 @dataclass(frozen=True)

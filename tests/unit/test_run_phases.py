@@ -576,3 +576,19 @@ def test_in_a_pod_a_record_the_kubelet_never_confirms_cannot_pass(tmp_path: Path
     violations = " ".join(world.files.artifact()["protocol_violations"])
     assert "the kubelet reported no end of the trainer container within 30 s" in violations
     assert world.world.now >= 30.0  # it waited for the kubelet first
+
+
+def test_in_a_pod_a_stopped_run_keeps_an_unconfirmed_record_as_evidence_only(tmp_path: Path) -> None:
+    """A pod deleted: the sidecar's own verdict stands; the kubelet had not yet reported the trainer
+    container's end within the stop's short wait, so the record is shown but marked unconfirmed."""
+    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    deleted = PodFacts("train-0", "uid", deleting=True)
+    status = FakePodStatus(StopEvidence(None, pod=deleted, job=JobFacts("soak")), ended=None)
+    result = Supervisor(
+        settings(tmp_path), replace(world.ports(), pod_status=status), RunRequest(mode="pod", run_id=RUN_ID)
+    ).run()
+    assert result.verdict.classification == "pod_deleted"
+    artifact = world.files.artifact()
+    assert artifact["post_shutdown"]["launcher_exit"]["confirmed"] is False
+    assert artifact["post_shutdown"]["launcher_exit"]["soft_stop_sent"] is True
+    assert artifact["protocol_violations"] == []

@@ -31,6 +31,7 @@ from sidecar.core.ports import GpuBackend
 from sidecar.core.samples import ProcessInfo, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.core.verdict import MonitorKind
+from sidecar.launcher.protocol.exit import ExitRecord
 
 CAUSE_POLL_S = 0.5
 
@@ -176,15 +177,7 @@ def watch(
     session.reap(session.fallback_after_s)
     record = ports.channel.wait_exit(2.0)
     violations = [] if sampler.claim_mismatch is None else [sampler.claim_mismatch]
-    unconfirmed_record = None
-    if (found := session.unconfirmed(record, patience_s=_kubelet_patience(going, policy))) is not None:
-        if found.contradicted or policy.failure is None:
-            violations.append(found.problem)
-        else:
-            # A run the sidecar already failed (a pod deleted, within its grace period) whose
-            # record the kubelet had not confirmed yet: kept as evidence, never as the verdict's.
-            unconfirmed_record = record
-        record = None  # judged as a launcher that left no record: never a pass
+    record, unconfirmed_record = _confirmed(going, session, policy, record, violations)
     sampler.final_look()
     return Watched(
         failure=policy.failure,
@@ -200,6 +193,26 @@ def watch(
         launcher_stopped=sampler.launcher_stopped,
         unconfirmed_record=unconfirmed_record,
     )
+
+
+def _confirmed(
+    going: Going,
+    session: LaunchSession,
+    policy: MonitorPolicy,
+    record: ExitRecord | None,
+    violations: list[str],
+) -> tuple[ExitRecord | None, ExitRecord | None]:
+    """exit.json as the verdict may take it (None: judged as no record, never a pass), and a record
+    kept as evidence only; what disagreed is added to ``violations``."""
+    found = session.unconfirmed(record, patience_s=_kubelet_patience(going, policy))
+    if found is None:
+        return record, None
+    if found.contradicted or policy.failure is None:
+        violations.append(found.problem)
+        return None, None
+    # A run the sidecar already failed (a pod deleted, within its grace period) whose record the
+    # kubelet had not confirmed yet: kept as evidence, never as the verdict's.
+    return None, record
 
 
 def _kubelet_patience(going: Going, policy: MonitorPolicy) -> float:

@@ -13,7 +13,7 @@ from sidecar.core.gpu_health import GpuHealthSummary
 from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
-ARTIFACT_SCHEMA_VERSION = "2.3.0"
+ARTIFACT_SCHEMA_VERSION = "2.4.0"
 # An attempt still running, or stopping: its provisional artifact (no verdict yet).
 PROVISIONAL_STATUSES = ("running", "stopping")
 
@@ -112,6 +112,11 @@ class ResourceSummary(_Model):
     )
     max_cgroup_memory_bytes: int | None = Field(
         default=None, description="The cgroup's anonymous plus shared memory (anon+shmem), at most."
+    )
+    cgroup_memory_first_bytes: int | None = Field(
+        default=None,
+        description="The cgroup's anon+shmem at the first steady sample that could read it: what growth "
+        "and what was left are measured from.",
     )
     cgroup_memory_growth_bytes: int | None = Field(
         default=None,

@@ -51,8 +51,6 @@ class SampleRecorder:
         self._first_steady: Sample | None = None
         self.last: Sample | None = None
         self._devices: dict[str, DeviceSummary] = {}
-        # The cgroup's anon+shmem at the first steady sample that could read it.
-        self._first_cgroup_held: int | None = None
 
     @property
     def count(self) -> int:
@@ -85,9 +83,9 @@ class SampleRecorder:
         held = None if sample.cgroup is None else sample.cgroup.held_bytes
         s.max_cgroup_memory_bytes = _max(s.max_cgroup_memory_bytes, held)
         if steady and held is not None:
-            if self._first_cgroup_held is None:
-                self._first_cgroup_held = held
-            s.cgroup_memory_growth_bytes = held - self._first_cgroup_held
+            if s.cgroup_memory_first_bytes is None:
+                s.cgroup_memory_first_bytes = held
+            s.cgroup_memory_growth_bytes = held - s.cgroup_memory_first_bytes
         if steady and self._first_steady is not None:
             first = self._first_steady.process
             s.rss_growth_kib = proc.rss_kib_total - first.rss_kib_total
@@ -100,8 +98,8 @@ class SampleRecorder:
         held = None if cgroup is None else cgroup.held_bytes
         s = self.summary
         s.cgroup_memory_after_bytes = held
-        if held is not None and self._first_cgroup_held is not None:
-            s.cgroup_memory_left_bytes = held - self._first_cgroup_held
+        if held is not None and s.cgroup_memory_first_bytes is not None:
+            s.cgroup_memory_left_bytes = held - s.cgroup_memory_first_bytes
 
     def resource_summary(self) -> ResourceSummary:
         """The summary for the artifact: with the leak trends, and the GPU health figures once GPUs

@@ -27,7 +27,7 @@ from sidecar.core.ledger.phases import AttemptMarks, attempt_phases
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.redaction import redact_command
 from sidecar.core.run_summary import SummaryOutcome
-from sidecar.core.samples import GpuDevice, ResidualProcess
+from sidecar.core.samples import GpuDevice, ResidualProcess, ShmLeftovers
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.settings import Settings
 
@@ -54,6 +54,8 @@ class Evidence:
     moments: ProgressMoments | None = None
     # The pod's creation, scheduling and container starts (pod mode; a first sidecar only).
     pod: PodMoments | None = None
+    # What the trainer's UID left in /dev/shm (None: not looked at).
+    shm_left: ShmLeftovers | None = None
 
 
 def _launcher_exit(evidence: Evidence) -> dict[str, Any] | None:
@@ -170,6 +172,7 @@ def _document(settings: Settings, ports: Ports, evidence: Evidence, recorder: Sa
         post_shutdown=PostShutdown(
             residual_processes=list(evidence.residuals),
             launcher_exit=_launcher_exit(evidence),
+            shm_left=evidence.shm_left,
         ),
         run_summary=json_safe(summary.data) if summary else None,
         console_log=None,

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
 from sidecar.app.values import Going, Started, Watched
-from sidecar.core.artifact import SampleRecorder, leak_failures, project_memory, run_summary_figures
+from sidecar.core.artifact import (
+    SampleRecorder,
+    leak_failures,
+    project_memory,
+    run_summary_figures,
+    shm_finding,
+)
 from sidecar.core.conclusion import Conclusion, DeadlineSeen, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
 from sidecar.core.gpu_trends import correctable_growth
-from sidecar.core.ports import GpuBackend
+from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
-from sidecar.core.samples import GpuSample
+from sidecar.core.samples import GpuSample, ShmLeftovers
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
 
@@ -23,6 +30,7 @@ class Concluded:
     conclusion: Conclusion
     summary: SummaryOutcome
     duration_s: float
+    shm_left: ShmLeftovers | None = None
 
 
 def conclude_run(
@@ -33,6 +41,7 @@ def conclude_run(
     recorder: SampleRecorder,
     gpu: GpuBackend,
     gpu_before: GpuSample,
+    memory: TrainerMemory | None = None,
 ) -> Concluded:
     settings, ports, launched = going.settings, going.ports, going.launched
     clock, mset = ports.clock, settings.monitor
@@ -43,6 +52,7 @@ def conclude_run(
     still_alive = ports.processes.still_alive(residual_processes(watched.last_seen, launcher_pid))
     # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
     session.kill_remembered(still_alive, tree=watched.last_seen)
+    shm_left = _memory_left(going, recorder, memory)
     summary = read_summary(settings, ports, going.started)
     run_pids = {p.pid for p in watched.last_seen} | {launcher_pid}
     left = gpu_leftovers(gpu_before, gpu.look(run_pids), run_pids, settings.gpu.clean_tolerance_mib)
@@ -68,11 +78,27 @@ def conclude_run(
             heartbeat=session.heartbeat_record(resumed=going.started.already_going),
             peak_rss_kib=recorder.summary.max_process_rss_kib,
             container_oom_killed=_container_oom_killed(ports, watched),
+            shm_left=None if shm_left is None else shm_finding(shm_left),
         )
     )
     recorder.summary.residual_process_count = len(conclusion.residual_pids)
     recorder.summary.run_summary_figures = run_summary_figures(summary.data)
-    return Concluded(conclusion=conclusion, summary=summary, duration_s=duration)
+    return Concluded(conclusion=conclusion, summary=summary, duration_s=duration, shm_left=shm_left)
+
+
+def _memory_left(going: Going, recorder: SampleRecorder, memory: TrainerMemory | None) -> ShmLeftovers | None:
+    """Once the launcher cleaned up and the survivors were killed: the cgroup's memory still charged,
+    and the files the trainer's UID wrote to /dev/shm since the attempt started (named on stderr too:
+    a passed soak has no reason text to name them in)."""
+    if memory is None:
+        return None
+    recorder.summary.memory_cgroup = memory.cgroup
+    recorder.after_cleanup(memory.sample())
+    left = memory.shm_leftovers(going.started.wall)
+    finding = shm_finding(left)
+    if finding is not None:
+        print(f"soak-sidecar: {finding}", file=sys.stderr, flush=True)
+    return left
 
 
 def _deadline_seen(going: Going, watched: Watched) -> DeadlineSeen:
@@ -95,6 +121,7 @@ def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
         max_rss_growth_mib=mset.max_rss_growth_mib,
         max_fd_growth=mset.max_fd_growth,
         max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
+        max_cgroup_memory_growth_mib=mset.cgroup_memory_growth_limit_mib,
     )
     limit = quantity_bytes(mset.memory_limit) if mset.memory_limit else None
     budget_left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())

@@ -27,7 +27,7 @@ from sidecar.core.ledger.checkpoint import (
 )
 from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
-from sidecar.core.ports import GpuBackend
+from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.samples import ProcessInfo, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.core.verdict import MonitorKind
@@ -61,8 +61,16 @@ ZOMBIE = "zombie"
 class Sampler:
     """One full sample: the launcher's process tree, its GPUs, the progress dir; recorded."""
 
-    def __init__(self, ports: Ports, launched: Launched, gpu: GpuBackend, recorder: SampleRecorder) -> None:
+    def __init__(
+        self,
+        ports: Ports,
+        launched: Launched,
+        gpu: GpuBackend,
+        recorder: SampleRecorder,
+        memory: TrainerMemory | None = None,
+    ) -> None:
         self._ports = ports
+        self._memory = memory
         self._launcher_pid = launched.launcher.pid
         self._gpu = gpu
         self.recorder = recorder
@@ -83,6 +91,7 @@ class Sampler:
             process=tree,
             gpu=self._gpu.sample({p.pid for p in tree.processes}, now),
             progress=self._ports.progress.sample(),
+            cgroup=None if self._memory is None else self._memory.sample(),
         )
         self.recorder.add(sample, steady=self._steady(sample))
         if self.launcher_stopped is None:

@@ -28,6 +28,7 @@ from sidecar.core.ports import (
     ProcessTable,
     ProgressProbe,
     ReferenceClock,
+    TrainerMemory,
 )
 from sidecar.core.publication import Publication
 from sidecar.core.redaction import RedactionRules
@@ -249,5 +250,7 @@ class Ports:
     histories: tuple[AttemptHistory, ...] = ()
     # Where the run's ledger is kept (the bucket's first).
     ledgers: tuple[LedgerStore, ...] = ()
+    # Memory beyond RSS (the launcher's memory cgroup, /dev/shm), opened for a launcher pid.
+    trainer_memory: Callable[[int], TrainerMemory] | None = None
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

@@ -45,7 +45,7 @@ from sidecar.core.errors import (
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.pod_facts import PodMoments
-from sidecar.core.ports import GpuBackend
+from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.publication import sanitize
 from sidecar.core.samples import GpuDevice
 from sidecar.settings import Settings
@@ -129,12 +129,21 @@ class Supervisor:
             environ = self._ports.processes.environ(launched.launcher.pid)
             trainer_env = dict(launched.launcher.gpu_env if environ is None else environ)
             gpu = self._ports.open_gpu(trainer_env or None)
+            # The launcher's memory cgroup, found while only the launcher runs in it.
+            opener = self._ports.trainer_memory
+            memory = None if opener is None else opener(launched.launcher.pid)
             going = Going(self._settings, self._ports, self._started, launched, checked)
             with self._stopping_on_failure(), contextlib.closing(gpu):
                 before = gpu.look(set())  # what the node's GPUs held before the trainer started
-                watched, recorder, devices = self._watch(going, gpu, files, trail)
+                watched, recorder, devices = self._watch(going, gpu, files, trail, memory)
                 concluded = conclude_run(
-                    going, watched, session=self._session, recorder=recorder, gpu=gpu, gpu_before=before
+                    going,
+                    watched,
+                    session=self._session,
+                    recorder=recorder,
+                    gpu=gpu,
+                    gpu_before=before,
+                    memory=memory,
                 )
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
@@ -155,6 +164,7 @@ class Supervisor:
             go_unix=watched.go_unix,
             moments=watched.moments,
             pod=self._pod_moments(),
+            shm_left=concluded.shm_left,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 
@@ -252,7 +262,12 @@ class Supervisor:
             raise
 
     def _watch(
-        self, going: Going, gpu: GpuBackend, files: ArtifactFiles, trail: EvidenceTrail
+        self,
+        going: Going,
+        gpu: GpuBackend,
+        files: ArtifactFiles,
+        trail: EvidenceTrail,
+        memory: TrainerMemory | None,
     ) -> tuple[Watched, SampleRecorder, tuple[GpuDevice, ...]]:
         """Heartbeat and go-ahead, then monitoring until the launcher exits; samples streamed."""
         with self._session.going(self._settings, self._started, going.preflight):
@@ -267,7 +282,7 @@ class Supervisor:
                 watched = watch(
                     going,
                     session=self._session,
-                    sampler=Sampler(self._ports, going.launched, gpu, recorder),
+                    sampler=Sampler(self._ports, going.launched, gpu, recorder, memory),
                     console=self._console,
                     signals=self._signals,
                     trail=trail,

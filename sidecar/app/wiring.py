@@ -12,7 +12,7 @@ from sidecar.adapters.artifact_dir import ArtifactDir
 from sidecar.adapters.filestore import FileDeadlineStore, file_store_location
 from sidecar.adapters.identity_files import IdentityFileReader
 from sidecar.adapters.nvml import MockNvml, open_gpu_backend
-from sidecar.adapters.procfs import ProcfsProcessTable
+from sidecar.adapters.procfs import ProcfsProcessTable, ProcfsTrainerMemory
 from sidecar.adapters.progress import DirectoryProgressProbe
 from sidecar.adapters.provenance import HostClock, HostProvenance
 from sidecar.adapters.rundir.channel import RunDir
@@ -85,6 +85,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         metrics=_metrics(settings, pod=pod),
         histories=_histories(settings),
         ledgers=_ledgers(settings, clock),
+        trainer_memory=ProcfsTrainerMemory,
     )
     if not pod:
         return Wiring(ports)

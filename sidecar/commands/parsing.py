@@ -115,6 +115,12 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         float,
         "fail when the tree's RSS grows more, MiB",
     ),
+    "max_cgroup_memory_growth": (
+        "--max-cgroup-memory-growth",
+        "monitor.max_cgroup_memory_growth_mib",
+        float,
+        "fail when the cgroup's anon+shmem memory grows more, MiB",
+    ),
     "max_fd_growth": (
         "--max-fd-growth",
         "monitor.max_fd_growth",

@@ -83,6 +83,9 @@ class RunFacts:
     peak_rss_kib: int | None = None
     # The kubelet's word (pod mode): the trainer's container was OOMKilled.
     container_oom_killed: bool = False
+    # Files the trainer's UID left in /dev/shm (core.artifact.shm_finding): named in a failed
+    # verdict's reason, a finding that fails nothing by itself (the cgroup leak rule judges the memory).
+    shm_left: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ def conclude(facts: RunFacts) -> Conclusion:
     if verdict.status == "failed" and facts.trainer_xids:
         caused = "; ".join(facts.trainer_xids)
         verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
+    if verdict.status == "failed" and facts.shm_left is not None:
+        verdict = replace(verdict, reason=f"{verdict.reason}; {facts.shm_left}")
     # Findings that never pass: named in a failure's reason, or the failure themselves.
     findings: tuple[tuple[verdicts.MonitorKind, str | None], ...] = (
         ("monitor_failure", facts.fallback_kill),

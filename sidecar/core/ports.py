@@ -10,7 +10,17 @@ from typing import Protocol
 
 from sidecar.core.boot import BootClock, ReferenceTime, StoreClock
 from sidecar.core.ledger.record import Ledger
-from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample, Sample
+from sidecar.core.samples import (
+    CgroupMemorySample,
+    GpuDevice,
+    GpuSample,
+    MemoryCgroupInfo,
+    ProcessInfo,
+    ProcessTreeSample,
+    ProgressSample,
+    Sample,
+    ShmLeftovers,
+)
 
 
 class Clock(Protocol):
@@ -66,6 +76,21 @@ class ProcessTable(Protocol):
     def fd_tables_readable(self, pid: int) -> bool:
         """Whether ``pid``'s fd table can be read here (same UID or CAP_SYS_PTRACE)."""
         ...
+
+
+class TrainerMemory(Protocol):
+    """Memory of the trainer's tree beyond RSS: the launcher's memory cgroup (resolved once, before
+    the go-ahead) and what the trainer's UID left in /dev/shm. Never raises: what cannot be read is
+    reported as such."""
+
+    @property
+    def cgroup(self) -> MemoryCgroupInfo: ...
+
+    def sample(self) -> CgroupMemorySample | None:
+        """The cgroup now; None when it is unavailable (``cgroup`` says why)."""
+        ...
+
+    def shm_leftovers(self, since_unix: float) -> ShmLeftovers: ...
 
 
 class ProgressProbe(Protocol):

@@ -146,9 +146,80 @@ class GpuSample(_Model):
     )
 
 
+class CgroupMemorySample(_Model):
+    """The launcher's memory cgroup (where the trainer's tree runs) at one sample, in bytes as the
+    kernel counts them: ``memory.current`` and ``memory.stat`` (v2), ``memory.usage_in_bytes`` and
+    the hierarchical ``total_*`` keys of ``memory.stat`` (v1)."""
+
+    available: bool = True
+    reason: str | None = Field(default=None, description="Why this sample could not be read.")
+    current_bytes: int | None = Field(
+        default=None, description="memory.current (v2) or memory.usage_in_bytes (v1): everything charged."
+    )
+    anon_bytes: int | None = Field(default=None, description="Anonymous memory (v2 anon, v1 total_rss).")
+    shmem_bytes: int | None = Field(
+        default=None, description="Shared memory: memfd, /dev/shm, tmpfs, SysV (v2 shmem, v1 total_shmem)."
+    )
+    file_bytes: int | None = Field(
+        default=None, description="Page cache, shmem included (v2 file, v1 total_cache)."
+    )
+    inactive_file_bytes: int | None = Field(
+        default=None, description="Page cache the kernel reclaims first (inactive_file)."
+    )
+
+    @property
+    def held_bytes(self) -> int | None:
+        """What the leak rule judges: anonymous plus shared memory, the memory only its owner's
+        freeing gives back. Page cache (a dataset read, checkpoints written) is left out: the kernel
+        reclaims it under pressure, and a trainer that reads its data again grows it without leaking."""
+        if not self.available or self.anon_bytes is None or self.shmem_bytes is None:
+            return None
+        return self.anon_bytes + self.shmem_bytes
+
+
+class MemoryCgroupInfo(_Model):
+    """Which memory cgroup the cgroup series measures, or why there is none."""
+
+    available: bool
+    reason: str | None = Field(default=None, description="Why the cgroup's memory cannot be sampled.")
+    version: Literal["v1", "v2"] | None = None
+    path: str | None = Field(
+        default=None, description="The launcher's cgroup as /proc/<launcher pid>/cgroup names it."
+    )
+    sidecar_own: bool | None = Field(
+        default=None,
+        description="The sidecar runs in the same cgroup (locally, as a rule): the series then counts "
+        "the sidecar's own memory too.",
+    )
+
+
+class ShmFile(_Model):
+    path: str = Field(description="Its path, non-UTF-8 bytes and control characters escaped.")
+    bytes: int = Field(description="Its size (st_size).")
+    allocated_bytes: int = Field(description="What it holds in memory (st_blocks x 512).")
+    mtime_unix: float
+
+
+class ShmLeftovers(_Model):
+    """Regular files under /dev/shm owned by the trainer's UID and created or changed since the
+    attempt started, as found once the trainer's tree was gone."""
+
+    directory: str
+    uid: int | None = Field(description="The launcher's UID as the sidecar read it; None: unknown.")
+    files: list[ShmFile] = Field(default_factory=list)
+    more: int = Field(default=0, description="Further such files found but not listed (bounded).")
+    truncated: bool = Field(
+        default=False, description="The scan stopped at its bound (entries or depth): more may exist."
+    )
+    error: str | None = Field(default=None, description="Why the directory could not be scanned.")
+
+
 class Sample(_Model):
     t_wall: float
     elapsed_s: float
     process: ProcessTreeSample
     gpu: GpuSample
     progress: ProgressSample
+    cgroup: CgroupMemorySample | None = Field(
+        default=None, description="The launcher's memory cgroup; absent when it cannot be sampled."
+    )

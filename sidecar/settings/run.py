@@ -66,6 +66,15 @@ class MonitorSettings(Group):
         le=MAX_MIB,
         description="Fail (resource_leak) when the tree's RSS grows more than this, MiB. Default off.",
     )
+    max_cgroup_memory_growth_mib: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_MIB,
+        description="Fail (resource_leak) when the anonymous plus shared memory (anon+shmem: memfd, "
+        "/dev/shm, tmpfs; page cache left out) of the launcher's memory cgroup grows more than this over "
+        "the steady samples, or stays more than this above its first steady sample once the trainer's "
+        "processes are gone, MiB. Default: the RSS limit (--max-rss-growth; off when that is off).",
+    )
     max_fd_growth: int | None = Field(
         None,
         ge=0,
@@ -91,6 +100,15 @@ class MonitorSettings(Group):
         description="Live status: a one-line display on a TTY, one JSON line per sample otherwise. "
         "Default auto.",
     )
+
+    @property
+    def cgroup_memory_growth_limit_mib(self) -> float | None:
+        """The cgroup leak rule's limit: its own setting, else the RSS limit. Memory a trainer keeps
+        outside its RSS (a memfd, /dev/shm) is the same leak the RSS rule is there to catch; page
+        cache is not counted, so reading a dataset does not reach it."""
+        if self.max_cgroup_memory_growth_mib is not None:
+            return self.max_cgroup_memory_growth_mib
+        return self.max_rss_growth_mib
 
     @field_validator("memory_limit")
     @classmethod

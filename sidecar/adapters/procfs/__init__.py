@@ -28,6 +28,7 @@ from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ProcessTreeSamp
 from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_dir_size, fd_links
 from sidecar.launcher.protocol.names import CMDLINE_READ_BYTES
 
+from .memory import ProcfsTrainerMemory
 from .threads import (
     DEAD,
     DIR_FLAGS,
@@ -44,7 +45,7 @@ from .threads import (
     stat_fields,
 )
 
-__all__ = ["ProcfsProcessTable", "is_exiting", "same_process_alive"]
+__all__ = ["ProcfsProcessTable", "ProcfsTrainerMemory", "is_exiting", "same_process_alive"]
 
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 # Samples between full readings of a process's fd classes while its fd count does not change

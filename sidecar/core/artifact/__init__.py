@@ -1,7 +1,7 @@
 """The soak artifact: its document (``models``), the bounded-memory sample recorder
 (``recorder``) and what it concludes from the samples (``analysis``)."""
 
-from sidecar.core.artifact.analysis import leak_failures, project_memory, run_summary_figures
+from sidecar.core.artifact.analysis import leak_failures, project_memory, run_summary_figures, shm_finding
 from sidecar.core.artifact.models import (
     PROVISIONAL_STATUSES,
     Artifact,
@@ -38,5 +38,6 @@ __all__ = [
     "leak_failures",
     "project_memory",
     "run_summary_figures",
+    "shm_finding",
     "utc_timestamp",
 ]

@@ -7,11 +7,18 @@ import math
 from typing import Any
 
 from sidecar.core.artifact.models import ResourceSummary
-from sidecar.core.samples import Sample
+from sidecar.core.samples import Sample, ShmFile, ShmLeftovers
 from sidecar.core.trends import LeakTrend, TrendWindow, seconds_to_limit
 
+# The cgroup series: the launcher's memory cgroup, anonymous plus shared memory
+# (CgroupMemorySample.held_bytes).
+CGROUP_SERIES = "cgroup memory (anon+shmem)"
 # The series whose trend the artifact reports: (key prefix, name in the artifact, unit).
-TREND_SERIES = (("rss_bytes", "process tree RSS", "bytes"), ("fds", "process tree fds", "fds"))
+TREND_SERIES = (
+    ("rss_bytes", "process tree RSS", "bytes"),
+    ("fds", "process tree fds", "fds"),
+    ("cgroup_memory_bytes", CGROUP_SERIES, "bytes"),
+)
 
 
 def trend_values(sample: Sample) -> dict[str, float | None]:
@@ -19,6 +26,9 @@ def trend_values(sample: Sample) -> dict[str, float | None]:
         "rss_bytes": sample.process.rss_kib_total * 1024.0,
         "fds": float(sample.process.fd_count_total),
     }
+    held = None if sample.cgroup is None else sample.cgroup.held_bytes
+    if held is not None:
+        values["cgroup_memory_bytes"] = float(held)
     for device in sample.gpu.devices:
         values[f"gpu_mib:{device.uuid}"] = device.memory_used_mib
     return values
@@ -68,13 +78,20 @@ def leak_failures(
     max_rss_growth_mib: float | None,
     max_fd_growth: int | None,
     max_gpu_growth_mib: float | None,
+    max_cgroup_memory_growth_mib: float | None = None,
 ) -> list[str]:
-    """Growth beyond the configured limits, as reasons; limits left unset are not checked."""
+    """Growth beyond the configured limits, as reasons; limits left unset are not checked.
+
+    The cgroup's memory is held to its limit twice: its growth over the steady samples (RSS's rule),
+    and what stayed charged once the trainer's tree was gone (/dev/shm files, tmpfs), measured from the
+    same first steady sample: memory a trainer fills and leaves between two samples shows there."""
     failures: list[str] = []
     if max_rss_growth_mib is not None and summary.rss_growth_kib is not None:
         growth_mib = summary.rss_growth_kib / 1024
         if growth_mib > max_rss_growth_mib:
             failures.append(f"process tree RSS grew by {growth_mib:.1f} MiB > {max_rss_growth_mib:.1f} MiB")
+    if max_cgroup_memory_growth_mib is not None:
+        failures.extend(_cgroup_growth(summary, max_cgroup_memory_growth_mib))
     if max_fd_growth is not None and summary.fd_growth is not None and summary.fd_growth > max_fd_growth:
         failures.append(f"process tree fd count grew by {summary.fd_growth} > {max_fd_growth}")
     if max_gpu_growth_mib is not None:
@@ -86,6 +103,44 @@ def leak_failures(
                     f"{max_gpu_growth_mib:.1f} MiB"
                 )
     return failures
+
+
+def _cgroup_growth(summary: ResourceSummary, limit_mib: float) -> list[str]:
+    where = "" if summary.memory_cgroup is None else f" {summary.memory_cgroup.path}"
+    failures = []
+    if summary.cgroup_memory_growth_bytes is not None:
+        growth_mib = summary.cgroup_memory_growth_bytes / 2**20
+        if growth_mib > limit_mib:
+            failures.append(
+                f"{CGROUP_SERIES} of cgroup{where} grew by {growth_mib:.1f} MiB > {limit_mib:.1f} MiB"
+            )
+    if summary.cgroup_memory_left_bytes is not None:
+        left_mib = summary.cgroup_memory_left_bytes / 2**20
+        if left_mib > limit_mib:
+            failures.append(
+                f"{CGROUP_SERIES} of cgroup{where} was still {left_mib:.1f} MiB above its first steady "
+                f"sample once the trainer's processes were gone > {limit_mib:.1f} MiB"
+            )
+    return failures
+
+
+def shm_finding(left: ShmLeftovers, *, listed: int = 8) -> str | None:
+    """The files the trainer's UID left in /dev/shm, named for the verdict's reason; None when none."""
+    if not left.files:
+        return None
+    named = ", ".join(_shm_file(f) for f in left.files[:listed])
+    rest = len(left.files) - listed + left.more
+    tail = f" and {rest} more" if rest > 0 else ""
+    return f"files left in {left.directory} by the trainer's UID {left.uid}: {named}{tail}"
+
+
+def _shm_file(found: ShmFile) -> str:
+    size, held = found.bytes / 2**20, found.allocated_bytes / 2**20
+    return (
+        f"{found.path} ({size:.1f} MiB)"
+        if f"{size:.1f}" == f"{held:.1f}"
+        else (f"{found.path} ({size:.1f} MiB, {held:.1f} MiB of it in memory)")
+    )
 
 
 def run_summary_figures(run_summary: Any) -> dict[str, Any]:

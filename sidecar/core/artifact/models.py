@@ -10,10 +10,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sidecar.core.gpu_health import GpuHealthSummary
-from sidecar.core.samples import ResidualProcess, Sample
+from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
-ARTIFACT_SCHEMA_VERSION = "2.3.0"
+ARTIFACT_SCHEMA_VERSION = "2.4.0"
 # An attempt still running, or stopping: its provisional artifact (no verdict yet).
 PROVISIONAL_STATUSES = ("running", "stopping")
 
@@ -104,6 +104,33 @@ class ResourceSummary(_Model):
     )
     fd_growth: int | None = Field(
         default=None, description="fd count of the last steady sample minus the first's."
+    )
+    memory_cgroup: MemoryCgroupInfo | None = Field(
+        default=None,
+        description="The launcher's memory cgroup the cgroup series measures (path, v1/v2, whether it is "
+        "the sidecar's own), or why there is none. None: not looked at (a run that never started).",
+    )
+    max_cgroup_memory_bytes: int | None = Field(
+        default=None, description="The cgroup's anonymous plus shared memory (anon+shmem), at most."
+    )
+    cgroup_memory_first_bytes: int | None = Field(
+        default=None,
+        description="The cgroup's anon+shmem at the first steady sample that could read it: what growth "
+        "and what was left are measured from.",
+    )
+    cgroup_memory_growth_bytes: int | None = Field(
+        default=None,
+        description="The cgroup's anon+shmem of the last steady sample minus the first's (as RSS).",
+    )
+    cgroup_memory_after_bytes: int | None = Field(
+        default=None,
+        description="The cgroup's anon+shmem once the trainer's processes were gone (after the launcher's "
+        "cleanup and the residual check).",
+    )
+    cgroup_memory_left_bytes: int | None = Field(
+        default=None,
+        description="cgroup_memory_after_bytes minus the first steady sample's anon+shmem: memory the run "
+        "left charged (a /dev/shm or tmpfs file) however briefly it was held.",
     )
     gpu_devices: list[DeviceSummary] = Field(default_factory=list)
     gpu_attribution: str | None = None
@@ -265,6 +292,12 @@ class PostShutdown(_Model):
         default_factory=list, description="Every process that outlived the trainer, however it ended."
     )
     launcher_exit: dict[str, Any] | None = Field(default=None, description="The launcher's exit.json.")
+    shm_left: ShmLeftovers | None = Field(
+        default=None,
+        description="Regular files under /dev/shm owned by the trainer's UID and created or changed since "
+        "the attempt started, found once the trainer's tree was gone (a finding; the memory they hold "
+        "is judged by the cgroup leak rule). None: not looked at.",
+    )
 
 
 class Artifact(_Model):

@@ -13,7 +13,7 @@ from sidecar.core.artifact.analysis import leak_trends, trend_values
 from sidecar.core.artifact.models import DeviceSummary, ResourceSummary, SeriesInfo, SeriesPoint
 from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.gpu_trends import GpuTrends, correctable_growth
-from sidecar.core.samples import GpuSample, ProcessTreeSample, Sample
+from sidecar.core.samples import CgroupMemorySample, GpuSample, ProcessTreeSample, Sample
 from sidecar.core.trends import Thinned, TrendWindow
 
 
@@ -80,12 +80,26 @@ class SampleRecorder:
             s.max_shared_memory_fd_count, proc.fd_classes_total.get("shared_memory", 0)
         )
         s.max_progress_bytes = _max(s.max_progress_bytes, sample.progress.bytes_total)
+        held = None if sample.cgroup is None else sample.cgroup.held_bytes
+        s.max_cgroup_memory_bytes = _max(s.max_cgroup_memory_bytes, held)
+        if steady and held is not None:
+            if s.cgroup_memory_first_bytes is None:
+                s.cgroup_memory_first_bytes = held
+            s.cgroup_memory_growth_bytes = held - s.cgroup_memory_first_bytes
         if steady and self._first_steady is not None:
             first = self._first_steady.process
             s.rss_growth_kib = proc.rss_kib_total - first.rss_kib_total
             s.fd_growth = proc.fd_count_total - first.fd_count_total
             self.trends.add(sample.elapsed_s, trend_values(sample))
         self._aggregate_gpu(sample.gpu, sample.elapsed_s, steady=steady)
+
+    def after_cleanup(self, cgroup: CgroupMemorySample | None) -> None:
+        """The cgroup once the trainer's processes are gone: what the run left charged to it."""
+        held = None if cgroup is None else cgroup.held_bytes
+        s = self.summary
+        s.cgroup_memory_after_bytes = held
+        if held is not None and s.cgroup_memory_first_bytes is not None:
+            s.cgroup_memory_left_bytes = held - s.cgroup_memory_first_bytes
 
     def resource_summary(self) -> ResourceSummary:
         """The summary for the artifact: with the leak trends, and the GPU health figures once GPUs

@@ -81,7 +81,9 @@ class Sampler:
             gpu=self._gpu.sample({p.pid for p in tree.processes}, now),
             progress=self._ports.progress.sample(),
         )
-        self.recorder.add(sample, steady=self._steady(sample))
+        steady = self._steady(sample)
+        keep = [self._launcher_pid] + ([] if self.trainer is None else [self.trainer.pid])
+        self.recorder.add(sample, steady=steady, keep=keep)
         self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample

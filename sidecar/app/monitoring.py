@@ -93,7 +93,9 @@ class Sampler:
             progress=self._ports.progress.sample(),
             cgroup=None if self._memory is None else self._memory.sample(),
         )
-        self.recorder.add(sample, steady=self._steady(sample))
+        steady = self._steady(sample)
+        keep = [self._launcher_pid] + ([] if self.trainer is None else [self.trainer.pid])
+        self.recorder.add(sample, steady=steady, keep=keep)
         if self.launcher_stopped is None:
             self.launcher_stopped = launcher_stopped(tree.processes, self._launcher_pid, sample.elapsed_s)
         self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())

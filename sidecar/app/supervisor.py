@@ -47,6 +47,7 @@ from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.publication import sanitize
+from sidecar.core.sample_lines import SampleLines
 from sidecar.core.samples import GpuDevice
 from sidecar.settings import Settings
 
@@ -277,6 +278,9 @@ class Supervisor:
                 samples.write_line,
                 self._settings.monitor.series_points,
                 GpuHealthTracker(self._settings.gpu.fail_on_slowdown_s),
+                SampleLines(
+                    self._settings.monitor.sample_processes, self._settings.monitor.sample_command_bytes
+                ),
             )
             try:
                 watched = watch(

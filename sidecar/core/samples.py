@@ -8,6 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 # A stored command line is cut to this many characters (after redaction).
 COMMAND_MAX_CHARS = 512
+# A sample line lists this many processes one by one by default (monitor.sample_processes), and
+# records this many bytes of command lines in all, per attempt (monitor.sample_command_bytes).
+SAMPLE_PROCESSES = 16
+SAMPLE_COMMAND_BYTES = 1024 * 1024
 FD_CLASSES = ("pipe", "socket", "memfd", "eventfd", "eventpoll", "nvidia", "shared_memory", "other")
 
 
@@ -31,7 +35,17 @@ class ProcessInfo(_Model):
     fd_classes: dict[str, int]
     threads: int
     state: str
-    command: str = Field(description="Command line, truncated; never the environment.")
+    command: str = Field(
+        "",
+        description="Command line, truncated; never the environment. Absent in a sample line, "
+        "which names it by command_id.",
+    )
+    command_id: str | None = Field(
+        None,
+        description="In a sample line: 16 hex digits of BLAKE2b (8 bytes) over the command; its text "
+        "is in the `commands` of the first sample line that listed it (unless the attempt's command "
+        "budget was spent then).",
+    )
 
 
 class ResidualProcess(_Model):
@@ -49,7 +63,21 @@ class ResidualProcess(_Model):
     )
 
 
+class UnlistedProcesses(_Model):
+    """The processes of the tree a sample line does not list one by one, summed."""
+
+    count: int = 0
+    rss_kib: int = 0
+    fd_count: int = 0
+    threads: int = 0
+    states: dict[str, int] = Field(default_factory=dict, description="Process count by state.")
+
+
 class ProcessTreeSample(_Model):
+    """The tree's totals are exact, over every process. The sampler lists every process; a sample
+    line (samples.jsonl.gz) lists at most ``monitor.sample_processes`` of them (the launcher, the
+    trainer, then the largest by RSS, in pid order) and sums the rest in ``unlisted``."""
+
     process_count: int = 0
     zombie_count: int = 0
     rss_kib_total: int = 0
@@ -57,6 +85,19 @@ class ProcessTreeSample(_Model):
     fd_classes_total: dict[str, int] = Field(default_factory=dict)
     threads_total: int = 0
     processes: list[ProcessInfo] = Field(default_factory=list)
+    unlisted: UnlistedProcesses | None = Field(
+        None, description="In a sample line: the processes not listed, summed; absent when none."
+    )
+    commands: dict[str, str] | None = Field(
+        None,
+        description="In a sample line: the command lines first listed in it, by command_id; each "
+        "is recorded once per attempt while the attempt's command budget lasts.",
+    )
+    commands_unrecorded: int | None = Field(
+        None,
+        description="In a sample line: listed processes whose command was new but not recorded "
+        "(the attempt's command budget was spent).",
+    )
 
 
 class ProgressSample(_Model):
@@ -143,6 +184,16 @@ class GpuSample(_Model):
     events: list[GpuEvent] = Field(default_factory=list, description="Events since the previous sample.")
     events_unavailable: str | None = Field(
         default=None, description="Why NVML events are not watched (no event API, not supported)."
+    )
+    processes_unlisted: int | None = Field(
+        default=None,
+        description="In a sample line: GPU processes beyond monitor.sample_processes, not listed "
+        "(used_memory_mib_total still counts them).",
+    )
+    events_unlisted: int | None = Field(
+        default=None,
+        description="In a sample line: events beyond monitor.sample_processes, not listed (the "
+        "artifact's gpu_health counts every event).",
     )
 
 

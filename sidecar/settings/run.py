@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from sidecar.core.samples import SAMPLE_COMMAND_BYTES, SAMPLE_PROCESSES
 from sidecar.core.trends import quantity_bytes
 from sidecar.launcher.protocol.fields import signal_number
 from sidecar.launcher.protocol.stacks import MAX_STACKS_TIMEOUT_S
@@ -94,6 +95,21 @@ class MonitorSettings(Group):
     )
     series_points: int = Field(
         512, ge=16, le=1_000_000, description="Samples kept in memory as a downsampled series. Default 512."
+    )
+    sample_processes: int = Field(
+        SAMPLE_PROCESSES,
+        ge=1,
+        le=1024,
+        description="Processes a sample line lists one by one (the launcher, the trainer, then the largest "
+        "by RSS); the others are summed in it, and the totals always count every process. "
+        f"Default {SAMPLE_PROCESSES}.",
+    )
+    sample_command_bytes: int = Field(
+        SAMPLE_COMMAND_BYTES,
+        ge=0,
+        le=64 * 1024 * 1024,
+        description="Bytes of command lines an attempt's samples record, in all (each command once, "
+        f"at its first listing). Default {SAMPLE_COMMAND_BYTES} (1 MiB).",
     )
     status_line: Literal["auto", "tty", "json", "off"] = Field(
         "auto",

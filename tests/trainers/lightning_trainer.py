@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 import pytorch_lightning as pl  # type: ignore[import-not-found, unused-ignore]
 import torch  # type: ignore[import-not-found, unused-ignore]
@@ -50,7 +51,7 @@ class TinyLM(pl.LightningModule):  # type: ignore[misc, unused-ignore]
             while True:
                 time.sleep(1)  # the hung line
         time.sleep(self.args.step_s)
-        tokens = batch
+        tokens: Any = batch
         mask = nn.Transformer.generate_square_subsequent_mask(CONTEXT)
         logits = self.head(self.body(self.embed(tokens[:, :-1]), mask=mask, is_causal=True))
         return nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import psutil
 
 from sidecar.core.redaction import DEFAULT_RULES, RedactionRules, redacted_line
-from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ProcessTreeSample
+from sidecar.core.samples import COMMAND_MAX_CHARS, FD_CLASSES, ProcessInfo, ProcessTreeSample
 from sidecar.launcher.protocol.fds import FdTable, classify_fds, fd_dir_size, fd_links
 from sidecar.launcher.protocol.names import CMDLINE_READ_BYTES
 
@@ -48,6 +48,9 @@ from .threads import (
 __all__ = ["ProcfsProcessTable", "ProcfsTrainerMemory", "is_exiting", "same_process_alive"]
 
 _PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+# Bytes of redacted commands the sampler remembers from one sample to the next (_Commands).
+COMMAND_CACHE_BYTES = 8 * 1024 * 1024
+_ENTRY_OVERHEAD = 160  # a dict entry, its 16-byte key and the str's header, generously
 # Samples between full readings of a process's fd classes while its fd count does not change
 # (a minute at the default 5 s interval).
 FD_CLASS_REFRESH = 12
@@ -100,24 +103,38 @@ def _command(cmdline: bytes, max_chars: int, rules: RedactionRules) -> str:
 class _Commands:
     """Redacted command lines by a digest of the raw cmdline, remembered for the processes of the
     last sample: redaction costs more than reading, and a command line seldom changes. Keyed by the
-    digest, not the cmdline itself (up to CMDLINE_READ_BYTES each): the cache's size is bounded by
-    the process count times the stored command's MAX chars, whatever argv the trainer chooses."""
+    digest, not the cmdline itself (up to CMDLINE_READ_BYTES each), and bounded in bytes: at most
+    ``max_bytes`` of commands are remembered (what the trainer's argv costs the sidecar's memory
+    does not grow with its process count beyond that; a command past it is redacted again at each
+    sample, and held only by the sample that reads it, at most ``max_chars`` long)."""
 
-    def __init__(self, max_chars: int, rules: RedactionRules) -> None:
+    def __init__(self, max_chars: int, rules: RedactionRules, max_bytes: int = COMMAND_CACHE_BYTES) -> None:
         self._max_chars = max_chars
         self._rules = rules
+        self._max_bytes = max_bytes
         self._last: dict[bytes, str] = {}
         self._next: dict[bytes, str] = {}
+        self._next_bytes = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the commands remembered for the next sample take, as counted against the bound."""
+        return self._next_bytes
 
     def new_sample(self) -> None:
         self._last, self._next = self._next, {}
+        self._next_bytes = 0
 
     def __call__(self, cmdline: bytes) -> str:
         key = hashlib.blake2b(cmdline, digest_size=16).digest()
         command = self._last.get(key)
         if command is None:
             command = _command(cmdline, self._max_chars, self._rules)
-        self._next[key] = command
+        if key not in self._next:
+            cost = _ENTRY_OVERHEAD + 4 * len(command)  # a str's worst case: 4 bytes a character
+            if self._next_bytes + cost <= self._max_bytes:
+                self._next[key] = command
+                self._next_bytes += cost
         return command
 
 
@@ -289,7 +306,7 @@ class ProcfsProcessTable:
             fds = fd_links(pid_fd, memory.names(key))
         except PermissionError:
             reported = self._reported.get(key)
-            return (0, {}) if reported is None else (reported.fd_count, dict(reported.fd_classes))
+            return (0, {}) if reported is None else (reported.fd_count, _known_classes(reported.fd_classes))
         if fds is None:
             return None
         links, names = fds
@@ -306,6 +323,16 @@ class ProcfsProcessTable:
         except OSError:
             return True  # gone: nothing to report either way
         return True
+
+
+def _known_classes(claimed: Mapping[str, int]) -> dict[str, int]:
+    """A launcher's report names classes as it likes (it is the trainer's to write): a name that is
+    not one of FD_CLASSES counts as other, so a sample holds at most those eight, short names."""
+    classes: dict[str, int] = {}
+    for name, count in claimed.items():
+        label = name if name in FD_CLASSES else "other"
+        classes[label] = classes.get(label, 0) + count
+    return classes
 
 
 _Key = tuple[int, int]  # (pid, start ticks)

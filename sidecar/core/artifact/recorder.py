@@ -6,14 +6,22 @@ the artifact, and only running aggregates plus a downsampled series stay in memo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sidecar.core.artifact.analysis import leak_trends, trend_values
 from sidecar.core.artifact.models import DeviceSummary, ResourceSummary, SeriesInfo, SeriesPoint
 from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.gpu_trends import GpuTrends, correctable_growth
-from sidecar.core.samples import CgroupMemorySample, GpuSample, ProcessTreeSample, Sample
+from sidecar.core.sample_lines import SampleLines
+from sidecar.core.samples import (
+    SAMPLE_COMMAND_BYTES,
+    SAMPLE_PROCESSES,
+    CgroupMemorySample,
+    GpuSample,
+    ProcessTreeSample,
+    Sample,
+)
 from sidecar.core.trends import Thinned, TrendWindow
 
 
@@ -33,6 +41,9 @@ class SampleRecorder:
     and the last *steady* sample (``add(..., steady=True)``): the supervisor marks a sample
     steady when the trainer is running and has made progress, so neither the trainer's start-up
     (imports, model load) nor its teardown (a zombie holds no fds) reads as growth or hides it.
+
+    Every figure is taken from the whole sample (its totals cover every process); what is written
+    and kept (``last``, the first steady sample) is its line (``SampleLines``): a bounded list.
     """
 
     def __init__(
@@ -40,13 +51,14 @@ class SampleRecorder:
         write_line: Callable[[str], None] | None,
         series_points: int,
         health: GpuHealthTracker | None = None,
+        lines: SampleLines | None = None,
     ) -> None:
         self._write_line = write_line
+        self._lines = lines or SampleLines(SAMPLE_PROCESSES, SAMPLE_COMMAND_BYTES)
         self.health = health or GpuHealthTracker()
         self._series: Thinned[SeriesPoint] = Thinned(max(16, series_points))
         self.trends = TrendWindow()
         self.gpu_trends = GpuTrends()
-        self._count = 0
         self.summary = ResourceSummary()
         self._first_steady: Sample | None = None
         self.last: Sample | None = None
@@ -54,23 +66,23 @@ class SampleRecorder:
 
     @property
     def count(self) -> int:
-        return self._count
+        return self.summary.sample_count
 
-    def add(self, sample: Sample, *, steady: bool = True) -> None:
+    def add(self, sample: Sample, *, steady: bool = True, keep: Collection[int] = ()) -> None:
+        """``keep``: pids the line lists whatever the tree (the launcher, the trainer)."""
+        line = self._lines.line(sample, keep)
         if self._write_line is not None:
-            # Absent means None: a sample of 8 GPUs is then half the size, and so is parsing it.
-            self._write_line(sample.model_dump_json(exclude_none=True))
+            self._write_line(self._lines.dumps(line))
         self._series.add(SeriesPoint.of(sample))
-        self._count += 1
-        self.last = sample
+        self.summary.sample_count += 1
+        self.last = line
         if steady and self._first_steady is None:
-            self._first_steady = sample
+            self._first_steady = line
         self._aggregate(sample, steady=steady)
 
     def _aggregate(self, sample: Sample, *, steady: bool) -> None:
         s = self.summary
         proc: ProcessTreeSample = sample.process
-        s.sample_count = self._count
         s.max_process_count = _max(s.max_process_count, proc.process_count)
         s.max_zombie_count = _max(s.max_zombie_count, proc.zombie_count)
         s.max_process_rss_kib = _max(s.max_process_rss_kib, proc.rss_kib_total)
@@ -146,7 +158,7 @@ class SampleRecorder:
 
     def series(self, samples_file: str | None, samples_sha256: str | None) -> SeriesInfo:
         return SeriesInfo(
-            count=self._count,
+            count=self.count,
             samples_file=samples_file,
             samples_sha256=samples_sha256,
             downsampled=list(self._series.items),

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sidecar.app.artifact import Evidence
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
-from sidecar.app.values import Going, Started, Watched
+from sidecar.app.values import Going, Launched, Preflight, Started, Watched
 from sidecar.core.artifact import (
     SampleRecorder,
     leak_failures,
@@ -18,9 +20,10 @@ from sidecar.core.artifact import (
 from sidecar.core.conclusion import Conclusion, DeadlineSeen, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
 from sidecar.core.gpu_trends import correctable_growth
+from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
-from sidecar.core.samples import GpuSample, ShmLeftovers
+from sidecar.core.samples import GpuDevice, GpuSample, ShmLeftovers
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
 
@@ -31,6 +34,38 @@ class Concluded:
     summary: SummaryOutcome
     duration_s: float
     shm_left: ShmLeftovers | None = None
+
+    def evidence(
+        self,
+        started: Started,
+        launched: Launched,
+        checked: Preflight,
+        watched: Watched,
+        *,
+        devices: tuple[GpuDevice, ...],
+        env: Mapping[str, str],
+        pod: PodMoments | None,
+    ) -> Evidence:
+        """What the run left behind beyond the verdict, for its artifact."""
+        return Evidence(
+            started=started,
+            launched=launched,
+            preflight=checked,
+            summary=self.summary,
+            exit_record=watched.exit_record,
+            unconfirmed_record=watched.unconfirmed_record,
+            residuals=self.conclusion.residuals_reported,
+            duration_s=self.duration_s,
+            gpu_devices=devices,
+            trainer_env=env,
+            protocol_violations=watched.protocol_violations,
+            stacks=watched.stacks,
+            deadline_end=self.conclusion.deadline,
+            go_unix=watched.go_unix,
+            moments=watched.moments,
+            pod=pod,
+            shm_left=self.shm_left,
+        )
 
 
 def conclude_run(

@@ -148,24 +148,14 @@ class Supervisor:
                 )
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
-        evidence = Evidence(
-            started=self._started,
-            launched=launched,
-            preflight=checked,
-            summary=concluded.summary,
-            exit_record=watched.exit_record,
-            unconfirmed_record=watched.unconfirmed_record,
-            residuals=concluded.conclusion.residuals_reported,
-            duration_s=concluded.duration_s,
-            gpu_devices=devices,
-            trainer_env=trainer_env,
-            protocol_violations=watched.protocol_violations,
-            stacks=watched.stacks,
-            deadline_end=concluded.conclusion.deadline,
-            go_unix=watched.go_unix,
-            moments=watched.moments,
+        evidence = concluded.evidence(
+            self._started,
+            launched,
+            checked,
+            watched,
+            devices=devices,
+            env=trainer_env,
             pod=self._pod_moments(),
-            shm_left=concluded.shm_left,
         )
         return self._deliver(files, evidence, concluded.conclusion.verdict, recorder)
 

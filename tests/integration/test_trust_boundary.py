@@ -156,7 +156,8 @@ def test_a_forged_clean_exit_record_from_a_killed_launcher_never_passes(
         found = artifact(tmp_path)
         assert found["status"] == "failed", found["failure_reason"]
         assert any(
-            "launcher was killed by signal 9: not its record" in v for v in found["protocol_violations"]
+            "the launcher was killed by signal 9: not the launcher's record" in v
+            for v in found["protocol_violations"]
         )
     finally:
         for process in processes:  # the worker the trainer hid in a session of its own

@@ -246,6 +246,9 @@ def _residual_pids(facts: RunFacts) -> tuple[int, ...]:
     return tuple(sorted(pids))
 
 
+REPORTED_RESIDUALS = 64
+
+
 def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
     """One entry per residual PID: the launcher's list names what it killed even when no sample saw it."""
     seen = {p.pid: p for p in facts.last_seen}
@@ -273,7 +276,8 @@ def _reported(facts: RunFacts) -> tuple[ResidualProcess, ...]:
             ResidualProcess(pid=pid, command=last.command if last else "", fate="unreaped", last_seen=last),
         )
     entries.pop(facts.launcher_pid or -1, None)
-    return tuple(entries[pid] for pid in sorted(entries))
+    # At most REPORTED_RESIDUALS, by pid: the resource summary counts them all.
+    return tuple(entries[pid] for pid in sorted(entries)[:REPORTED_RESIDUALS])
 
 
 def deadline_end(

@@ -79,6 +79,9 @@ PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
 # Kinds the sidecar itself observed or measured: the trainer's own classification never replaces
 # them (a trainer soft-stopped because its pod was evicted calls that a cancellation; one killed by a
 # stall's TERM may call it its own failure).
+# Residual PIDs a reason names (the artifact lists more, and counts them all): a storm of
+# survivors must not make the reason, the annotations and the Event the trainer's size.
+NAMED_RESIDUALS = 16
 OBSERVED: frozenset[str] = frozenset(
     {*get_args(CancelKind), "timeout/stale_tick", "timeout/startup", "resource_leak", "out_of_memory"}
 )
@@ -298,7 +301,10 @@ def _trainer_failure(
             f"(min_duration_seconds={min_duration_s:.1f})"
         ], None
     if residuals:
-        return [f"residual child processes after shutdown: {', '.join(residuals)}"], "resource_leak"
+        named = ", ".join(residuals[:NAMED_RESIDUALS])
+        more = len(residuals) - NAMED_RESIDUALS
+        named += f" and {more} more" if more > 0 else ""
+        return [f"residual child processes after shutdown: {named}"], "resource_leak"
     if leaks:
         return list(leaks), "resource_leak"
     return [], None

@@ -11,7 +11,14 @@ from .output import log
 from .protocol.exit import ExitRecord, KilledProcess
 from .protocol.fields import signal_name
 from .protocol.files import atomic_write_json
-from .protocol.names import EXIT_FILE, EXIT_LAUNCHER_ERROR, EXIT_SUPERVISOR_LOST
+from .protocol.names import (
+    EXIT_FILE,
+    EXIT_LAUNCHER_ERROR,
+    EXIT_SUPERVISOR_LOST,
+    LISTED_COMMAND_CHARS,
+    MAX_LISTED_PIDS,
+    MAX_LISTED_PROCESSES,
+)
 from .protocol.termination import write_termination_message
 from .state import StopState
 from .trainer import Trainer
@@ -56,10 +63,14 @@ def exit_record(
         control=tuple(state.control_actions),
         signals_forwarded=tuple(state.signals_forwarded),
         signals_deferred=tuple(state.signals_deferred),
-        soft_stop_signalled=tuple(state.soft_stop_signalled),
+        soft_stop_signalled=tuple(state.soft_stop_signalled[:MAX_LISTED_PIDS]),
         killed_with_trainer=_processes(state.killed_with_trainer),
         survivors_killed=_processes(state.survivors_killed),
-        unreaped=tuple(state.unreaped),
+        unlisted_killed=sum(
+            max(0, len(found) - MAX_LISTED_PROCESSES)
+            for found in (state.killed_with_trainer, state.survivors_killed)
+        ),
+        unreaped=tuple(state.unreaped[:MAX_LISTED_PIDS]),
         stdout_dropped_bytes=stdout_dropped,
         started_unix=trainer.started_unix if trainer is not None else None,
         ended_unix=time.time(),
@@ -67,7 +78,20 @@ def exit_record(
 
 
 def _processes(found: dict[int, tuple[str, ...]]) -> tuple[KilledProcess, ...]:
-    return tuple(KilledProcess(pid, command) for pid, command in sorted(found.items()))
+    """The first MAX_LISTED_PROCESSES by pid, each command cut to LISTED_COMMAND_CHARS."""
+    listed = sorted(found.items())[:MAX_LISTED_PROCESSES]
+    return tuple(KilledProcess(pid, _clipped(command)) for pid, command in listed)
+
+
+def _clipped(command: tuple[str, ...]) -> tuple[str, ...]:
+    kept: list[str] = []
+    left = LISTED_COMMAND_CHARS
+    for argument in command:
+        if left <= 0:
+            break
+        kept.append(argument[:left])
+        left -= len(argument)
+    return tuple(kept)
 
 
 class RecordSlot:

@@ -296,3 +296,13 @@ def test_the_kubelets_oomkilled_explains_a_launcher_that_left_no_record() -> Non
         "out of memory: the kernel's OOM killer killed the trainer's container "
         "(the kubelet reports it OOMKilled)"
     )
+
+
+def test_a_storm_of_survivors_is_counted_whole_but_named_within_bounds() -> None:
+    survivors = tuple(process(1000 + n) for n in range(300))
+    result = conclude(facts(last_seen=(process(LAUNCHER, "launcher"), *survivors), still_alive=survivors))
+    assert len(result.residual_pids) == 300
+    assert len(result.residuals_reported) == 64
+    reason = result.verdict.reason or ""
+    assert result.verdict.classification == "resource_leak" and reason.endswith(" and 284 more")
+    assert reason.count(", ") == 15

@@ -119,6 +119,8 @@ class ExitRecord:
     soft_stop_signalled: tuple[int, ...] = ()
     killed_with_trainer: tuple[KilledProcess, ...] = ()
     survivors_killed: tuple[KilledProcess, ...] = ()
+    # Killed processes beyond the lists' MAX_LISTED_PROCESSES each (the sidecar's samples saw them).
+    unlisted_killed: int = 0
     unreaped: tuple[int, ...] = ()
     stdout_dropped_bytes: int = 0
     started_unix: float | None = None
@@ -180,6 +182,7 @@ class ExitRecord:
             soft_stop_signalled=items(raw, "soft_stop_signalled", int),
             killed_with_trainer=_processes(raw, "killed_with_trainer"),
             survivors_killed=_processes(raw, "survivors_killed"),
+            unlisted_killed=get(raw, "unlisted_killed", int, optional=True) or 0,
             unreaped=items(raw, "unreaped", int),
             stdout_dropped_bytes=get(raw, "stdout_dropped_bytes", int, optional=True) or 0,
             started_unix=number(raw, "started_unix", optional=True),

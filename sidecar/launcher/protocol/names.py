@@ -90,6 +90,12 @@ MAX_FD_COUNT = 10_000_000
 MAX_FD_CLASSES = 32
 # The largest record either side reads; a longer file is not a record.
 RECORD_LIMIT_BYTES = 1024 * 1024
+# exit.json lists at most this many killed processes per list, and of each at most this many
+# characters of arguments, and at most this many signalled pids: whatever the tree, the record
+# stays within RECORD_LIMIT_BYTES (an argument of control bytes takes six once JSON-escaped).
+MAX_LISTED_PROCESSES = 32
+LISTED_COMMAND_CHARS = 1024
+MAX_LISTED_PIDS = 4096
 # How much of a process's /proc cmdline either side reads: enough for any command line worth
 # storing (stored ones are cut far shorter), and a bound on what a hostile argv costs to redact.
 CMDLINE_READ_BYTES = 16 * 1024

@@ -77,6 +77,9 @@ _URL_PASSWORD = re.compile(
 _QUERY = re.compile(r"(?P<head>[?&;](?P<name>[A-Za-z][A-Za-z0-9_.\-]{0,63})=)(?P<value>[^&#\s'\"]*)")
 _SPACE = re.compile(r"(\s+)")
 _WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])")
+# A secret word this long counts glued to the end of a longer one too; shorter ones (key, pass, pwd,
+# auth) only as words of their own, or --monkey and --bypass would be secrets.
+GLUED_MIN_CHARS = 5
 # Header names that carry a secret though no secret word ends them.
 SECRET_HEADERS = frozenset({"cookie", "set-cookie"})
 # Short flags whose value is a password (mysql -pX / -p X, sshpass -p X).
@@ -99,9 +102,14 @@ class RedactionRules:
         object.__setattr__(self, "_tokens", re.compile("|".join(f"(?:{p})" for p in patterns)))
 
     def secret_name(self, name: str) -> bool:
+        """The name's last word is a secret word, or ends in one of GLUED_MIN_CHARS or more
+        (``PGPASSWORD``, ``MYSECRET``: names written as one word)."""
         words = [word.lower() for word in _WORD_SPLIT.split(name) if word]
+        if not words:
+            return False
         secret = SECRET_WORDS | {word.lower() for word in self.extra_words}
-        return bool(words) and words[-1] in secret
+        last = words[-1]
+        return last in secret or any(len(s) >= GLUED_MIN_CHARS and last.endswith(s) for s in secret)
 
     def tokens(self, text: str) -> str:
         return self._tokens.sub(REDACTED, text)

@@ -207,3 +207,10 @@ def test_a_sampled_line_is_a_prefix_of_the_whole_redacted_command(command: list[
     line = redacted_line(command, max_chars)
     assert len(line) <= max_chars
     assert " ".join(redact_command(command)).startswith(line)
+
+
+def test_a_secret_word_glued_to_the_end_of_a_name_is_a_secret() -> None:
+    command = ("env", "PGPASSWORD=x1", "MYSECRET=x2", "--dbtoken", "x3", "--monkey=x4", "--bypass", "x5")
+    assert redact_command(command) == (
+        "env", f"PGPASSWORD={R}", f"MYSECRET={R}", "--dbtoken", R, "--monkey=x4", "--bypass", "x5",
+    )  # fmt: skip

@@ -361,6 +361,9 @@ class FakeProcesses:
     def is_exiting(self, pid: int, start_ticks: int | None) -> bool:
         return False
 
+    def tracer(self, pid: int) -> int | None:
+        return None
+
     def fd_tables_readable(self, pid: int) -> bool:
         return True
 

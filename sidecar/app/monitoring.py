@@ -97,7 +97,10 @@ class Sampler:
         keep = [self._launcher_pid] + ([] if self.trainer is None else [self.trainer.pid])
         self.recorder.add(sample, steady=steady, keep=keep)
         if self.launcher_stopped is None:
-            self.launcher_stopped = launcher_stopped(tree.processes, self._launcher_pid, sample.elapsed_s)
+            tracer = self._ports.processes.tracer(self._launcher_pid)
+            self.launcher_stopped = launcher_stopped(
+                tree.processes, self._launcher_pid, sample.elapsed_s, tracer
+            )
         self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample

@@ -77,6 +77,10 @@ class ProcessTable(Protocol):
         """Whether ``pid``'s fd table can be read here (same UID or CAP_SYS_PTRACE)."""
         ...
 
+    def tracer(self, pid: int) -> int | None:
+        """The pid tracing ``pid`` (its TracerPid), None when none does or it cannot be read."""
+        ...
+
 
 class TrainerMemory(Protocol):
     """Memory of the trainer's tree beyond RSS: the launcher's memory cgroup (resolved once, before

@@ -35,12 +35,19 @@ def claim_mismatch(claimed_pid: int, claimed_ticks: int | None, observed: Proces
 STOPPED_STATES = frozenset({"stopped", "tracing-stop"})
 
 
-def launcher_stopped(processes: Sequence[ProcessInfo], launcher_pid: int, elapsed_s: float) -> str | None:
-    """Why the launcher, seen in this sample, is stopped from the trainer's side; None when it runs."""
+def launcher_stopped(
+    processes: Sequence[ProcessInfo], launcher_pid: int, elapsed_s: float, tracer: int | None = None
+) -> str | None:
+    """Why the launcher, seen in this sample, is stopped or traced from the trainer's side (its
+    state, or a tracer attached: the sidecar never traces it); None when it runs untraced."""
     launcher = next((p for p in processes if p.pid == launcher_pid), None)
-    if launcher is None or launcher.state not in STOPPED_STATES:
+    if tracer is not None:
+        seen = f"traced by pid {tracer}"
+    elif launcher is not None and launcher.state in STOPPED_STATES:
+        seen = launcher.state
+    else:
         return None
     return (
-        f"the launcher (pid {launcher_pid}) was seen {launcher.state} {elapsed_s:.1f} s into the attempt: "
+        f"the launcher (pid {launcher_pid}) was seen {seen} {elapsed_s:.1f} s into the attempt: "
         "stopped or traced from the trainer's side"
     )

@@ -10,6 +10,7 @@ from .protocol.files import read_bytes
 from .protocol.names import CMDLINE_READ_BYTES
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 def _fields_after_comm(pid: int, tid: int | None = None) -> list[str] | None:
@@ -169,3 +170,12 @@ def set_child_subreaper() -> None:
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}")
+
+
+def refuse_tracers() -> bool:
+    """Make this process non-dumpable: a process of the same UID without CAP_SYS_PTRACE can then no
+    longer ptrace it (nor read its fds or memory through /proc). The trainer runs under the
+    launcher's UID, and a tracer could make the launcher clone a process outside its own tree.
+    Its children are dumpable again once they exec. False when the kernel refused."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)

@@ -20,7 +20,7 @@ from .exiting import exit_code, exit_record, open_record_slot, write_exit
 from .fdreport import FdReports
 from .memory import OomWatch
 from .output import STDOUT_QUEUE_BYTES, ConsoleLog, FdWriter, OutputTee, log
-from .proc import command_problem, kernel_boot_id, start_ticks
+from .proc import command_problem, kernel_boot_id, refuse_tracers, start_ticks
 from .protocol.fields import ProtocolError, signal_name
 from .protocol.files import atomic_write_json, read_json
 from .protocol.go import GoRequest
@@ -212,6 +212,8 @@ class Launcher:
         }
         env = with_kit(env, kit_dir())
         console = ConsoleLog(options.path(CONSOLE_LOG), go.console_log_bytes)
+        if not refuse_tracers():
+            log("cannot make the launcher non-dumpable: the trainer's UID may trace it")
         self.oom.start()
         try:
             trainer = Trainer.start([*options.command, *go.extra_args], env, console, self.tee)

@@ -294,3 +294,27 @@ def test_a_launcher_seen_stopped_is_the_trainers_doing_and_never_passes(
     assert (
         "was seen stopped" in found["failure_reason"] and "from the trainer's side" in found["failure_reason"]
     )
+
+
+# Passes in every file it writes, but holds a ptrace attachment to its launcher for two seconds
+# (PTRACE_SEIZE: the launcher keeps running; a tracer could make it clone or exec at will).
+TRACES_ITS_LAUNCHER = PASSES_FIRST + textwrap.dedent(
+    """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    PTRACE_SEIZE, PTRACE_DETACH = 0x4206, 17
+    assert libc.ptrace(PTRACE_SEIZE, info["pid"], 0, 0) == 0, ctypes.get_errno()
+    time.sleep(2.0)
+    libc.ptrace(PTRACE_DETACH, info["pid"], 0, 0)
+    sys.exit(0)
+    """
+)
+
+
+def test_a_launcher_seen_traced_is_the_trainers_doing_and_never_passes(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    code, err = run_cli(spawn, tmp_path, "--", sys.executable, "-c", TRACES_ITS_LAUNCHER)
+    found = artifact(tmp_path)
+    assert (code, found["failure_classification"]) == (10, "trainer_failure"), (found["failure_reason"], err)
+    assert "was seen traced by pid" in found["failure_reason"]

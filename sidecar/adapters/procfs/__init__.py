@@ -314,6 +314,24 @@ class ProcfsProcessTable:
         memory.read(key, count, classes, names)
         return count, classes
 
+    def tracer(self, pid: int) -> int | None:
+        try:
+            pid_fd = os.open(f"{PROC}/{pid}", DIR_FLAGS)
+        except OSError:
+            return None
+        try:
+            status = read_at(pid_fd, "status", 64 * 1024)
+        except OSError:
+            return None
+        finally:
+            os.close(pid_fd)
+        for line in status.splitlines():
+            if line.startswith(b"TracerPid:"):
+                with contextlib.suppress(ValueError):
+                    found = int(line.split(b":", 1)[1])
+                    return found if found > 0 else None
+        return None
+
     def fd_tables_readable(self, pid: int) -> bool:
         """Whether this process may read ``pid``'s fd table (same UID or CAP_SYS_PTRACE)."""
         try:

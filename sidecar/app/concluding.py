@@ -23,7 +23,7 @@ from sidecar.core.gpu_trends import correctable_growth
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
-from sidecar.core.samples import GpuDevice, GpuSample, ShmLeftovers
+from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ShmLeftovers
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
 
@@ -87,6 +87,7 @@ def conclude_run(
     still_alive = ports.processes.still_alive(residual_processes(watched.last_seen, launcher_pid))
     # Nothing the run started may outlive it (the launcher may be gone: SIGKILLed, crashed).
     session.kill_remembered(still_alive, tree=watched.last_seen)
+    still_alive += _strays(ports, launcher_pid)
     shm_left = _memory_left(going, recorder, memory)
     summary = read_summary(settings, ports, going.started)
     run_pids = {p.pid for p in watched.last_seen} | {launcher_pid}
@@ -119,6 +120,17 @@ def conclude_run(
     recorder.summary.residual_process_count = len(conclusion.residual_pids)
     recorder.summary.run_summary_figures = run_summary_figures(summary.data)
     return Concluded(conclusion=conclusion, summary=summary, duration_s=duration, shm_left=shm_left)
+
+
+def _strays(ports: Ports, launcher_pid: int) -> list[ProcessInfo]:
+    """Processes that escaped the launcher's tree to the sidecar (local mode), killed: residuals."""
+    if ports.strays is None:
+        return []
+    escaped = ports.strays.find(launcher_pid)
+    if escaped:
+        ports.processes.kill(escaped)
+        ports.strays.reap(escaped)
+    return escaped
 
 
 def _memory_left(going: Going, recorder: SampleRecorder, memory: TrainerMemory | None) -> ShmLeftovers | None:

@@ -33,6 +33,7 @@ from sidecar.core.ports import (
 from sidecar.core.publication import Publication
 from sidecar.core.redaction import RedactionRules
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
+from sidecar.core.samples import ProcessInfo
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
@@ -203,6 +204,20 @@ class PodStatus(Protocol):
         ...
 
 
+class Strays(Protocol):
+    """Processes that left the launcher's tree and became the sidecar's children (local mode: the
+    sidecar is a child subreaper, so an orphan whose launcher was killed, or a process a tracer made
+    the launcher clone beside itself, is reparented to it rather than to init)."""
+
+    def find(self, launcher_pid: int) -> list[ProcessInfo]:
+        """The sidecar's descendants but the launcher and its tree; never raises."""
+        ...
+
+    def reap(self, processes: Sequence[ProcessInfo]) -> None:
+        """Collect those of ``processes`` that are the sidecar's children and have died."""
+        ...
+
+
 class LockLoss:
     """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
 
@@ -252,5 +267,7 @@ class Ports:
     ledgers: tuple[LedgerStore, ...] = ()
     # Memory beyond RSS (the launcher's memory cgroup, /dev/shm), opened for a launcher pid.
     trainer_memory: Callable[[int], TrainerMemory] | None = None
+    # Local mode: processes that left the launcher's tree for the sidecar's (it is a subreaper).
+    strays: Strays | None = None
     sleep: Callable[[float], None] = time.sleep
     status_stream: IO[str] | None = None

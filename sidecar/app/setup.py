@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO
 
 from sidecar.app.values import RunRequest
-from sidecar.app.wiring import Wiring, build_ports
+from sidecar.app.wiring import Wiring, build_ports, local_strays
 from sidecar.core.errors import ConfigError
 from sidecar.core.identity import new_run_id, parse_run_id
 from sidecar.settings import Settings, with_defaults
@@ -37,6 +37,8 @@ def prepare_run(
     if not pod:
         settings = local_layout(settings, run_id)
     wiring = build_ports(settings, pod=pod, status_stream=status_stream)
+    if not pod:
+        wiring = replace(wiring, ports=replace(wiring.ports, strays=local_strays(settings)))
     request = RunRequest(
         mode="pod" if pod else "local",
         run_id=run_id,

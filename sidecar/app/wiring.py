@@ -19,7 +19,7 @@ from sidecar.adapters.rundir.channel import RunDir
 from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.adapters.workdirs import LocalWorkDirs
-from sidecar.app.ports import AttemptHistory, LockLoss, Ports
+from sidecar.app.ports import AttemptHistory, LockLoss, Ports, Strays
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import (
     ConfigError,
@@ -90,6 +90,14 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
     if not pod:
         return Wiring(ports)
     return _pod_wiring(settings, ports)
+
+
+def local_strays(settings: Settings) -> Strays:
+    """The CLI's local runs: the sidecar becomes a subreaper, and what escapes the launcher's tree
+    to it is found at the end (adapters.procfs.strays)."""
+    from sidecar.adapters.procfs.strays import SubreaperStrays
+
+    return SubreaperStrays(settings.redaction.rules())
 
 
 def _metrics(settings: Settings, *, pod: bool) -> MetricsSink | None:

@@ -318,3 +318,35 @@ def test_a_launcher_seen_traced_is_the_trainers_doing_and_never_passes(
     found = artifact(tmp_path)
     assert (code, found["failure_classification"]) == (10, "trainer_failure"), (found["failure_reason"], err)
     assert "was seen traced by pid" in found["failure_reason"]
+
+
+# Kills its launcher, then leaves a daemon in a session of its own (double fork): with no launcher,
+# orphans go to the nearest subreaper, which locally is the sidecar itself.
+KILLS_ITS_LAUNCHER_AND_HIDES = textwrap.dedent(
+    """
+    import json, os, signal, sys, time
+    run_dir = os.environ["SOAK_RUN_DIR"]
+    launcher = json.load(open(os.path.join(run_dir, "launcher.json")))["pid"]
+    os.kill(launcher, signal.SIGKILL)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp(sys.executable, [sys.executable, "-c", "import time; time.sleep(120)", sys.argv[1]])
+        os._exit(0)
+    os.wait()
+    """
+)
+
+
+def test_a_process_that_escapes_a_killed_launcher_does_not_outlive_the_soak(
+    tmp_path: Path, spawn: Spawner
+) -> None:
+    token = f"escapee-{os.getpid()}-{tmp_path.name}"
+    code, err = run_cli(spawn, tmp_path, "--", sys.executable, "-c", KILLS_ITS_LAUNCHER_AND_HIDES, token)
+    left = [p for p in psutil.process_iter(["cmdline"]) if token in " ".join(p.info["cmdline"] or [])]
+    for process in left:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    assert code != 0 and not left, (code, err)
+    residuals = artifact(tmp_path)["post_shutdown"]["residual_processes"]
+    assert any(token in entry["command"] for entry in residuals), residuals

@@ -43,6 +43,7 @@ from .threads import (
     read_at,
     same_process_alive,
     stat_fields,
+    tracer_of,
 )
 
 __all__ = ["ProcfsProcessTable", "ProcfsTrainerMemory", "is_exiting", "same_process_alive"]
@@ -315,22 +316,7 @@ class ProcfsProcessTable:
         return count, classes
 
     def tracer(self, pid: int) -> int | None:
-        try:
-            pid_fd = os.open(f"{PROC}/{pid}", DIR_FLAGS)
-        except OSError:
-            return None
-        try:
-            status = read_at(pid_fd, "status", 64 * 1024)
-        except OSError:
-            return None
-        finally:
-            os.close(pid_fd)
-        for line in status.splitlines():
-            if line.startswith(b"TracerPid:"):
-                with contextlib.suppress(ValueError):
-                    found = int(line.split(b":", 1)[1])
-                    return found if found > 0 else None
-        return None
+        return tracer_of(pid)
 
     def fd_tables_readable(self, pid: int) -> bool:
         """Whether this process may read ``pid``'s fd table (same UID or CAP_SYS_PTRACE)."""

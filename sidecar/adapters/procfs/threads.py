@@ -4,6 +4,7 @@ state Z and no memory, fds or argv in /proc/PID; its live threads' /proc/PID/tas
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 PROC = "/proc"
@@ -104,4 +105,24 @@ def live_task(pid_fd: int, pid: int) -> int | None:
         except (OSError, IndexError):
             pass
         os.close(task_fd)
+    return None
+
+
+def tracer_of(pid: int) -> int | None:
+    """The TracerPid of ``pid``'s status: who ptraces it; None when none does or it is unreadable."""
+    try:
+        pid_fd = os.open(f"{PROC}/{pid}", DIR_FLAGS)
+    except OSError:
+        return None
+    try:
+        status = read_at(pid_fd, "status", 64 * 1024)
+    except OSError:
+        return None
+    finally:
+        os.close(pid_fd)
+    for line in status.splitlines():
+        if line.startswith(b"TracerPid:"):
+            with contextlib.suppress(ValueError):
+                found = int(line.split(b":", 1)[1])
+                return found if found > 0 else None
     return None

@@ -321,3 +321,18 @@ def test_the_chart_and_docs_state_the_launchers_minimum_python() -> None:
     for name in ("helm/soak-sidecar/values.yaml", "helm/soak-sidecar/values.schema.json"):
         versions = set(re.findall(r"runs the launcher \((\d+\.\d+) or newer\)", (root / name).read_text()))
         assert versions == {stated}, name
+
+
+def test_the_launcher_can_make_itself_non_dumpable() -> None:
+    """refuse_tracers in a child (it is irreversible): PR_GET_DUMPABLE then reads 0."""
+    import ctypes
+
+    from sidecar.launcher.proc import refuse_tracers
+
+    child = os.fork()
+    if child == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        ok = refuse_tracers() and libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

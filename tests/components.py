@@ -134,11 +134,14 @@ def _root() -> Path:
 def _trainer_venv() -> Path:
     python = Path(os.environ.get("SOAK_TRAINER_PYTHON") or DEFAULT_TRAINER_PYTHON)
     _executable(python, "trainer venv python")
+    imports = "import torch, mpi4py, pytorch_lightning, transformers, torchtitan"
     probe = subprocess.run(
-        [str(python), "-c", "import torch, mpi4py"], capture_output=True, text=True, timeout=120, check=False
+        [str(python), "-c", imports], capture_output=True, text=True, timeout=180, check=False
     )
     if probe.returncode != 0:
-        raise AbsentError(f"{python} lacks torch or mpi4py: {probe.stderr.strip()[-300:]}")
+        raise AbsentError(
+            f"{python} lacks a package of tests/trainers/requirements.txt: {probe.stderr.strip()[-300:]}"
+        )
     return python
 
 
@@ -208,7 +211,9 @@ COMPONENTS = {
         Component("pidns", "run as root with util-linux's unshare (PID namespaces)", _pidns),
         Component("root", "run the tests as root", _root),
         Component(
-            "trainer-venv", ".ci/run builds it (torch, mpi4py); or set SOAK_TRAINER_PYTHON", _trainer_venv
+            "trainer-venv",
+            ".ci/run builds it (tests/trainers/requirements.txt); or set SOAK_TRAINER_PYTHON",
+            _trainer_venv,
         ),
         Component("browser", "apt-get install chromium", _browser),
         Component(

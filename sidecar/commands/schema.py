@@ -16,14 +16,23 @@ def register(sub: Subparsers[UsageParser], summary: str) -> None:
         choices=["run-summary", "artifact", "settings"],
         help="run-summary, artifact or settings",
     )
+    parser.add_argument(
+        "--profile",
+        choices=["core", "replay"],
+        default=None,
+        help="run-summary only: the profile whose rules the schema states (the run's "
+        "--summary-profile); default: the settings' default profile",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.which == "run-summary":
         from sidecar.core.run_summary import run_summary_json_schema
+        from sidecar.settings.run import SummarySettings
 
-        schema = run_summary_json_schema()
+        default = SummarySettings.model_fields["profile"].default
+        schema = run_summary_json_schema(args.profile or default)
     elif args.which == "artifact":
         from sidecar.core.artifact import Artifact
 

@@ -852,3 +852,19 @@ def test_the_core_profile_drops_only_the_replay_and_inference_rules() -> None:
         assert not evaluate_parsed(broken, manifest_validator=None, profile="core").passed
     # A replay trainer's summary meets both.
     assert evaluate_parsed(valid_run_summary(), manifest_validator=None, profile="core").passed
+
+
+def test_the_core_profiles_schema_accepts_what_validate_core_accepts() -> None:
+    """A summary with no replay_ingress: the core profile passes it, and so does its schema; the
+    replay profile's schema requires replay_ingress, as that profile does."""
+    import jsonschema
+
+    document = valid_run_summary()
+    del document["runtime_manifest"]["replay_ingress"]
+    del document["total_env_steps"]
+    assert not evaluate_parsed(document, manifest_validator=None, profile="core").failures
+    core = run_summary_json_schema("core")
+    jsonschema.validate(document, core)
+    assert core["title"].endswith("(core profile)") and "ReplayIngress" not in core["$defs"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(document, run_summary_json_schema("replay"))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Stri
 
 from sidecar.core.run_summary.checks import schema_failure, shutdown_contract_failure, shutdown_diagnostics
 from sidecar.core.run_summary.contract import finite_number
-from sidecar.core.run_summary.evaluate import evaluate_parsed
+from sidecar.core.run_summary.evaluate import Profile, evaluate_parsed
 
 
 def _json_integer(value: object) -> object:
@@ -136,14 +136,27 @@ class CompletedRuntimeManifest(_Open):
     inference_memory_budget: Any = None
 
 
-def _completed_contract(data: object) -> object:
+class CoreCompletedRuntimeManifest(_Open):
+    """``runtime_manifest`` of a completed run under the core profile (any trainer)."""
+
+    schema_version: Literal[2]
+    shutdown: Annotated[ShutdownDiagnostics, BeforeValidator(_object_or_none)] = Field(
+        description="classification normal_completion and no cleanup errors."
+    )
+
+
+def _completed_contract(data: object, profile: Profile = "replay") -> object:
     if isinstance(data, dict):
         if data.get("status") != "completed":
             raise ValueError("status must be 'completed'")
-        outcome = evaluate_parsed(data, manifest_validator=None)
+        outcome = evaluate_parsed(data, manifest_validator=None, profile=profile)
         if outcome.failures:
             raise ValueError(outcome.failure_reason)
     return data
+
+
+def _core_completed_contract(data: object) -> object:
+    return _completed_contract(data, "core")
 
 
 def _abnormal_contract(data: object) -> object:
@@ -172,6 +185,16 @@ class CompletedRunSummary(_Open):
     runtime_manifest: CompletedRuntimeManifest
 
     _contract = model_validator(mode="before")(_completed_contract)
+
+
+class CoreCompletedRunSummary(_Open):
+    """A completed run's summary under the core profile: status, schema versions, the shutdown record."""
+
+    status: Literal["completed"]
+    metric_schema_version: Literal[1]
+    runtime_manifest: CoreCompletedRuntimeManifest
+
+    _contract = model_validator(mode="before")(_core_completed_contract)
 
 
 class AbnormalRunSummary(_Open):

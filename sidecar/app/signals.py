@@ -25,13 +25,23 @@ def raise_cancelled(signum: int, _frame: object) -> None:
 @contextlib.contextmanager
 def cancellation_on_signals() -> Iterator[None]:
     """SIGTERM (pod deletion, kill), SIGHUP (a closed terminal), SIGQUIT and SIGUSR1/2 become an
-    external cancellation, like Ctrl-C (SIGINT)."""
-    previous = {signum: signal.signal(signum, raise_cancelled) for signum in CANCELLING_SIGNALS}
+    external cancellation, like Ctrl-C (SIGINT). The sidecar sets these itself rather than keep
+    what it inherited: Ctrl-C counts even when it was started as a background job (which starts
+    with SIGINT ignored). The one inherited choice kept is an ignored SIGHUP: ``nohup`` asked
+    that a closed terminal not stop the soak."""
+    handled = [s for s in CANCELLING_SIGNALS if not (s == signal.SIGHUP and _ignored(s))]
+    previous = {signum: signal.signal(signum, raise_cancelled) for signum in handled}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if handler is not None:  # None: set outside Python, cannot be restored from here
+                signal.signal(signum, handler)
+
+
+def _ignored(signum: int) -> bool:
+    return signal.getsignal(signum) == signal.SIG_IGN
 
 
 def ignore_stop_signals() -> None:

@@ -160,6 +160,12 @@ def _deadline_seen(going: Going, watched: Watched) -> DeadlineSeen:
     )
 
 
+def _shared(recorder: SampleRecorder) -> bool:
+    """Whether the launcher's memory cgroup is the sidecar's own (unknown counts as shared)."""
+    cgroup = recorder.summary.memory_cgroup
+    return cgroup is None or cgroup.sidecar_own is not False
+
+
 def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
     """Growth beyond the configured limits, and the memory limit reached before the deadline."""
     settings, clock, mset = going.settings, going.ports.clock, going.settings.monitor
@@ -168,7 +174,9 @@ def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
         max_rss_growth_mib=mset.max_rss_growth_mib,
         max_fd_growth=mset.max_fd_growth,
         max_gpu_growth_mib=settings.gpu.max_memory_growth_mib,
-        max_cgroup_memory_growth_mib=mset.cgroup_memory_growth_limit_mib,
+        max_cgroup_memory_growth_mib=mset.cgroup_memory_growth_limit_mib(
+            shared_with_sidecar=_shared(recorder)
+        ),
     )
     limit = quantity_bytes(mset.memory_limit) if mset.memory_limit else None
     budget_left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())

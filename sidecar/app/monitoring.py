@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from sidecar.app.console import Console
@@ -28,7 +29,7 @@ from sidecar.core.ledger.checkpoint import (
 from sidecar.core.ledger.moments import ProgressMoments
 from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.ports import GpuBackend, TrainerMemory
-from sidecar.core.samples import ProcessInfo, Sample
+from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.core.verdict import MonitorKind
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -58,6 +59,41 @@ def stop_signal(stop: BaseException) -> str:
 ZOMBIE = "zombie"
 
 
+def _read_checkpoint(ports: Ports) -> CheckpointReport | str | None:
+    """The trainer's checkpoint record (a claim: only that it changed is taken), or why it cannot
+    be read."""
+    try:
+        found = ports.progress.read_file(CHECKPOINT_FILE, CHECKPOINT_LIMIT_BYTES)
+        return None if found is None else parse_checkpoint(found[0])
+    except OSError as exc:
+        return f"{CHECKPOINT_FILE}: {exc}"
+    except ConfigError as exc:
+        return str(exc)
+
+
+@dataclass
+class SamplerFindings:
+    """What the samples found that no record may change: trainer.json's claim disagreeing with the
+    trainer seen, and the first sight of the launcher stopped or traced (the trainer's doing)."""
+
+    claim_mismatch: str | None = None
+    launcher_stopped: str | None = None
+
+
+@dataclass(frozen=True)
+class FoundAtStart:
+    """The progress dir and the checkpoint record before the go-ahead: a resumed attempt shares them
+    with the attempts before it, and what they left is not this attempt's progress or checkpoint."""
+
+    progress: ProgressSample
+    checkpoint: CheckpointReport | None
+
+
+def found_at_start(ports: Ports) -> FoundAtStart:
+    found = _read_checkpoint(ports)
+    return FoundAtStart(ports.progress.sample(), found if isinstance(found, CheckpointReport) else None)
+
+
 class Sampler:
     """One full sample: the launcher's process tree, its GPUs, the progress dir; recorded."""
 
@@ -68,6 +104,8 @@ class Sampler:
         gpu: GpuBackend,
         recorder: SampleRecorder,
         memory: TrainerMemory | None = None,
+        *,
+        found: FoundAtStart | None = None,
     ) -> None:
         self._ports = ports
         self._memory = memory
@@ -77,11 +115,12 @@ class Sampler:
         # The trainer as this sidecar first saw it (trainer_of), and what trainer.json claimed
         # against it: a claim that disagrees is named in the artifact, never followed.
         self.trainer: ProcessInfo | None = None
-        self.claim_mismatch: str | None = None
-        # The first sample that saw the launcher stopped or traced (the trainer's doing).
-        self.launcher_stopped: str | None = None
+        self.found = SamplerFindings()
         self.duration_s = 0.0  # of the latest sample
-        self.moments = ProgressMoments()
+        # The progress dir and checkpoint record as the attempt found them: not its own progress.
+        # (None once the files changed: from then on every sample shows this attempt's progress.)
+        self.baseline = None if found is None else found.progress
+        self.moments = ProgressMoments(inherited=None if found is None else found.checkpoint)
 
     def take(self, now: float, started: Started) -> Sample:
         tree = self._ports.processes.sample(self._launcher_pid)
@@ -96,12 +135,15 @@ class Sampler:
         steady = self._steady(sample)
         keep = [self._launcher_pid] + ([] if self.trainer is None else [self.trainer.pid])
         self.recorder.add(sample, steady=steady, keep=keep)
-        if self.launcher_stopped is None:
+        if self.found.launcher_stopped is None:
             tracer = self._ports.processes.tracer(self._launcher_pid)
-            self.launcher_stopped = launcher_stopped(
+            self.found.launcher_stopped = launcher_stopped(
                 tree.processes, self._launcher_pid, sample.elapsed_s, tracer
             )
-        self.moments.observe(sample.t_wall, sample.progress.bytes_total, self._checkpoint())
+        if self.baseline is not None and sample.progress != self.baseline:
+            self.baseline = None
+        progressed_bytes = sample.progress.bytes_total if self.baseline is None else 0
+        self.moments.observe(sample.t_wall, progressed_bytes, self._checkpoint())
         self.duration_s = max(0.0, self._ports.clock.monotonic() - now)
         return sample
 
@@ -110,15 +152,7 @@ class Sampler:
         self.moments.observe_checkpoint(self._ports.clock.wall(), self._checkpoint())
 
     def _checkpoint(self) -> CheckpointReport | str | None:
-        """The trainer's checkpoint record (a claim: only that it changed is taken), or why it
-        cannot be read."""
-        try:
-            found = self._ports.progress.read_file(CHECKPOINT_FILE, CHECKPOINT_LIMIT_BYTES)
-            return None if found is None else parse_checkpoint(found[0])
-        except OSError as exc:
-            return f"{CHECKPOINT_FILE}: {exc}"
-        except ConfigError as exc:
-            return str(exc)
+        return _read_checkpoint(self._ports)
 
     def _steady(self, sample: Sample) -> bool:
         """The trainer runs (not a zombie) and has made progress: growth is measured over these."""
@@ -143,12 +177,12 @@ class Sampler:
     def _check_claim(self, trainer: ProcessInfo) -> None:
         """trainer.json against the trainer seen, at every sample until they disagree: the trainer
         can rewrite the file at any time, so a first read that agreed proves nothing later."""
-        if self.claim_mismatch is not None:
+        if self.found.claim_mismatch is not None:
             return
         with contextlib.suppress(LauncherError):
             claim = self._ports.channel.trainer()
             if claim is not None:
-                self.claim_mismatch = claim_mismatch(claim.pid, claim.start_ticks, trainer)
+                self.found.claim_mismatch = claim_mismatch(claim.pid, claim.start_ticks, trainer)
 
 
 def watch(
@@ -171,7 +205,7 @@ def watch(
         fallback_after_s=session.fallback_after_s,
         stack_capture_s=mset.stack_capture_s,
     )
-    policy = MonitorPolicy(timings, started=going.started.monotonic)
+    policy = MonitorPolicy(timings, started=going.started.monotonic, baseline=sampler.baseline)
     last_seen = session.last_seen
     go_unix = ports.clock.wall()  # the go-ahead was just given
     try:
@@ -190,7 +224,8 @@ def watch(
     signals.defer()
     session.reap(session.fallback_after_s)
     record = ports.channel.wait_exit(2.0)
-    violations = [] if sampler.claim_mismatch is None else [sampler.claim_mismatch]
+    mismatch = sampler.found.claim_mismatch
+    violations = [] if mismatch is None else [mismatch]
     record, unconfirmed_record = _confirmed(going, session, policy, record, violations)
     sampler.final_look()
     return Watched(
@@ -204,7 +239,7 @@ def watch(
         moments=sampler.moments,
         ran_past_deadline=policy.ran_past_deadline,
         fallback_kill=policy.fallback_kill,
-        launcher_stopped=sampler.launcher_stopped,
+        launcher_stopped=sampler.found.launcher_stopped,
         unconfirmed_record=unconfirmed_record,
     )
 

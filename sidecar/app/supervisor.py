@@ -23,7 +23,7 @@ from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, LedgerPlace, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ledger import earlier_budget, lost_entry
-from sidecar.app.monitoring import Sampler, cancellation, stop_signal, watch
+from sidecar.app.monitoring import Sampler, cancellation, found_at_start, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
 from sidecar.app.session import LaunchSession
@@ -261,6 +261,7 @@ class Supervisor:
         memory: TrainerMemory | None,
     ) -> tuple[Watched, SampleRecorder, tuple[GpuDevice, ...]]:
         """Heartbeat and go-ahead, then monitoring until the launcher exits; samples streamed."""
+        found = found_at_start(self._ports)  # before the go-ahead: the earlier attempts' files
         with self._session.going(self._settings, self._started, going.preflight):
             samples = files.open_samples(SAMPLES_FILE)
             trail.follow(samples)
@@ -276,7 +277,7 @@ class Supervisor:
                 watched = watch(
                     going,
                     session=self._session,
-                    sampler=Sampler(self._ports, going.launched, gpu, recorder, memory),
+                    sampler=Sampler(self._ports, going.launched, gpu, recorder, memory, found=found),
                     console=self._console,
                     signals=self._signals,
                     trail=trail,

@@ -1,14 +1,17 @@
 """Liveness rules of the seed soak monitor, pure: time and progress come in as arguments.
 
 The trainer has *started* producing progress once the watched files hold more than zero bytes
-(the seed's ``bytes_total > 0``); while they hold zero bytes the seed's startup rule applies,
-measured from the start. After that, what counts as progress is the ``signal``:
+(the seed's ``bytes_total > 0``) and differ from what the attempt found there (``baseline``: a
+resumed attempt shares the progress dir with the attempts before it, whose files must not count as
+its own first progress); until then the seed's startup rule applies, measured from the start.
+After that, what counts as progress is the ``signal``:
 
-- ``bytes`` (default, the seed's rule): only a change of ``bytes_total`` resets the stale timer.
-- ``any`` (opt-in, ``SOAK_MONITOR__PROGRESS_SIGNAL=any``): a change of ``file_count`` or
-  ``max_mtime`` counts too, for trainers that rewrite a fixed-size heartbeat file. It never
-  accepts a trainer whose files do not change at all, and the console log stays excluded by the
-  probe, so chatty logging cannot mask a hang.
+- ``any`` (default): any change: of ``bytes_total``, ``file_count`` or ``max_mtime``, so a
+  trainer that rewrites a fixed-size file (``{"step": N}``) makes progress. It never accepts a
+  trainer whose files do not change at all, and the console log stays excluded by the probe, so
+  chatty logging cannot mask a hang.
+- ``bytes`` (the seed's rule, ``SOAK_MONITOR__PROGRESS_SIGNAL=bytes``): only a change of
+  ``bytes_total`` resets the stale timer.
 """
 
 from __future__ import annotations
@@ -38,9 +41,14 @@ class LivenessTracker:
         startup_timeout_s: float,
         stale_progress_s: float,
         started_monotonic: float,
-        signal: ProgressSignal = "bytes",
+        signal: ProgressSignal = "any",
+        baseline: ProgressSample | None = None,
     ) -> None:
         self._signal: ProgressSignal = signal
+        # What the progress dir held when the attempt started; None or empty: nothing to tell apart.
+        self._baseline = (
+            None if baseline is None or baseline.bytes_total <= 0 else _signature(baseline, signal)
+        )
         self._startup_timeout_s = startup_timeout_s
         self._stale_progress_s = stale_progress_s
         self._started = started_monotonic
@@ -49,8 +57,9 @@ class LivenessTracker:
 
     def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[str, str] | None:
         """Record one progress sample; ``(kind, reason)`` when a liveness rule fails, else None."""
-        if progress.bytes_total > 0:
-            signature = _signature(progress, self._signal)
+        signature = _signature(progress, self._signal)
+        begun = self._last_change is not None or signature != self._baseline
+        if progress.bytes_total > 0 and begun:
             if self._last_change is None or signature != self._last_signature:
                 self._last_change = now_monotonic
                 self._last_signature = signature

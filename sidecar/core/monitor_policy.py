@@ -71,10 +71,13 @@ CONTINUE = Action()
 class MonitorPolicy:
     """The watch loop's state machine. Time is always an argument (monotonic seconds)."""
 
-    def __init__(self, timings: MonitorTimings, *, started: float) -> None:
+    def __init__(
+        self, timings: MonitorTimings, *, started: float, baseline: ProgressSample | None = None
+    ) -> None:
         self._timings = timings
+        # baseline: the progress dir as the attempt found it (an earlier attempt's files).
         self._liveness = LivenessTracker(
-            timings.startup_timeout_s, timings.stale_progress_s, started, timings.progress_signal
+            timings.startup_timeout_s, timings.stale_progress_s, started, timings.progress_signal, baseline
         )
         self._next_sample = self._next_liveness = started
         self._stop_by: float | None = None

@@ -57,9 +57,9 @@ class MonitorSettings(Group):
         "Default <output>/runs/<run id>/progress locally, /soak/progress in the chart.",
     )
     progress_signal: Literal["bytes", "any"] = Field(
-        "bytes",
-        description="What counts as progress: 'bytes' (the seed's rule: the total size changed) or "
-        "'any' (also a file added or rewritten). Default bytes.",
+        "any",
+        description="What counts as progress: 'any' (any change: a file added, grown or rewritten, "
+        "its mtime) or 'bytes' (the seed's rule: only the total size). Default any.",
     )
     max_rss_growth_mib: float | None = Field(
         None,
@@ -74,7 +74,8 @@ class MonitorSettings(Group):
         description="Fail (resource_leak) when the anonymous plus shared memory (anon+shmem: memfd, "
         "/dev/shm, tmpfs; page cache left out) of the launcher's memory cgroup grows more than this over "
         "the steady samples, or stays more than this above its first steady sample once the trainer's "
-        "processes are gone, MiB. Default: the RSS limit (--max-rss-growth; off when that is off).",
+        "processes are gone, MiB. Default: the RSS limit (--max-rss-growth; off when that is off) "
+        "where the cgroup is not the sidecar's own; off where it is (a local run).",
     )
     max_fd_growth: int | None = Field(
         None,
@@ -117,14 +118,15 @@ class MonitorSettings(Group):
         "Default auto.",
     )
 
-    @property
-    def cgroup_memory_growth_limit_mib(self) -> float | None:
-        """The cgroup leak rule's limit: its own setting, else the RSS limit. Memory a trainer keeps
-        outside its RSS (a memfd, /dev/shm) is the same leak the RSS rule is there to catch; page
-        cache is not counted, so reading a dataset does not reach it."""
+    def cgroup_memory_growth_limit_mib(self, *, shared_with_sidecar: bool) -> float | None:
+        """The cgroup leak rule's limit: its own setting, else the RSS limit where the cgroup is the
+        trainer's alone. Memory a trainer keeps outside its RSS (a memfd, /dev/shm) is the same leak
+        the RSS rule is there to catch; page cache is not counted, so reading a dataset does not
+        reach it. A cgroup the sidecar shares (a local run: the sidecar's own, with whatever else
+        runs in it, a whole terminal session) is judged only when asked for explicitly."""
         if self.max_cgroup_memory_growth_mib is not None:
             return self.max_cgroup_memory_growth_mib
-        return self.max_rss_growth_mib
+        return None if shared_with_sidecar else self.max_rss_growth_mib
 
     @field_validator("memory_limit")
     @classmethod

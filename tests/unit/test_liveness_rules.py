@@ -58,10 +58,8 @@ def test_stale_after_progress_is_measured_from_the_last_change() -> None:
     ],
     ids=["bytes", "file_count", "mtime"],
 )
-def test_any_change_of_the_progress_signature_resets_staleness(changed: ProgressSample) -> None:
-    tracker = LivenessTracker(
-        startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0, signal="any"
-    )
+def test_by_default_any_change_of_the_progress_signature_resets_staleness(changed: ProgressSample) -> None:
+    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
     assert tracker.observe(progress(10), 0.0) is None
     assert tracker.observe(changed, 4.0) is None
     assert tracker.observe(changed, 8.0) is None  # 4 s after the change, 8 s after the start
@@ -74,8 +72,10 @@ def test_any_change_of_the_progress_signature_resets_staleness(changed: Progress
     [progress(10, file_count=2), progress(10, max_mtime=1001.0)],
     ids=["file_count", "mtime"],
 )
-def test_by_default_only_a_change_of_bytes_is_progress_like_the_seed(same_bytes: ProgressSample) -> None:
-    tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
+def test_with_the_seeds_signal_only_a_change_of_bytes_is_progress(same_bytes: ProgressSample) -> None:
+    tracker = LivenessTracker(
+        startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0, signal="bytes"
+    )
     assert tracker.observe(progress(10), 0.0) is None
     assert tracker.observe(same_bytes, 4.0) is None
     assert tracker.observe(same_bytes, 5.5) == (KIND_STALE, "training progress did not change for 5.5s")
@@ -100,3 +100,22 @@ def test_last_progress_age() -> None:
     assert tracker.last_progress_age(3.5) == 1.5
     tracker.observe(progress(5), 3.0)  # no change: age keeps growing from the change
     assert tracker.last_progress_age(4.0) == 2.0
+
+
+def test_files_a_resumed_attempt_found_are_not_its_first_progress() -> None:
+    """The attempts of a run share a progress dir: what the earlier ones left is the baseline, and
+    the startup timeout runs until the files change."""
+    left = progress(500, max_mtime=900.0)
+    tracker = LivenessTracker(
+        startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0, baseline=left
+    )
+    assert tracker.last_progress_age(5.0) is None and tracker.observe(left, 5.0) is None
+    assert tracker.observe(left, 10.5) == (
+        KIND_STARTUP,
+        "training produced no progress artifact within 10.0s",
+    )
+    resumed = LivenessTracker(
+        startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0, baseline=left
+    )
+    assert resumed.observe(progress(520, max_mtime=905.0), 3.0) is None
+    assert resumed.last_progress_age(4.0) == 1.0

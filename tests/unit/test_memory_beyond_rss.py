@@ -116,13 +116,18 @@ def test_the_cgroup_is_named_in_the_reason() -> None:
     assert limited(summary, 16) == [f"{SERIES} of cgroup /soak grew by 100.0 MiB > 16.0 MiB"]
 
 
-def test_the_cgroup_limit_defaults_to_the_rss_limit() -> None:
-    assert Settings().monitor.cgroup_memory_growth_limit_mib is None
-    assert Settings(monitor={"max_rss_growth_mib": 16}).monitor.cgroup_memory_growth_limit_mib == 16
+def test_the_cgroup_limit_defaults_to_the_rss_limit_where_the_cgroup_is_the_trainers_alone() -> None:
+    def limit(settings: Settings, *, shared: bool) -> float | None:
+        return settings.monitor.cgroup_memory_growth_limit_mib(shared_with_sidecar=shared)
+
+    assert limit(Settings(), shared=False) is None
+    rss = Settings(monitor={"max_rss_growth_mib": 16})
+    assert limit(rss, shared=False) == 16
+    assert limit(rss, shared=True) is None  # a local run: the cgroup holds the sidecar and more
     both = Settings(monitor={"max_rss_growth_mib": 16, "max_cgroup_memory_growth_mib": 512})
-    assert both.monitor.cgroup_memory_growth_limit_mib == 512
+    assert limit(both, shared=True) == limit(both, shared=False) == 512
     alone = Settings(monitor={"max_cgroup_memory_growth_mib": 64})
-    assert alone.monitor.cgroup_memory_growth_limit_mib == 64
+    assert limit(alone, shared=True) == 64
 
 
 def test_files_left_in_dev_shm_are_named_in_a_failed_verdict_and_fail_nothing_themselves() -> None:

@@ -16,6 +16,8 @@ class ProgressMoments:
     checkpoints_seen: int = 0
     # Why the latest checkpoint record could not be read (it is then not counted).
     checkpoint_problem: str | None = None
+    # The record as the attempt found it (an earlier attempt's checkpoint): not this attempt's.
+    inherited: CheckpointReport | None = None
 
     def observe(self, t_wall: float, progress_bytes: int, checkpoint: CheckpointReport | str | None) -> None:
         """One sample: the progress dir's bytes and its checkpoint record (a problem as text)."""
@@ -28,6 +30,6 @@ class ProgressMoments:
         written on a soft stop after the last sample counts (seen then: up to one sample interval late)."""
         if isinstance(checkpoint, str):
             self.checkpoint_problem = checkpoint
-        elif checkpoint is not None and checkpoint != self.checkpoint:
+        elif checkpoint is not None and checkpoint != (self.checkpoint or self.inherited):
             self.checkpoint, self.checkpoint_seen_unix = checkpoint, t_wall
             self.checkpoints_seen += 1

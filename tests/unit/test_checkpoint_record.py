@@ -73,3 +73,15 @@ def test_a_checkpoint_written_after_the_last_sample_counts_when_the_trainer_has_
         2,
     )
     assert moments.first_progress_unix == 100.0
+
+
+def test_the_record_an_earlier_attempt_left_is_not_this_attempts_checkpoint() -> None:
+    moments = ProgressMoments(inherited=CheckpointReport(step=7))
+    moments.observe(100.0, 10, CheckpointReport(step=7))
+    assert (moments.checkpoint, moments.checkpoints_seen) == (None, 0)
+    moments.observe(105.0, 20, CheckpointReport(step=12))
+    assert (moments.checkpoint, moments.checkpoint_seen_unix, moments.checkpoints_seen) == (
+        CheckpointReport(step=12),
+        105.0,
+        1,
+    )

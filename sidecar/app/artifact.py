@@ -138,6 +138,8 @@ def _document(settings: Settings, ports: Ports, evidence: Evidence, recorder: Sa
     mset, started, summary = settings.monitor, evidence.started, evidence.summary
     request = started.request
     command = evidence.launched.command if evidence.launched else request.command
+    if evidence.preflight is not None:  # what the trainer ran: a resumed attempt's resume arguments too
+        command = (*command, *evidence.preflight.extra_args)
     rules = settings.redaction.rules()
     return Artifact(
         status="running",
@@ -197,6 +199,7 @@ def _deadline_info(ports: Ports, evidence: Evidence) -> DeadlineInfo | None:
         checkpoint_margin_s=record.checkpoint_margin_seconds,
         remaining_at_start_s=evidence.preflight.remaining_at_start_s,
         resumed=evidence.preflight.resumed,
+        resumed_from=evidence.preflight.resume_checkpoint,
         expired=evidence.deadline_end == "expired",
         budget_spent=evidence.deadline_end == "budget_spent",
         soft_stop_sent=bool(exit_record and exit_record.soft_stop_sent),

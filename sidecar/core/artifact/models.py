@@ -13,7 +13,7 @@ from sidecar.core.gpu_health import GpuHealthSummary
 from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
-ARTIFACT_SCHEMA_VERSION = "2.4.0"
+ARTIFACT_SCHEMA_VERSION = "2.5.0"
 # An attempt still running, or stopping: its provisional artifact (no verdict yet).
 PROVISIONAL_STATUSES = ("running", "stopping")
 
@@ -200,6 +200,9 @@ class DeadlineInfo(_Model):
     checkpoint_margin_s: float
     remaining_at_start_s: float
     resumed: bool
+    resumed_from: str | None = Field(
+        None, description="The checkpoint this attempt was started to resume from (--resume-checkpoint)."
+    )
     expired: bool = Field(
         False, description="The deadline passed, or its TERM or KILL ended the trainer before it did."
     )

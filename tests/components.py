@@ -134,7 +134,7 @@ def _root() -> Path:
 def _trainer_venv() -> Path:
     python = Path(os.environ.get("SOAK_TRAINER_PYTHON") or DEFAULT_TRAINER_PYTHON)
     _executable(python, "trainer venv python")
-    imports = "import torch, mpi4py, pytorch_lightning, transformers, torchtitan"
+    imports = "import torch, mpi4py, pytorch_lightning, transformers, accelerate, torchtitan"
     probe = subprocess.run(
         [str(python), "-c", imports], capture_output=True, text=True, timeout=180, check=False
     )

@@ -48,7 +48,6 @@ def start(tmp_path: Path, command: list[str], *flags: str) -> subprocess.Popen[s
         # Lightning with mpi4py installed asks MPI whether it runs under it, and OpenMPI then starts
         # a daemon that would outlive the trainer (a leak): docs/trainers.md says so.
         "OMPI_MCA_ess_singleton_isolated": "1",
-        "SOAK_TEST_ROOT": str(tmp_path / "lightning-root"),
         # A kit trainer takes the resume checkpoint from $SOAK_RESUME_CHECKPOINT, not argv.
         "SOAK_DEADLINE__RESUME_FLAG": "",
     }
@@ -72,7 +71,7 @@ def finish(tmp_path: Path, proc: subprocess.Popen[str]) -> Attempt:
     left = [
         p.info
         for p in psutil.process_iter(["pid", "cmdline"])
-        if str(SCRIPT) in " ".join(p.info["cmdline"] or [])
+        if str(tmp_path) in " ".join(p.info["cmdline"] or [])
     ]
     assert not left, f"processes of the run outlived it: {left}"
     return Attempt(proc.returncode, artifact, err, console)
@@ -82,20 +81,15 @@ def soak(tmp_path: Path, command: list[str], *flags: str) -> Attempt:
     return finish(tmp_path, start(tmp_path, command, *flags))
 
 
-def one_rank(python: Path, *args: str) -> list[str]:
-    return [str(python), str(SCRIPT), *args]
+def one_rank(python: Path, tmp_path: Path, *args: str) -> list[str]:
+    # The trainer's own output (its checkpoints) in the test's folder, named on its command line:
+    # what the leftover check looks for.
+    return [str(python), str(SCRIPT), "--root", str(tmp_path / "lightning-root"), *args]
 
 
-def two_ranks(python: Path, *args: str) -> list[str]:
-    return [
-        str(python),
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(SCRIPT),
-        *args,
-    ]
+def two_ranks(python: Path, tmp_path: Path, *args: str) -> list[str]:
+    run = [str(python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    return [*run, str(SCRIPT), "--root", str(tmp_path / "lightning-root"), *args]
 
 
 def progress(tmp_path: Path) -> Path:
@@ -103,7 +97,7 @@ def progress(tmp_path: Path) -> Path:
 
 
 def test_lightning_passes(tmp_path: Path, python: Path) -> None:
-    run = soak(tmp_path, one_rank(python, "--max-steps", "20"))
+    run = soak(tmp_path, one_rank(python, tmp_path, "--max-steps", "20"))
     assert run.code == 0, run.stderr
     summary = run.artifact["run_summary"]
     assert summary["status"] == "completed" and summary["steps"] == 20
@@ -114,7 +108,12 @@ def test_lightning_stops_at_the_margin_on_two_ranks_with_its_checkpoint_on_disk(
     tmp_path: Path, python: Path
 ) -> None:
     run = soak(
-        tmp_path, two_ranks(python, "--max-steps", "100000"), "--budget", "75", "--checkpoint-margin", "35"
+        tmp_path,
+        two_ranks(python, tmp_path, "--max-steps", "100000"),
+        "--budget",
+        "75",
+        "--checkpoint-margin",
+        "35",
     )
     assert run.code == 14, run.stderr
     assert run.artifact["failure_classification"] == "deadline_exhausted"
@@ -133,7 +132,9 @@ def test_lightning_stops_at_the_margin_on_two_ranks_with_its_checkpoint_on_disk(
 
 
 def test_lightning_stopped_from_outside_resumes_from_its_own_checkpoint(tmp_path: Path, python: Path) -> None:
-    command = one_rank(python, "--max-steps", "60", "--step-s", "0.1")  # every attempt runs the same
+    command = one_rank(
+        python, tmp_path, "--max-steps", "60", "--step-s", "0.1"
+    )  # every attempt runs the same
     first = start(tmp_path, command, "--budget", "900")
     lines = progress(tmp_path) / "progress.jsonl"
 
@@ -157,7 +158,7 @@ def test_lightning_stopped_from_outside_resumes_from_its_own_checkpoint(tmp_path
 
 
 def test_lightning_crash_is_the_trainers_failure(tmp_path: Path, python: Path) -> None:
-    run = soak(tmp_path, one_rank(python, "--max-steps", "100", "--crash-at", "5"))
+    run = soak(tmp_path, one_rank(python, tmp_path, "--max-steps", "100", "--crash-at", "5"))
     assert run.code == 10, run.stderr
     shutdown = run.artifact["run_summary"]["runtime_manifest"]["shutdown"]
     assert shutdown["classification"] == "learner_failure"
@@ -166,7 +167,10 @@ def test_lightning_crash_is_the_trainers_failure(tmp_path: Path, python: Path) -
 
 def test_lightning_hang_on_two_ranks_is_a_stall_with_the_hung_line(tmp_path: Path, python: Path) -> None:
     run = soak(
-        tmp_path, two_ranks(python, "--max-steps", "100000", "--hang-at", "5"), "--stale-progress", "10"
+        tmp_path,
+        two_ranks(python, tmp_path, "--max-steps", "100000", "--hang-at", "5"),
+        "--stale-progress",
+        "10",
     )
     assert run.code == 12, run.stderr
     assert run.artifact["failure_classification"] == "timeout/stale_tick"

@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=0.05)
     parser.add_argument("--crash-at", type=int, default=0)
     parser.add_argument("--hang-at", type=int, default=0)
-    parser.add_argument("--root", default=os.environ.get("SOAK_TEST_ROOT", "lightning-root"))
+    parser.add_argument("--root", default=os.environ.get("TRAINER_OUTPUT_DIR", "lightning-root"))
     args = parser.parse_args()
     soak = SoakCallback()  # soak: 2
     trainer = pl.Trainer(

@@ -75,7 +75,7 @@ class Preflight:
     resumed: bool
     remaining_at_start_s: float
     resume_checkpoint: str | None
-    # Appended to the trainer's command: the approved `--resume <checkpoint>`.
+    # Appended to the trainer's command: the approved resume flag and checkpoint, when one is set.
     extra_args: tuple[str, ...]
 
 

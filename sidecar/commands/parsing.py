@@ -75,7 +75,7 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         "--resume-checkpoint",
         "deadline.resume_checkpoint",
         Path,
-        "resume from this approved checkpoint (the trainer gets --resume PATH)",
+        "resume from this approved checkpoint (the trainer gets it in $SOAK_RESUME_CHECKPOINT)",
     ),
     "output": ("--output", "artifact.output_dir", Path, "local artifact directory"),
     "run_dir": ("--run-dir", "launcher.run_dir", Path, "run dir shared with the launcher"),

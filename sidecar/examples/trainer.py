@@ -101,7 +101,13 @@ def _parser() -> argparse.ArgumentParser:
         default=Path(os.environ.get("SOAK_PROGRESS_DIR", "soak-output/progress")),
         help="where progress and run_summary.json go (default $SOAK_PROGRESS_DIR)",
     )
-    parser.add_argument("--resume", type=Path, metavar="CHECKPOINT", help="continue from a checkpoint.json")
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        metavar="CHECKPOINT",
+        default=os.environ.get("SOAK_RESUME_CHECKPOINT") or None,
+        help="continue from a checkpoint.json (default: $SOAK_RESUME_CHECKPOINT, set on a resumed attempt)",
+    )
     parser.add_argument("--crash", action="store_true")
     parser.add_argument("--hang", action="store_true")
     parser.add_argument("--leak-fds", type=int, default=0, metavar="N")

@@ -209,9 +209,11 @@ class DeadlineSettings(Group):
         "identity and the approval, and resume_checkpoint must name it. Default none (no resume).",
     )
     resume_flag: str | None = Field(
-        "--resume",
-        description="Trainer argument followed by the checkpoint path on a resumed attempt; "
-        "empty or null appends nothing. Default --resume.",
+        None,
+        description="Trainer argument followed by the checkpoint path on a resumed attempt (e.g. "
+        "--resume); empty or null appends nothing: the trainer reads $SOAK_RESUME_CHECKPOINT, as "
+        "the trainer kit does, and its argument parser never meets an argument it does not know. "
+        "Default none.",
     )
     dataset_manifest: Path | None = Field(
         None, description="File whose sha256 joins the run identity. Default none."

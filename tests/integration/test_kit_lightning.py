@@ -48,8 +48,6 @@ def start(tmp_path: Path, command: list[str], *flags: str) -> subprocess.Popen[s
         # Lightning with mpi4py installed asks MPI whether it runs under it, and OpenMPI then starts
         # a daemon that would outlive the trainer (a leak): docs/trainers.md says so.
         "OMPI_MCA_ess_singleton_isolated": "1",
-        # A kit trainer takes the resume checkpoint from $SOAK_RESUME_CHECKPOINT, not argv.
-        "SOAK_DEADLINE__RESUME_FLAG": "",
     }
     argv = [
         sys.executable, "-m", "sidecar.cli", "run", "--local", "--run-id", RUN_ID,

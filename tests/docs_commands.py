@@ -106,3 +106,21 @@ def commands_of(doc: Path, tools: tuple[str, ...]) -> list[DocCommand]:
             match = _EXIT.search(" ".join(comments))
             found.append(DocCommand(f"{doc.name}:{start}", text, int(match.group(1)) if match else 0))
     return found
+
+
+def python_snippets(doc: Path) -> dict[str, str]:
+    """The ``python`` blocks of ``doc``, each under the heading above it."""
+    found: dict[str, str] = {}
+    heading, inside = "", False
+    block: list[str] = []
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if inside:
+                found[heading] = "\n".join(block)
+            inside, block = (not inside and line.strip("`").strip() == "python"), []
+            continue
+        if inside:
+            block.append(line)
+        elif line.startswith("#"):
+            heading = line.lstrip("#").strip()
+    return found

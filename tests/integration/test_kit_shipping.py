@@ -5,10 +5,12 @@ the trainer's path). The kit itself imports only the standard library."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +70,52 @@ def test_install_launcher_ships_the_kit_and_an_old_python_trainer_imports_it(tmp
     assert done.returncode == 0, done.stderr[-2000:]
     (console,) = (tmp_path / "out" / "runs").glob("*/attempt-1/console.log")
     assert "/kit/soak_sidecar_kit/__init__.py" in console.read_text(encoding="utf-8")
+
+
+# What the own-loop snippet of docs/trainers.md leaves to the user's script.
+LOOP_STUBS = """
+import os, sys, time
+first_step, steps = 1, int(sys.argv[1])
+ckpt_path = os.path.join(sys.argv[2], "ckpt.bin")
+def save(path):
+    with open(path, "wb") as out:
+        out.write(b"w" * 1000)
+def train_step():
+    time.sleep(0.1)
+    return 0.5
+"""
+
+
+def run_loop_snippet(tmp_path: Path, steps: int, *flags: str) -> tuple[int, dict[str, Any]]:
+    from tests.docs_commands import python_snippets
+
+    snippet = python_snippets(KIT.parent / "docs" / "trainers.md")[
+        "Your own loop (plain torchrun, DDP): three lines"
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "sidecar.cli", "run", "--local", "--summary-profile", "core",
+            "--status", "off", "--gpu-backend", "none", "--sample-interval", "0.2", *flags, "--",
+            sys.executable, "-c", LOOP_STUBS + snippet, str(steps), str(tmp_path),
+        ],
+        capture_output=True, text=True, timeout=180, check=False, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    (path,) = (tmp_path / "soak-output" / "runs").glob("*/attempt-1/artifact.json")
+    artifact: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return done.returncode, artifact
+
+
+def test_the_own_loop_snippet_passes(tmp_path: Path) -> None:
+    code, artifact = run_loop_snippet(tmp_path, 10)
+    assert code == 0, artifact["failure_reason"]
+    assert artifact["run_summary"]["steps"] == 9 and artifact["run_summary"]["last_loss"] == 0.5
+
+
+def test_the_own_loop_snippet_checkpoints_at_the_soft_stop(tmp_path: Path) -> None:
+    code, artifact = run_loop_snippet(tmp_path, 100_000, "--budget", "30", "--checkpoint-margin", "20")
+    assert code == 14, artifact["failure_reason"]
+    (record,) = (tmp_path / "soak-output" / "runs").glob("*/progress/checkpoint.json")
+    saved = json.loads(record.read_text(encoding="utf-8"))
+    assert saved["path"] == str(tmp_path / "ckpt.bin") and saved["bytes"] == 1000
+    assert artifact["phases"]["checkpoint"] is not None

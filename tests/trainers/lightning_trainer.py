@@ -80,8 +80,11 @@ def main() -> None:
         enable_model_summary=False,
         callbacks=[soak],  # soak: 3
     )
-    data = DataLoader(RandomTokens(), batch_size=8, num_workers=2, persistent_workers=True)
-    trainer.fit(TinyLM(args), data, ckpt_path=soak.resume_checkpoint)  # soak: 4
+    model, data = (
+        TinyLM(args),
+        DataLoader(RandomTokens(), batch_size=8, num_workers=2, persistent_workers=True),
+    )
+    trainer.fit(model, data, ckpt_path=soak.resume_checkpoint)  # soak: 4
     if trainer.global_rank == 0:
         print(f"trained to step {trainer.global_step}", flush=True)
 

@@ -328,7 +328,7 @@ class Soak:
             if path.stat().st_size > PROGRESS_MAX_BYTES:
                 os.replace(path, path.with_name(PROGRESS_FILE + ".1"))
         with contextlib.suppress(OSError), path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(line, allow_nan=False, separators=(",", ":")) + "\n")
+            out.write(json.dumps(line, allow_nan=False) + "\n")
 
 
 _RESERVED = frozenset({"status", "metric_schema_version", "runtime_manifest"})

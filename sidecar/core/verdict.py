@@ -236,7 +236,7 @@ def decide(
             out_of_memory=out_of_memory,
         )
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
-    kind = _with_summary_kind(kind, summary, parts)
+    kind = _with_summary_kind(kind, summary, parts, deadline_stopped=deadline is not None)
     if deadline is not None:
         kind = "deadline_exhausted"
     elif gpu_fault is not None:
@@ -252,11 +252,16 @@ def decide(
     return passed if upload_error is None else with_upload_error(passed, upload_error)
 
 
-def _with_summary_kind(kind: str | None, summary: SummaryOutcome, parts: list[str]) -> str | None:
+def _with_summary_kind(
+    kind: str | None, summary: SummaryOutcome, parts: list[str], *, deadline_stopped: bool
+) -> str | None:
     """The kind once the summary's classification is weighed (see the module docstring); a claim
-    of a cause the sidecar did not see is added to ``parts`` instead."""
+    of a cause the sidecar did not see is added to ``parts`` instead. The deadline's soft stop or
+    TERM is a stop the sidecar saw: a trainer it stopped may say so (the deadline is the kind)."""
     claim = summary.classification
     if claim is None or not (summary.classification_overrides or kind is None):
+        return kind
+    if claim == "external_cancellation" and deadline_stopped:
         return kind
     if claim in SEEN_ONLY and kind not in SEEN_ONLY[claim]:
         parts.append(f"the trainer's run_summary claims {claim!r}, which the sidecar did not see")

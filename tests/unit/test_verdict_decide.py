@@ -554,3 +554,14 @@ def test_with_upload_error_after_the_fact() -> None:
     failed = run(returncode=1)
     assert with_upload_error(failed, "timeout") == run(returncode=1, upload_error="timeout")
     assert with_upload_error(failed, "timeout").classification == "trainer_failure"
+
+
+@pytest.mark.parametrize("deadline", ["budget_spent", "expired"])
+def test_a_trainer_the_deadline_stopped_may_say_it_was_stopped(deadline: str) -> None:
+    """The margin's soft stop (or the deadline's TERM) is the sidecar's own stop: a summary that says
+    external_cancellation is right, and the reason does not call it a claim the sidecar did not see."""
+    cancelled = copy.deepcopy(ABNORMAL)
+    cancelled["runtime_manifest"]["shutdown"]["classification"] = "external_cancellation"
+    verdict = run(returncode=0, deadline=deadline, summary=outcome_of(cancelled))
+    assert verdict.classification == "deadline_exhausted"
+    assert "did not see" not in (verdict.reason or "")

@@ -25,6 +25,7 @@ RUN if ! command -v gcc >/dev/null; then \
 WORKDIR /src
 COPY pyproject.toml README.md requirements.lock ./
 COPY sidecar ./sidecar
+COPY soak_sidecar_kit ./soak_sidecar_kit
 COPY docker/wheels ./wheels
 # Dependencies only as locked, each file checked against its hash; then the project without deps.
 # Then out of the image what the sidecar never runs: the Kubernetes client's asyncio half

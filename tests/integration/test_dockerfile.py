@@ -222,3 +222,14 @@ def test_dependencies_are_locked_with_hashes_and_installed_from_the_lock() -> No
     assert runs.count("--require-hashes -r requirements.lock") == 2  # online and offline builds
     assert ".[dev]" not in (REPO_ROOT / ".ci" / "run").read_text()
     assert "--require-hashes -r requirements-dev.lock" in (REPO_ROOT / ".ci" / "run").read_text()
+
+
+def test_every_package_the_project_ships_is_copied_into_the_build() -> None:
+    """pip installs the project from the copied sources: a package left out of the COPY lines (and
+    the context) would be missing from the image while every local test passes."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = [name.rstrip("*") for name in project["tool"]["setuptools"]["packages"]["find"]["include"]]
+    copied = {args.split()[0].rstrip("/") for name, args in instructions() if name == "COPY"}
+    assert packages and all(package in copied for package in packages), (packages, copied)

@@ -87,7 +87,9 @@ def build_artifact(
 
 def _phases(evidence: Evidence, *, passed: bool, end: float) -> AttemptPhasesInfo:
     moments = evidence.moments or ProgressMoments()
-    record = evidence.exit_record
+    # The phases are the ledger's accounting, never the verdict's: a record the kubelet had not
+    # confirmed when a pod was stopped (kept as evidence) still places the stop and the exit.
+    record = evidence.exit_record or evidence.unconfirmed_record
     stops = dict(record.stop_times_unix) if record is not None else {}
     pod = evidence.pod if evidence.pod is not None and evidence.pod.created is not None else None
     marks = AttemptMarks(

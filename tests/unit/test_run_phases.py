@@ -592,3 +592,5 @@ def test_in_a_pod_a_stopped_run_keeps_an_unconfirmed_record_as_evidence_only(tmp
     assert artifact["post_shutdown"]["launcher_exit"]["confirmed"] is False
     assert artifact["post_shutdown"]["launcher_exit"]["soft_stop_sent"] is True
     assert artifact["protocol_violations"] == []
+    # The ledger's phases still place the stop and the exit by the record (accounting, not verdict).
+    assert "teardown" in [p["kind"] for p in artifact["phases"]["phases"]]

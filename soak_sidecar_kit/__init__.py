@@ -341,8 +341,10 @@ def _torch_any(local: bool) -> bool:
     if dist is None or not dist.is_available() or not dist.is_initialized() or dist.get_world_size() < 2:
         return local
     torch = sys.modules["torch"]
+    # A mixed backend ("cuda:nccl,cpu:gloo", torchtitan's) takes a CPU tensor; NCCL alone a GPU one.
+    backend = str(dist.get_backend())
     device = "cpu"
-    if dist.get_backend() == "nccl":
+    if "nccl" in backend and "cpu:" not in backend:
         device = f"cuda:{torch.cuda.current_device()}"
     flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)

@@ -1,0 +1,110 @@
+"""The trainer kit's torchtitan adapter on torchtitan 0.3 (the trainer venv), under the real CLI: the
+two-line adoption of tests/trainers/torchtitan_trainer.py (torchtitan's own train loop and DCP
+checkpointer; what needs CUDA is replaced, as its docstring says) passes, stops at the checkpoint
+margin on two ranks with a resumable DCP checkpoint on disk, stops from outside and resumes from that
+checkpoint on the next attempt, fails on a crash, and is a stall when a rank hangs."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.components import require
+from tests.fixtures.kit_runs import KitTrainer
+
+pytestmark = [pytest.mark.integration, pytest.mark.trainers]
+
+
+@pytest.fixture
+def titan(tmp_path: Path) -> KitTrainer:
+    python = require("trainer-venv")
+    return KitTrainer(
+        python, tmp_path, "torchtitan_trainer.py", "--dump-folder", "5c7e1a90-2d4b-4e8f-a613-9b0c2d4e6f71"
+    )
+
+
+def test_torchtitan_passes(titan: KitTrainer) -> None:
+    run = titan.soak(titan.one_rank("--steps", "20"))
+    assert run.code == 0, run.stderr
+    summary = run.artifact["run_summary"]
+    assert summary["status"] == "completed" and summary["steps"] == 20 and summary["tokens"] > 0
+    assert run.shutdown["owner"] == "torchtitan"
+
+
+def test_torchtitan_stops_at_the_margin_on_two_ranks_with_a_resumable_checkpoint(titan: KitTrainer) -> None:
+    run = titan.soak(titan.two_ranks("--steps", "100000"), "--budget", "75", "--checkpoint-margin", "35")
+    assert run.code == 14, run.stderr
+    assert run.artifact["failure_classification"] == "deadline_exhausted"
+    record = titan.record
+    saved = Path(record["path"])
+    assert saved == titan.output / "checkpoint" / f"step-{record['step']}"
+    # A full DCP checkpoint, not the model-only final save: both ranks' shards and the metadata.
+    assert (saved / ".metadata").is_file() and len(list(saved.glob("*.distcp"))) == 2
+    assert record["bytes"] > 0
+    assert run.shutdown["classification"] == "external_cancellation"
+    assert run.artifact["phases"]["checkpoint"] is not None  # the sidecar saw the record land
+    exit_record = run.artifact["post_shutdown"]["launcher_exit"]
+    assert not exit_record["kill_sent"] and len(exit_record["soft_stop_signalled"]) >= 2
+
+
+def test_torchtitan_stopped_from_outside_resumes_from_its_own_checkpoint(titan: KitTrainer) -> None:
+    command = titan.one_rank("--steps", "60", "--step-s", "0.1", "--checkpoint-interval", "5")
+    first = titan.start(command, "--budget", "900")
+    titan.wait_for_step(7)
+    first.send_signal(signal.SIGTERM)
+    stopped = titan.finish(first)
+    assert stopped.code == 17, stopped.stderr
+    record = titan.record
+    assert 7 <= record["step"] < 60, record
+    resumed = titan.soak(command, "--resume-checkpoint", str(titan.progress / "checkpoint.json"))
+    assert resumed.code == 0, resumed.stderr
+    assert f"soak_sidecar_kit: resuming from {record['path']}" in resumed.console
+    assert titan.steps_written().count(1) == 1  # the second attempt went on from the checkpoint
+    assert resumed.artifact["run_summary"]["steps"] == 60
+    assert resumed.artifact["deadline"]["resumed"] is True
+
+
+def test_torchtitans_own_entry_point_on_two_ranks_stops_and_resumes_with_no_line_changed(
+    titan: KitTrainer,
+) -> None:
+    run = [str(titan.python), "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    entry = ["-m", "soak_sidecar_kit.torchtitan", "--module", "tests.trainers.torchtitan_trainer"]
+    command = [
+        *run,
+        *entry,
+        "--config",
+        "cpu_debug",
+        "--training.steps",
+        "200",
+        "--dump-folder",
+        str(titan.output),
+    ]
+    first = titan.start(command, "--budget", "900")
+    titan.wait_for_step(5)
+    first.send_signal(signal.SIGTERM)
+    stopped = titan.finish(first)
+    assert stopped.code == 17, stopped.stderr
+    assert stopped.shutdown["owner"] == "torchtitan"
+    record = titan.record
+    assert len(list(Path(record["path"]).glob("*.distcp"))) == 2
+    resumed = titan.soak(command, "--resume-checkpoint", str(titan.progress / "checkpoint.json"))
+    assert resumed.code == 0, resumed.stderr
+    assert f"soak_sidecar_kit: resuming from {record['path']}" in resumed.console
+    assert titan.steps_written().count(1) == 1
+    assert resumed.artifact["run_summary"]["steps"] == 200
+
+
+def test_torchtitan_crash_is_the_trainers_failure(titan: KitTrainer) -> None:
+    run = titan.soak(titan.one_rank("--steps", "100", "--crash-at", "5"))
+    assert run.code == 10, run.stderr
+    assert run.shutdown["classification"] == "learner_failure"
+    assert run.shutdown["exception"]["message"] == "crash requested at step 5"
+
+
+def test_torchtitan_hang_on_two_ranks_is_a_stall_with_the_hung_line(titan: KitTrainer) -> None:
+    run = titan.soak(titan.two_ranks("--steps", "100000", "--hang-at", "5"), "--stale-progress", "10")
+    assert run.code == 12, run.stderr
+    assert run.artifact["failure_classification"] == "timeout/stale_tick"
+    assert run.stack_has_line(titan.script, "time.sleep(1)  # the hung"), run.artifact["stacks"]

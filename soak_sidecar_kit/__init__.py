@@ -19,7 +19,9 @@ and only answers ``should_stop``):
   ``$SOAK_SOFT_STOP_FILE``; with ``torch.distributed`` initialised the ranks agree on it (MAX) so
   none is left alone in the next collective; once agreed, late copies of the signal are ignored.
 - **checkpoints**: ``checkpoint.json`` (step, path, bytes, seconds), the record the sidecar counts
-  lost work from and the pointer a resumed attempt loads (``resume_checkpoint``).
+  lost work from and the pointer a resumed attempt loads (``resume_checkpoint``); also written to
+  ``$SOAK_CHECKPOINT_RECORD``, the run's record that outlives the attempt, when the sidecar names
+  one. ``checkpoint_dir`` (``$SOAK_CHECKPOINT_DIR``, its folder) is where the adapters save.
 - **run_summary.json**: the core profile's document, completed at the end; at a soft stop or on an
   exception, abnormal with the class that fits (a stop is ``external_cancellation``, the trainer's
   own exception ``learner_failure``; the sidecar checks any claim against what it saw).
@@ -94,6 +96,10 @@ class Soak:
         self.writes = self.progress_dir is not None and self.local_rank == 0
         self._stop_file = env.get("SOAK_SOFT_STOP_FILE") or None
         self._resume = env.get("SOAK_RESUME_CHECKPOINT") or None
+        # The run's record that outlives the attempt (a checkpoint volume in a pod), and its folder.
+        self._record = env.get("SOAK_CHECKPOINT_RECORD") or None
+        directory = env.get("SOAK_CHECKPOINT_DIR") or ""
+        self.checkpoint_dir: str | None = directory or None
         self._agree = agree
         self._interval_s = progress_interval_s
         self._requested = threading.Event()
@@ -236,7 +242,14 @@ class Soak:
                 record["bytes"] = size
         if duration_s is not None:
             record["duration_s"] = _finite(duration_s)
+        # The attempt's record (the sidecar counts this attempt's checkpoints by it), then the run's,
+        # which the next attempt resumes from, when it lives elsewhere.
         _write_json(self.progress_dir / CHECKPOINT_FILE, record)
+        if self._record is not None and os.path.abspath(self._record) != str(
+            (self.progress_dir / CHECKPOINT_FILE).absolute()
+        ):
+            with contextlib.suppress(OSError):
+                _write_json(Path(self._record), record)
         self._append_progress({"t": record["t"], "step": int(step), "phase": "checkpoint", "saved": True})
 
     @property

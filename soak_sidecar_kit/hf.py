@@ -62,11 +62,21 @@ class SoakTrainerCallback(TrainerCallback):  # type: ignore[misc]
 
 def train(trainer: Any, soak: Soak | None = None, **train_kwargs: Any) -> Any:
     """``trainer.train(**train_kwargs)`` as a soak's run: with the callback, resumed from this
-    attempt's checkpoint unless ``resume_from_checkpoint`` is given, and the summary written at
-    the end or on an exception (then raised again)."""
+    attempt's checkpoint unless ``resume_from_checkpoint`` is given, its output_dir the soak's
+    checkpoint folder when the sidecar names one, and the summary written at the end or on an
+    exception (then raised again)."""
     kit = soak if soak is not None else current(owner="transformers")
     if not any(isinstance(callback, SoakTrainerCallback) for callback in trainer.callback_handler.callbacks):
         trainer.add_callback(SoakTrainerCallback(kit))
+    if kit.checkpoint_dir is not None and trainer.args.output_dir != kit.checkpoint_dir:
+        # The soak's checkpoint folder outlives the attempt (a pod's checkpoint volume): the
+        # Trainer's checkpoints go there, so that the next attempt finds them.
+        if trainer.is_world_process_zero():
+            print(
+                f"soak_sidecar_kit: output_dir is the soak's checkpoint folder {kit.checkpoint_dir}",
+                flush=True,
+            )
+        trainer.args.output_dir = kit.checkpoint_dir
     train_kwargs.setdefault("resume_from_checkpoint", kit.resume_checkpoint)
     if train_kwargs["resume_from_checkpoint"] and trainer.is_world_process_zero():
         print(f"soak_sidecar_kit: resuming from {train_kwargs['resume_from_checkpoint']}", flush=True)

@@ -34,7 +34,8 @@ STOP_CHECKPOINT = "soak-stop-step{step}.ckpt"
 
 
 class SoakCallback(pl.Callback):  # type: ignore[misc]
-    """``checkpoint_dir``: where the soft stop's checkpoint goes (default: the trainer's
+    """``checkpoint_dir``: where the soft stop's checkpoint goes (default: the soak's checkpoint
+    folder, ``$SOAK_CHECKPOINT_DIR``, when the sidecar names one, else the trainer's
     ``default_root_dir``/soak-checkpoints); ``soak``: the process's kit by default."""
 
     def __init__(
@@ -72,7 +73,11 @@ class SoakCallback(pl.Callback):  # type: ignore[misc]
         if not self._stopped:
             return
         step = int(trainer.global_step)
-        directory = self._checkpoint_dir or os.path.join(trainer.default_root_dir, "soak-checkpoints")
+        directory = (
+            self._checkpoint_dir
+            or self.soak.checkpoint_dir
+            or os.path.join(trainer.default_root_dir, "soak-checkpoints")
+        )
         path = os.path.join(directory, STOP_CHECKPOINT.format(step=step))
         started = time.monotonic()
         with self.soak.phase("checkpoint", step):

@@ -19,8 +19,10 @@ the checkpointer saves a full checkpoint of that step (model, optimizers, schedu
 train state, whatever ``last_save_model_only`` says) into ``checkpoint.folder``; a resumed attempt
 loads the step the soak approved (``checkpoint.load_step``), and ``train`` ends with the run's
 summary, of the right class on an exception. Checkpointing must be on (``--checkpoint.enable``) for
-the stop to save anything. Without an approved checkpoint torchtitan's own rule applies: it loads
-the newest complete step in ``checkpoint.folder``.
+the stop to save anything. When the sidecar names a checkpoint folder that outlives the attempt
+(``$SOAK_CHECKPOINT_DIR``, a pod's checkpoint volume), ``checkpoint.folder`` is moved into it.
+Without an approved checkpoint torchtitan's own rule applies: it loads the newest complete step in
+``checkpoint.folder``.
 """
 
 from __future__ import annotations
@@ -188,6 +190,13 @@ class _Hook:
 
 def _hook(trainer: Any, soak: Soak | None) -> Soak:
     kit = soak if soak is not None else current(owner="torchtitan")
+    checkpointer = trainer.checkpointer
+    if kit.checkpoint_dir is not None and checkpointer.enable:
+        # The soak's checkpoint folder outlives the attempt (a pod's checkpoint volume): saves and
+        # loads go there, so that the next attempt finds them.
+        checkpointer.folder = os.path.join(
+            kit.checkpoint_dir, os.path.basename(os.path.normpath(checkpointer.folder))
+        )
     hook = _Hook(trainer, kit)
     _wrap(trainer, "train_step", hook.train_step)
     _wrap(trainer, "should_continue_training", hook.should_continue)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.app.ports import Ports, WorkDirs
+from sidecar.app.ports import IdentityFiles, Ports, WorkDirs
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.deadline import DeadlineClock, check_startable, obtain_record, parse_record
@@ -38,6 +38,17 @@ def with_recorded_budget(dset: DeadlineSettings, existing: bytes | None) -> Dead
     return dset.model_copy(update={name: recorded[name] for name in unset})
 
 
+def resume_request(dset: DeadlineSettings, files: IdentityFiles) -> str | None:
+    """The checkpoint this attempt asks to resume from: the one named, or with auto_resume the run's
+    own checkpoint record when it exists (a retried pod); None for a fresh start."""
+    if dset.resume_checkpoint is not None:
+        return files.canonical_path(dset.resume_checkpoint)
+    if not dset.auto_resume or dset.checkpoint_path is None:
+        return None
+    record = files.canonical_path(dset.checkpoint_path)
+    return record if files.is_file(record) else None
+
+
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
     """The seed's rules before a start: approval of this identity, a deadline never extended, and
     no start inside the checkpoint margin (a restarted sidecar finds its trainer running)."""
@@ -52,9 +63,7 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         image_digest=ports.image_digest(),
         redaction=settings.redaction.rules(),
     )
-    resume_checkpoint = (
-        None if dset.resume_checkpoint is None else files.canonical_path(dset.resume_checkpoint)
-    )
+    resume_checkpoint = resume_request(dset, files)
     check_approval(
         None if dset.approval_file is None else files.read_approval(dset.approval_file),
         identity,
@@ -94,5 +103,6 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         resumed=not obtained.created,
         remaining_at_start_s=deadline.remaining(clock.wall(), clock.monotonic()),
         resume_checkpoint=resume_checkpoint,
+        checkpoint_record=identity.resume_checkpoint_path,
         extra_args=tuple(extra_args),
     )

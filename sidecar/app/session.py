@@ -10,6 +10,7 @@ import contextlib
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from sidecar.app.console import Console
 from sidecar.app.ports import HeartbeatStatus, LocalLauncher, Ports, StopRequest
@@ -253,6 +254,11 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
     }
     if preflight.resume_checkpoint:
         env["SOAK_RESUME_CHECKPOINT"] = preflight.resume_checkpoint
+    if preflight.checkpoint_record:
+        # Where the trainer keeps what a later attempt resumes from: the record, and its folder for
+        # the framework's checkpoints (the trainer kit saves there).
+        env["SOAK_CHECKPOINT_RECORD"] = preflight.checkpoint_record
+        env["SOAK_CHECKPOINT_DIR"] = str(PurePath(preflight.checkpoint_record).parent)
     return GoRequest(
         launch_id=launched.launcher.launch_id,
         # The attempt's deadline in this node's wall clock: the least any clock allows.

@@ -75,6 +75,8 @@ class Preflight:
     resumed: bool
     remaining_at_start_s: float
     resume_checkpoint: str | None
+    # The run's checkpoint record (checkpoint_path, canonical), the same for every attempt.
+    checkpoint_record: str | None
     # Appended to the trainer's command: the approved resume flag and checkpoint, when one is set.
     extra_args: tuple[str, ...]
 

@@ -201,6 +201,8 @@ def _given(args: argparse.Namespace) -> dict[str, tuple[str, Any]]:
         given["deadline.code_files"] = ("--code-file", args.code_files)
     if getattr(args, "resume", None):
         given["deadline.resume"] = ("--resume", True)
+    if getattr(args, "auto_resume", None):
+        given["deadline.auto_resume"] = ("--auto-resume", True)
     if getattr(args, "require_approval", None):
         given["deadline.require_approval"] = ("--require-approval", True)
     return given

@@ -83,6 +83,12 @@ def register(sub: Subparsers[UsageParser], summary: str) -> None:
         help="require the existing deadline record (never a fresh budget)",
     )
     parser.add_argument(
+        "--auto-resume",
+        action="store_true",
+        default=None,
+        help="resume from --checkpoint whenever that file exists (a retried attempt, no hand step)",
+    )
+    parser.add_argument(
         "--require-approval", action="store_true", default=None, help="refuse without approval"
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS... (default: bundled example)")

@@ -122,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
 def _soft_stop(args: argparse.Namespace, step: int) -> int:
     """Checkpoint, then an abnormal-but-valid summary: the soak resumes from here."""
     write_atomic(args.progress_dir / "checkpoint.json", {"step": step})
+    run_record = os.environ.get("SOAK_CHECKPOINT_RECORD")  # the run's, kept for the next attempt
+    if run_record and Path(run_record).absolute() != (args.progress_dir / "checkpoint.json").absolute():
+        Path(run_record).parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(Path(run_record), {"step": step})
     write_atomic(
         args.progress_dir / "run_summary.json",
         run_summary(

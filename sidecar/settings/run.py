@@ -208,6 +208,12 @@ class DeadlineSettings(Group):
         description="The run's checkpoint file, fixed for every attempt: it joins the run "
         "identity and the approval, and resume_checkpoint must name it. Default none (no resume).",
     )
+    auto_resume: bool = Field(
+        False,
+        description="Resume from checkpoint_path whenever that file exists at the attempt's start (a "
+        "retried pod, with no hand step), as resume_checkpoint would; needs checkpoint_path. A fresh "
+        "attempt (no file yet) starts afresh. Default false.",
+    )
     resume_flag: str | None = Field(
         None,
         description="Trainer argument followed by the checkpoint path on a resumed attempt (e.g. "
@@ -248,6 +254,10 @@ class DeadlineSettings(Group):
             raise ValueError(
                 f"budget_s ({self.budget_s:g} s) exceeds max_budget_s ({self.max_budget_s:g} s): "
                 "raise the cap explicitly with SOAK_DEADLINE__MAX_BUDGET_S for a longer soak"
+            )
+        if self.auto_resume and self.checkpoint_path is None:
+            raise ValueError(
+                "auto_resume needs checkpoint_path (--checkpoint): the run's checkpoint record to resume from"
             )
         return self
 

@@ -407,9 +407,11 @@ def test_out_of_memory_names_the_limit(e2e: E2ECluster, soak: Any) -> None:
 SHORT_TRAINER = ["--steps", "40", "--step-s", "0.5"]
 
 
-def stopped_then_resumed(e2e: E2ECluster, job_name: str, run_id: str, cause: str) -> dict[str, Any]:
+def stopped_then_resumed(
+    e2e: E2ECluster, job_name: str, run_id: str, cause: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The soak's first attempt was stopped for ``cause`` and the second passed on the same deadline:
-    the first attempt's artifact (from S3)."""
+    both attempts' artifacts (from S3)."""
     condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
     assert condition == "Complete", job["status"]
     artifacts = sorted(
@@ -428,12 +430,53 @@ def stopped_then_resumed(e2e: E2ECluster, job_name: str, run_id: str, cause: str
     assert len({json.dumps(a["deadline"]["deadline_unix"]) for a in artifacts}) == 1
     code, report = verdict(e2e, job_name)
     assert code == 0 and report["passed"] is True, report
-    first: dict[str, Any] = artifacts[0]
-    return first
+    first, second = artifacts
+    return first, second
 
 
-def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> None:
-    job_name, run_id = soak("drained", {"trainer": {"args": SHORT_TRAINER, "stopGraceSeconds": 5}})
+@pytest.fixture
+def checkpoint_claim(e2e: E2ECluster) -> Iterator[tuple[str, Path]]:
+    """A PVC bound to a host directory the node reaches (a hostPath PV), writable by the pod's UIDs,
+    as a user's checkpoint volume: (claim name, the directory)."""
+    root = Path(tempfile.mkdtemp(prefix="checkpoints-", dir=e2e.workdir))
+    root.chmod(0o777)
+    if not any(root.is_relative_to(path) for path in e2e.host_paths):
+        pytest.skip(f"{root} is not a directory this cluster's node reaches")
+    name = f"checkpoints-{uuid.uuid4().hex[:8]}"
+    e2e.apply([
+        {
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {
+                "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                "hostPath": {"path": str(root), "type": "Directory"},
+                "claimRef": {"namespace": NAMESPACE, "name": name},
+            },
+        },
+        {
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": name,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ])  # fmt: skip
+    yield name, root
+    e2e.kubectl("delete", "pvc", name, "-n", NAMESPACE, "--wait=false", check=False)
+    e2e.kubectl("delete", "pv", name, "--wait=false", check=False)
+
+
+def test_a_drained_soak_says_evicted_and_resumes(
+    e2e: E2ECluster, soak: Any, checkpoint_claim: tuple[str, Path]
+) -> None:
+    """...from the checkpoint the drained pod saved on the checkpoint volume, with no hand step."""
+    claim, volume = checkpoint_claim
+    values = {
+        "trainer": {"args": SHORT_TRAINER, "stopGraceSeconds": 5},
+        "checkpoint": {"existingClaim": claim},
+    }
+    job_name, run_id = soak("drained", values)
     # Drained once the trainer works: its attempt then has a productive phase (CI drained one still
     # starting, on a loaded machine).
     pod = wait_running(e2e, job_name, progressing=True)
@@ -446,8 +489,15 @@ def test_a_drained_soak_says_evicted_and_resumes(e2e: E2ECluster, soak: Any) -> 
         )
     finally:
         e2e.kubectl("uncordon", node)
-    first = stopped_then_resumed(e2e, job_name, run_id, "evicted")
+    first, second = stopped_then_resumed(e2e, job_name, run_id, "evicted")
     assert "EvictionByEvictionAPI" in first["failure_reason"], first["failure_reason"]
+    # The first pod checkpointed on the volume; the second resumed from that record by itself.
+    record = json.loads((volume / run_id / "checkpoint.json").read_text(encoding="utf-8"))
+    assert record["step"] > 0, record
+    assert first["deadline"]["resumed_from"] is None
+    assert second["deadline"]["resumed_from"] == f"/soak/checkpoints/{run_id}/checkpoint.json", second[
+        "deadline"
+    ]
     events = e2e.events(pod["metadata"]["name"])
     assert any("evicted through the Eviction API" in (e.get("message") or "") for e in events), events
     ledger = ledger_of(e2e, run_id)
@@ -478,7 +528,7 @@ def test_a_suspended_soak_says_so_and_resumes(e2e: E2ECluster, soak: Any) -> Non
     e2e.kubectl("patch", "job", job_name, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"suspend":true}}')
     wait_until("the suspended Job's pod gone", lambda: not e2e.pods(job_name), SOAK_TIMEOUT_S, interval_s=1.0)
     e2e.kubectl("patch", "job", job_name, "-n", NAMESPACE, "--type=merge", "-p", '{"spec":{"suspend":false}}')
-    first = stopped_then_resumed(e2e, job_name, run_id, "job_suspended")
+    first, _ = stopped_then_resumed(e2e, job_name, run_id, "job_suspended")
     assert "the Job was suspended" in first["failure_reason"]
     events = e2e.events(pod["metadata"]["name"])
     assert any("the Job was suspended" in (e.get("message") or "") for e in events), events

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -14,6 +15,7 @@ import pytest
 
 from sidecar.adapters.rundir.zipapp import launcher_path
 from sidecar.core.exitcodes import ExitCode
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -297,6 +299,44 @@ def test_a_resume_without_a_declared_checkpoint_says_what_to_do(tmp_path: Path) 
         f"`soak-sidecar approve`) --checkpoint {checkpoint}, so the checkpoint is part of the run's "
         "identity, then resume with --resume-checkpoint"
     ) in done.stderr, done.stderr
+
+
+def test_auto_resume_picks_up_the_runs_checkpoint_on_the_next_attempt_with_no_hand_step(
+    tmp_path: Path,
+) -> None:
+    """A record kept outside the attempt (a pod's checkpoint volume): the first attempt starts afresh,
+    is stopped and checkpoints there; the same command again resumes from it by itself."""
+    run_id = str(uuid.uuid4())
+    volume = tmp_path / "volume" / run_id
+    flags = [*FAST, "--run-id", run_id, "--checkpoint", str(volume / "checkpoint.json"), "--auto-resume"]
+    command = [PY, "-m", "sidecar.examples.trainer", "--steps", "30", "--step-s", "0.1"]
+    script = shutil.which("soak-sidecar")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}
+    first = subprocess.Popen(
+        [*([script] if script else [PY, "-m", "sidecar.cli"]), "run", "--local", *flags, "--", *command],
+        cwd=tmp_path, env=clean, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines = tmp_path / "soak-output" / "runs" / run_id / "progress" / "progress.jsonl"
+    try:
+        wait_until("three steps", lambda: lines.exists() and len(lines.read_text().splitlines()) >= 3, 60)
+        first.send_signal(signal.SIGTERM)
+    finally:
+        _, err = first.communicate(timeout=60)
+    assert first.returncode == ExitCode.CANCELLED, err
+    step = json.loads((volume / "checkpoint.json").read_text(encoding="utf-8"))["step"]
+    second = cli("run", "--local", *flags, "--", *command, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    attempt = tmp_path / "soak-output" / "runs" / run_id / "attempt-2"
+    console = (attempt / "console.log").read_text(encoding="utf-8")
+    assert f"resumed from {volume / 'checkpoint.json'} at step {step}" in console, console
+    deadline = json.loads((attempt / "artifact.json").read_text(encoding="utf-8"))["deadline"]
+    assert deadline["resumed_from"] == str(volume / "checkpoint.json")
+
+
+def test_auto_resume_without_a_checkpoint_is_a_usage_error(tmp_path: Path) -> None:
+    done = cli("run", "--local", *FAST, "--auto-resume", "--", *trainer_cmd(), cwd=tmp_path)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "--auto-resume needs deadline.checkpoint_path (--checkpoint)" in done.stderr, done.stderr
 
 
 def test_an_approval_made_in_another_directory_releases_the_run(tmp_path: Path) -> None:

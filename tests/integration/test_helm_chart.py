@@ -247,6 +247,41 @@ def test_slowdown_limit_reaches_the_sidecar_only_when_set(helm_engine: HelmEngin
     assert sidecar_environment(render(helm_engine, values))["SOAK_GPU__FAIL_ON_SLOWDOWN_S"] == "300"
 
 
+def test_a_checkpoint_volume_resumes_a_retried_pod(
+    helm_engine: HelmEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """checkpoint.existingClaim: the PVC read-write in the trainer, read-only in the sidecar, and the
+    settings that make a retried pod resume from the soak's record in it; none of it without."""
+    plain = render(helm_engine, {"runId": RUN_ID})
+    assert not {"SOAK_DEADLINE__CHECKPOINT_PATH", "SOAK_DEADLINE__AUTO_RESUME"} & set(
+        sidecar_environment(plain)
+    )
+    assert "checkpoints" not in {v["name"] for v in pod_spec(plain)["volumes"]}
+    values = with_values(
+        {"runId": RUN_ID}, **{"checkpoint.existingClaim": "soak-ck", "checkpoint.subPath": "a"}
+    )
+    manifests = render(helm_engine, values)
+    (volume,) = [v for v in pod_spec(manifests)["volumes"] if v["name"] == "checkpoints"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "soak-ck"}
+    mounts = {
+        name: [m for m in container(manifests, name)["volumeMounts"] if m["name"] == "checkpoints"]
+        for name in ("trainer", "soak-sidecar")
+    }
+    assert mounts["trainer"] == [{"name": "checkpoints", "mountPath": "/soak/checkpoints", "subPath": "a"}]
+    assert mounts["soak-sidecar"] == [
+        {"name": "checkpoints", "mountPath": "/soak/checkpoints", "readOnly": True, "subPath": "a"}
+    ]
+    for name in [n for n in os.environ if n.startswith("SOAK_")]:
+        monkeypatch.delenv(name)
+    for name, value in sidecar_environment(manifests).items():
+        monkeypatch.setenv(name, value)
+    deadline = load_settings().deadline
+    assert str(deadline.checkpoint_path) == f"/soak/checkpoints/{RUN_ID}/checkpoint.json"
+    assert deadline.auto_resume is True
+    by_hand = with_values(values, **{"checkpoint.autoResume": False})
+    assert sidecar_environment(render(helm_engine, by_hand))["SOAK_DEADLINE__AUTO_RESUME"] == "false"
+
+
 def _schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
     yield path, node
     for key, child in node.get("properties", {}).items():

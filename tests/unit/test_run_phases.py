@@ -364,6 +364,7 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
         resumed=False,
         remaining_at_start_s=500.0,
         resume_checkpoint="/ck/step-9",
+        checkpoint_record="/ck/step-9",
         extra_args=("--resume", "/ck/step-9"),
     )
     started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
@@ -374,6 +375,7 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
     env = go.trainer_env()
     assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"
     assert env["SOAK_PROGRESS_DIR"] == str((tmp_path / "progress").resolve())
+    assert env["SOAK_CHECKPOINT_RECORD"] == "/ck/step-9" and env["SOAK_CHECKPOINT_DIR"] == "/ck"
 
 
 def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) -> None:
@@ -388,7 +390,7 @@ def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) ->
     # 100 s of real time later by CLOCK_BOOTTIME; the wall clock says 130 s.
     clock = DeadlineClock(record, now_wall=EPOCH + 130, now_monotonic=0.0, boot=BootClock("b", 1100.0))
     assert clock.remaining(EPOCH + 130, 0.0) == pytest.approx(470.0)
-    preflight = Preflight(record, clock, False, 470.0, None, ())
+    preflight = Preflight(record, clock, False, 470.0, None, None, ())
     started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
     go = go_ahead(settings(tmp_path), Launched(info, ("t",)), started, preflight)
     assert go.deadline_unix == pytest.approx(EPOCH + 600)  # the record's deadline, in this wall clock

@@ -255,10 +255,13 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
     if preflight.resume_checkpoint:
         env["SOAK_RESUME_CHECKPOINT"] = preflight.resume_checkpoint
     if preflight.checkpoint_record:
-        # Where the trainer keeps what a later attempt resumes from: the record, and its folder for
-        # the framework's checkpoints (the trainer kit saves there).
+        # Where the trainer keeps what a later attempt resumes from: the record and, when it has a
+        # folder of its own (a checkpoint volume, not the progress dir), that folder for the
+        # framework's checkpoints (the trainer kit saves there).
         env["SOAK_CHECKPOINT_RECORD"] = preflight.checkpoint_record
-        env["SOAK_CHECKPOINT_DIR"] = str(PurePath(preflight.checkpoint_record).parent)
+        folder = PurePath(preflight.checkpoint_record).parent
+        if folder != PurePath(env["SOAK_PROGRESS_DIR"]):
+            env["SOAK_CHECKPOINT_DIR"] = str(folder)
     return GoRequest(
         launch_id=launched.launcher.launch_id,
         # The attempt's deadline in this node's wall clock: the least any clock allows.

@@ -46,21 +46,26 @@ def test_hf_trainer_stops_at_the_margin_on_two_ranks_with_its_checkpoint_on_disk
     assert not exit_record["kill_sent"] and len(exit_record["soft_stop_signalled"]) >= 2
 
 
-def test_hf_trainer_stopped_from_outside_resumes_from_its_own_checkpoint(hf: KitTrainer) -> None:
+def test_hf_trainer_stopped_from_outside_resumes_from_its_checkpoint_volume_by_itself(hf: KitTrainer) -> None:
+    """The run's record on a volume of its own (as the chart's checkpoint.existingClaim gives a
+    pod): the Trainer's output_dir is there, and the next attempt resumes with no hand step."""
+    volume = hf.tmp / "volume"
     command = hf.one_rank("--max-steps", "60", "--step-s", "0.1")  # every attempt runs the same
-    first = hf.start(command, "--budget", "900")
+    flags = ("--budget", "900", "--checkpoint", str(volume / "checkpoint.json"), "--auto-resume")
+    first = hf.start(command, *flags)
     hf.wait_for_step(5)
     first.send_signal(signal.SIGTERM)
     stopped = hf.finish(first)
     assert stopped.code == 17, stopped.stderr
     record = hf.record
     assert 5 <= record["step"] < 60, record
-    resumed = hf.soak(command, "--resume-checkpoint", str(hf.progress / "checkpoint.json"))
+    assert record["path"] == str(volume / f"checkpoint-{record['step']}")
+    resumed = hf.soak(command, *flags)
     assert resumed.code == 0, resumed.stderr
     assert f"soak_sidecar_kit: resuming from {record['path']}" in resumed.console
     assert hf.steps_written().count(1) == 1  # the second attempt did not restart
     assert resumed.artifact["run_summary"]["steps"] == 60
-    assert resumed.artifact["deadline"]["resumed"] is True
+    assert resumed.artifact["deadline"]["resumed_from"] == str(volume / "checkpoint.json")
 
 
 def test_hf_trainer_crash_is_the_trainers_failure(hf: KitTrainer) -> None:

@@ -49,21 +49,28 @@ def test_torchtitan_stops_at_the_margin_on_two_ranks_with_a_resumable_checkpoint
     assert not exit_record["kill_sent"] and len(exit_record["soft_stop_signalled"]) >= 2
 
 
-def test_torchtitan_stopped_from_outside_resumes_from_its_own_checkpoint(titan: KitTrainer) -> None:
+def test_torchtitan_stopped_from_outside_resumes_from_its_checkpoint_volume_by_itself(
+    titan: KitTrainer,
+) -> None:
+    """The run's record on a volume of its own (as the chart's checkpoint.existingClaim gives a
+    pod): the checkpointer saves there, and the next attempt resumes from it with no hand step."""
+    volume = titan.tmp / "volume"
     command = titan.one_rank("--steps", "60", "--step-s", "0.1", "--checkpoint-interval", "5")
-    first = titan.start(command, "--budget", "900")
+    flags = ("--budget", "900", "--checkpoint", str(volume / "checkpoint.json"), "--auto-resume")
+    first = titan.start(command, *flags)
     titan.wait_for_step(7)
     first.send_signal(signal.SIGTERM)
     stopped = titan.finish(first)
     assert stopped.code == 17, stopped.stderr
     record = titan.record
     assert 7 <= record["step"] < 60, record
-    resumed = titan.soak(command, "--resume-checkpoint", str(titan.progress / "checkpoint.json"))
+    assert record["path"] == str(volume / "checkpoint" / f"step-{record['step']}")
+    resumed = titan.soak(command, *flags)
     assert resumed.code == 0, resumed.stderr
     assert f"soak_sidecar_kit: resuming from {record['path']}" in resumed.console
     assert titan.steps_written().count(1) == 1  # the second attempt went on from the checkpoint
     assert resumed.artifact["run_summary"]["steps"] == 60
-    assert resumed.artifact["deadline"]["resumed"] is True
+    assert resumed.artifact["deadline"]["resumed_from"] == str(volume / "checkpoint.json")
 
 
 def test_torchtitans_own_entry_point_on_two_ranks_stops_and_resumes_with_no_line_changed(

@@ -376,6 +376,10 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
     assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"
     assert env["SOAK_PROGRESS_DIR"] == str((tmp_path / "progress").resolve())
     assert env["SOAK_CHECKPOINT_RECORD"] == "/ck/step-9" and env["SOAK_CHECKPOINT_DIR"] == "/ck"
+    in_progress = str((tmp_path / "progress" / "checkpoint.json").resolve())
+    record_beside_progress = replace(preflight, checkpoint_record=in_progress)
+    env = go_ahead(conf, Launched(info, ("t",)), started, record_beside_progress).trainer_env()
+    assert env["SOAK_CHECKPOINT_RECORD"] == in_progress and "SOAK_CHECKPOINT_DIR" not in env
 
 
 def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) -> None:

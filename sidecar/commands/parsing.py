@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, get_args, get_origin
 
 from sidecar.core.exitcodes import ExitCode
 
@@ -180,10 +180,17 @@ def add_run_flags(
     for dest in names:
         flag, setting, kind, text = RUN_FLAGS[dest]
         group, field = setting.split(".")
-        described = Settings.model_fields[group].annotation.model_fields[field].description  # type: ignore[union-attr]
-        default_help = (described or text).replace("%", "%%")
+        described = Settings.model_fields[group].annotation.model_fields[field]  # type: ignore[union-attr]
+        default_help = (described.description or text).replace("%", "%%")
+        # A setting of a few named values lists them in the usage, and refuses others there.
+        choices = get_args(described.annotation) if get_origin(described.annotation) is Literal else None
         parser.add_argument(
-            flag, dest=dest, type=kind, default=None, help=(helps or {}).get(dest, default_help)
+            flag,
+            dest=dest,
+            type=kind,
+            default=None,
+            choices=choices,
+            help=(helps or {}).get(dest, default_help),
         )
     parser.add_argument(
         "--code-file", dest="code_files", action="append", type=Path, default=None, help=code_file_help

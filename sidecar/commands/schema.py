@@ -23,10 +23,12 @@ def register(sub: Subparsers[UsageParser], summary: str) -> None:
         help="run-summary only: the profile whose rules the schema states (the run's "
         "--summary-profile); default: the settings' default profile",
     )
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.profile is not None and args.which != "run-summary":
+        args.parser.error(f"--profile applies to run-summary only, not {args.which}")
     if args.which == "run-summary":
         from sidecar.core.run_summary import run_summary_json_schema
         from sidecar.settings.run import SummarySettings

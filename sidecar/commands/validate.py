@@ -17,7 +17,8 @@ def register(sub: Subparsers[UsageParser], summary: str) -> None:
         "validate",
         help=summary,
         description="Validate a run_summary.json against the contract; print "
-        f"each failure; exit {int(ExitCode.CONTRACT_VIOLATION)} when invalid.",
+        f"each failure. Exit 0 when valid, {int(ExitCode.CONTRACT_VIOLATION)} when invalid, "
+        f"{int(ExitCode.USAGE)} when the file cannot be read.",
     )
     parser.add_argument("path", type=Path, help="run_summary.json ('-' for stdin)")
     parser.add_argument("--manifest-validator", help="runtime-manifest validator 'module:function'")

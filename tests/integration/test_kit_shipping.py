@@ -21,7 +21,11 @@ pytestmark = pytest.mark.integration
 
 KIT = Path(soak_sidecar_kit.__file__).resolve().parent
 # The adapters import their framework, and nothing else beyond the standard library and the kit.
-FRAMEWORKS = {"lightning.py": {"lightning", "pytorch_lightning"}, "hf.py": {"transformers"}}
+FRAMEWORKS = {
+    "lightning.py": {"lightning", "pytorch_lightning"},
+    "hf.py": {"transformers"},
+    "torchtitan.py": {"torchtitan"},
+}
 
 
 def test_the_kit_imports_only_the_standard_library_and_each_adapter_only_its_framework() -> None:

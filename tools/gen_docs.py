@@ -1,5 +1,6 @@
 """Regenerate the docs' tables from the code (one source of truth): the README's configuration and
-exit-code tables, and docs/gpu-health.md's XID table.
+exit-code tables, docs/gpu-health.md's XID table, and the chart's lists of retryable and ignored
+exit codes (its podFailurePolicy).
 
     python tools/gen_docs.py          # rewrite them in place
     python tools/gen_docs.py --check  # exit 1 when one is stale (the test suite runs this)
@@ -14,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sidecar.core.exitcodes import ExitCode
 from sidecar.core.gpu_health import XID_CATALOG
 from sidecar.core.verdict import exit_code_table_markdown
 from sidecar.settings import Settings
@@ -21,6 +23,13 @@ from sidecar.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 GPU_HEALTH = ROOT / "docs" / "gpu-health.md"
+HELPERS = ROOT / "helm" / "soak-sidecar" / "templates" / "_helpers.tpl"
+MARKDOWN_MARKERS = ("<!-- BEGIN {} -->", "<!-- END {} -->")
+# Go template comments: Helm renders nothing of them.
+TEMPLATE_MARKERS = (
+    "{{{{/* BEGIN {}: generated from ExitCode by tools/gen_docs.py, do not edit */}}}}",
+    "{{{{/* END {} */}}}}",
+)
 
 
 def _default(value: Any) -> str:
@@ -55,15 +64,35 @@ def xid_table() -> str:
     return "\n".join(rows)
 
 
-def fill(text: str, name: str, tables: dict[str, str]) -> str:
+def chart_exit_code_lists() -> str:
+    """The chart's named retryable exit codes (the podFailurePolicy's retryable action) and those
+    that are no failure (ignored), from ExitCode."""
+    retryable = [int(code) for code in ExitCode if code.retryable and code.failure]
+    ignored = [int(code) for code in ExitCode if code.retryable and not code.failure]
+    return "\n".join([
+        '{{- define "soak-sidecar.retryableExitCodes" -}}',
+        f"[{', '.join(map(str, retryable))}]",
+        "{{- end }}",
+        "",
+        '{{- define "soak-sidecar.ignoredExitCodes" -}}',
+        f"[{', '.join(map(str, ignored))}]",
+        "{{- end }}",
+    ])  # fmt: skip
+
+
+def fill(text: str, name: str, tables: dict[str, str], markers: tuple[str, str] = MARKDOWN_MARKERS) -> str:
     for marker, table in tables.items():
-        begin, end = f"<!-- BEGIN {marker} -->", f"<!-- END {marker} -->"
+        begin, end = markers[0].format(marker), markers[1].format(marker)
         head, _, rest = text.partition(begin)
         _, _, tail = rest.partition(end)
         if not rest:
             raise SystemExit(f"{name} lacks the {begin} marker")
         text = f"{head}{begin}\n{table}\n{end}{tail}"
     return text
+
+
+def refresh_helpers(text: str) -> str:
+    return fill(text, HELPERS.name, {"exit-code-lists": chart_exit_code_lists()}, TEMPLATE_MARKERS)
 
 
 def render(readme: str) -> str:
@@ -78,6 +107,7 @@ def main() -> int:
     for path, refresh in (
         (README, render),
         (GPU_HEALTH, lambda text: fill(text, GPU_HEALTH.name, {"xids": xid_table()})),
+        (HELPERS, refresh_helpers),
     ):
         current = path.read_text(encoding="utf-8")
         fresh = refresh(current)

@@ -34,6 +34,12 @@ class ExitCode(IntEnum):
     def retryable(self) -> bool:
         return self >= 128
 
+    @property
+    def failure(self) -> bool:
+        """Whether the Job counts it as the pod's failure: a suspended Job's stop is none (the
+        chart's podFailurePolicy ignores it, and the soak resumes on the same deadline)."""
+        return self not in (ExitCode.PASSED, ExitCode.JOB_SUSPENDED)
+
 
 EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     ExitCode.PASSED: "soak passed every check",

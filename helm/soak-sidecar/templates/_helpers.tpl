@@ -62,23 +62,23 @@ app.kubernetes.io/part-of: soak-sidecar
 
 {{/*
 Exit codes of soak-sidecar (sidecar/core/exitcodes.py, ExitCode). 1-127 are permanent: the Job
-fails at once. JOB_SUSPENDED (153) is ignored. The other named retryable codes (ExitCode members
->= 128) get job.retryableExitCodeAction;
-other codes >= 128 (a signal killed the sidecar, e.g. 137 after an OOM kill) fall to the default
-action, Count. tests/integration/test_helm_chart.py keeps this list equal to ExitCode.
+fails at once. The named retryable codes (ExitCode members >= 128 that are failures) get
+job.retryableExitCodeAction; those that are no failure (a suspended Job) are ignored; other codes
+>= 128 (a signal killed the sidecar, e.g. 137 after an OOM kill) fall to the default action, Count.
 */}}
 {{- define "soak-sidecar.permanentExitCodes" -}}
 [{{ join ", " (untilStep 1 128 1) }}]
 {{- end }}
 
+{{/* BEGIN exit-code-lists: generated from ExitCode by tools/gen_docs.py, do not edit */}}
 {{- define "soak-sidecar.retryableExitCodes" -}}
 [150, 151, 152]
 {{- end }}
 
-{{/* Not failures of the soak: JOB_SUSPENDED (the Job was suspended; it resumes the soak). */}}
 {{- define "soak-sidecar.ignoredExitCodes" -}}
 [153]
 {{- end }}
+{{/* END exit-code-lists */}}
 
 {{/* The trainer's and the init container's securityContext: podSecurity's UID (the sidecar has its own). */}}
 {{- define "soak-sidecar.containerSecurityContext" -}}

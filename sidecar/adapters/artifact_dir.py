@@ -6,13 +6,13 @@ import contextlib
 import gzip
 import hashlib
 import os
-import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
 from sidecar.adapters.fsutil import open_for_writing, write_atomic
 from sidecar.core.errors import ConfigError
+from sidecar.launcher.protocol.files import open_regular
 
 
 class SamplesFile:
@@ -69,10 +69,8 @@ COPY_LIMIT_BYTES = 64 * 1024 * 1024
 def _copy_regular_file(source: Path, target: Path, limit: int) -> None:
     """Copy at most ``limit`` bytes of ``source`` from one descriptor opened without following a
     symlink or waiting on a FIFO; OSError when it is not a regular file."""
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd, _ = open_regular(source)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{source} is not a regular file")
         writer_fd = open_for_writing(target)  # a link planted at the copy's name is never written through
         with os.fdopen(os.dup(fd), "rb") as reader, os.fdopen(writer_fd, "wb") as writer:
             left = limit
@@ -128,11 +126,8 @@ class ArtifactDir:
         inode, a new file that got a freed inode number has other first bytes. A regular file only,
         opened without following a link or waiting on a FIFO (console logs are in the trainer's run
         dir); OSError when it cannot be read."""
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, found = open_regular(source)
         try:
-            found = os.fstat(fd)
-            if not stat.S_ISREG(found.st_mode):
-                raise OSError(f"{source} is not a regular file")
             head = os.pread(fd, HEAD_BYTES, 0)
             offset = offset_for(found.st_ino, head)
             return found.st_ino, head, offset, os.pread(fd, limit, offset) if limit > 0 else b""

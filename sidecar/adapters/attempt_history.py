@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from sidecar.adapters.s3_client import BotoErrors, make_s3_client
 from sidecar.core.artifact.lost import PROVISIONAL_LIMIT_BYTES, FoundAttempt
 from sidecar.core.artifact.objects import ARTIFACT_FILE, newest_provisional
 from sidecar.core.errors import TransientError
+from sidecar.launcher.protocol.files import open_regular, read_up_to
 from sidecar.settings import S3Settings
 
 MAX_ATTEMPT_PLACES = 1_000
@@ -32,18 +32,11 @@ ATTEMPT_DIR = re.compile(r"(?:index-[0-9]{1,9}-)?attempt-[0-9]{1,9}(?:-[A-Za-z0-
 def _read_small(path: Path) -> bytes | None:
     """At most PROVISIONAL_LIMIT_BYTES + 1 bytes of a regular file; None when it is not one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _ = open_regular(path)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory opens too
-            return None
-        chunks: list[bytes] = []
-        left = PROVISIONAL_LIMIT_BYTES + 1
-        while left > 0 and (chunk := os.read(fd, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        return read_up_to(fd, PROVISIONAL_LIMIT_BYTES + 1)
     finally:
         os.close(fd)
 

@@ -32,6 +32,7 @@ from sidecar.core.errors import (
     StoreUnavailableError,
 )
 from sidecar.core.identity import parse_run_id, parse_slot
+from sidecar.launcher.protocol.files import UnsafeFileError, open_regular
 
 
 def file_store_location(directory: Path) -> str:
@@ -115,15 +116,17 @@ class FileDeadlineStore:
         by its owner. Anything else is refused (15): a hand-made record could stretch the budget."""
         path = self.record_path(run_id)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd, info = open_regular(path)
         except FileNotFoundError:
             return None
+        except UnsafeFileError as exc:
+            raise RefusedError(
+                f"deadline record {path} is not a regular file the store wrote: {exc}"
+            ) from exc
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EISDIR):
-                raise RefusedError(f"deadline record {path} is not a regular file ({exc.strerror})") from exc
             raise _store_error(f"cannot read deadline record {path}: {exc}", exc) from exc
         try:
-            _require_stored_by_us(path, os.fstat(fd))
+            _require_stored_by_us(path, info)
             # One byte over the cap is enough for the parser to refuse it.
             return os.read(fd, MAX_RECORD_BYTES + 1)
         except OSError as exc:
@@ -250,10 +253,9 @@ def _store_error(message: str, exc: OSError) -> SoakError:
 
 
 def _require_stored_by_us(path: Path, info: os.stat_result) -> None:
+    """A regular file (open_regular saw to it) the store itself wrote: its owner, its modes."""
     mode = stat.S_IMODE(info.st_mode)
-    if not stat.S_ISREG(info.st_mode):
-        problem = "is not a regular file"
-    elif info.st_uid != os.geteuid():
+    if info.st_uid != os.geteuid():
         problem = f"is owned by uid {info.st_uid}, not the store's user (uid {os.geteuid()})"
     elif mode & 0o022:
         problem = f"is writable by others (mode {mode:04o}; records are written 0444)"

@@ -20,7 +20,6 @@ import hashlib
 import os
 import random
 import secrets
-import stat
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -52,6 +51,7 @@ from sidecar.core.ledger.record import (
     with_entry,
 )
 from sidecar.core.ports import Clock
+from sidecar.launcher.protocol.files import UnsafeFileError, open_regular, read_up_to
 from sidecar.settings import S3Settings
 
 Change = Callable[[Ledger | None], Ledger]
@@ -311,12 +311,16 @@ def _locked(directory: Path, wait_s: float) -> Iterator[None]:
 def _read_regular(path: Path) -> bytes | None:
     """The file's bytes (bounded), None when absent; ConfigError for a link, a FIFO or a huge file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _ = open_regular(path)
     except FileNotFoundError:
         return None
+    except UnsafeFileError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ConfigError(f"{path} is not a regular file")
-        return file.read(LEDGER_LIMIT_BYTES + 1)
+    try:
+        return read_up_to(fd, LEDGER_LIMIT_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    finally:
+        os.close(fd)

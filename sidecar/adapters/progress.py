@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
 from sidecar.core.samples import ProgressSample
+from sidecar.launcher.protocol.files import open_regular, read_up_to
 
 # No symlink followed, no wait on a FIFO with no writer, nothing inherited by a child.
-_READ_UNTRUSTED = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 # How many entries of the progress dir a sample looks at (a checkpoint dir holds hundreds).
@@ -84,29 +82,10 @@ class DirectoryProgressProbe:
         cannot be read, or is a symbolic link (never followed) or not a regular file (a FIFO or a
         device would hang or never end)."""
         try:
-            fd = os.open(os.path.join(self._root, name), _READ_UNTRUSTED)
+            fd, info = open_regular(os.path.join(self._root, name))
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise OSError("it is a symbolic link (not followed)") from exc
-            raise
         try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise OSError(f"it is not a regular file ({_file_kind(info.st_mode)})")
-            chunks: list[bytes] = []
-            left = max_bytes + 1
-            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks), info.st_mtime
+            return read_up_to(fd, max_bytes + 1), info.st_mtime
         finally:
             os.close(fd)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return kind
-    return "a device"

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sidecar.core.samples import CgroupMemorySample, MemoryCgroupInfo, ShmFile, ShmLeftovers
+from sidecar.launcher.protocol.files import read_regular
 
 PROC = "/proc"
 CGROUP_ROOT = "/sys/fs/cgroup"
@@ -36,7 +37,6 @@ SHM_MAX_DEPTH = 8
 SHM_MAX_LISTED = 64
 SHOWN_PATH_CHARS = 512
 
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 Version = Literal["v1", "v2"]
@@ -61,23 +61,7 @@ _STAT_KEYS: dict[Version, dict[str, tuple[bytes, ...]]] = {
 
 def read_at(dir_fd: int | None, name: str, limit: int = READ_LIMIT) -> bytes:
     """A regular file's bytes (through no link, up to ``limit``); OSError otherwise."""
-    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{name} is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
-            raise OSError(f"{name} is larger than {limit} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+    return read_regular(name, limit, dir_fd=dir_fd)
 
 
 def _number(value: bytes) -> int | None:
@@ -353,7 +337,7 @@ class _ShmWalk:
             except OSError:
                 return None
         if (
-            stat.S_ISREG(info.st_mode)
+            entry.is_file(follow_symlinks=False)
             and info.st_uid == self._uid
             and max(info.st_mtime, info.st_ctime) >= self._since
         ):

@@ -9,11 +9,9 @@ through no link: the path must be absent or a regular file of one name.
 
 from __future__ import annotations
 
-import errno
 import gzip
 import io
 import os
-import stat
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -32,6 +30,7 @@ from sidecar.core.artifact.objects import (
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.report import CONSOLE_TAIL_BYTES, console_tail
 from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifact, parse_sample
+from sidecar.launcher.protocol.files import UnsafeFileError, open_regular, read_regular
 from sidecar.settings import S3Settings
 
 LISTING_LIMIT = 100_000
@@ -51,18 +50,6 @@ class Source:
     def console_tail(self) -> str | None:
         """The last lines of the trainer's console kept beside the artifact; None when there is none."""
         raise NotImplementedError
-
-
-def read_regular(path: Path, limit: int) -> bytes:
-    """At most ``limit`` bytes of a regular file; no symlink followed, no FIFO waited on."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        data = file.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(f"{path} is larger than {limit} bytes")
-    return data
 
 
 def _lines(stream: io.BufferedIOBase, source: Source) -> Iterator[ReportSample]:
@@ -91,27 +78,22 @@ class LocalSource(Source):
             return
         path = self.directory / self.artifact.samples_file
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd, _ = open_regular(path)
+        except UnsafeFileError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
         except OSError as exc:
             raise ConfigError(f"cannot read the samples beside the artifact: {exc}") from exc
         with os.fdopen(fd, "rb") as stream:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ConfigError(f"{path} is not a regular file")
             yield from _lines(stream, self)
 
     def console_tail(self) -> str | None:
         if self.artifact.console_file is None:
             return None
         try:
-            fd = os.open(
-                self.directory / self.artifact.console_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-            )
+            fd, size = open_regular(self.directory / self.artifact.console_file)
         except OSError:
             return None
         with os.fdopen(fd, "rb") as file:
-            size = os.fstat(fd)
-            if not stat.S_ISREG(size.st_mode):
-                return None
             start = max(0, size.st_size - CONSOLE_TAIL_BYTES)
             file.seek(start)
             return console_tail(file.read(CONSOLE_TAIL_BYTES), cut=start > 0)
@@ -319,16 +301,13 @@ def write_page(path: Path, page: str) -> None:
     """The page at ``path``, created or overwritten, never through a link: a symbolic link there
     (O_NOFOLLOW) or a second name of the file (a hard link) is an error, and so is anything but a
     regular file (a FIFO is not waited on)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o644)
+        fd, _ = open_regular(path, flags=os.O_WRONLY | os.O_CREAT, single_name=True)
+    except UnsafeFileError as exc:
+        raise ConfigError(f"cannot write {path}: {exc}") from exc
     except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
-        raise ConfigError(f"cannot write {path}: {why}") from exc
+        raise ConfigError(f"cannot write {path}: {exc.strerror}") from exc
     try:
-        found = os.fstat(fd)
-        if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1:
-            raise ConfigError(f"cannot write {path}: not a regular file of one name")
         os.ftruncate(fd, 0)  # only now: a refused file keeps its content
         write_fsync(fd, page.encode("utf-8"))
     except OSError as exc:

@@ -19,7 +19,6 @@ from sidecar.adapters.report_source import (
     get_bounded,
     open_local,
     open_s3,
-    read_regular,
     run_attempt_dirs,
 )
 from sidecar.adapters.s3_client import make_s3_client
@@ -27,6 +26,7 @@ from sidecar.core.artifact.objects import ARTIFACT_FILE, newest_provisional
 from sidecar.core.errors import SoakError
 from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES
 from sidecar.core.publication import sanitize
+from sidecar.launcher.protocol.files import read_regular
 from sidecar.settings import S3Settings
 
 # A folder name from the bucket becomes a local directory's name: one plain path component.

@@ -21,11 +21,13 @@ def sha256_file(path: Path) -> str:
 
 
 def canonical_path(path: Path) -> str:
-    """The seed's canonical form: ``str(Path(p).resolve())`` (absolute, symlinks resolved)."""
+    """A path's canonical form, ``str(Path(p).resolve())``: absolute, symlinks resolved. A path
+    that cannot be resolved (a symlink loop, a folder that cannot be searched) refuses the run: the
+    trainer may have made it so (its checkpoint record)."""
     try:
         return str(path.resolve())
     except (OSError, RuntimeError) as exc:
-        raise ConfigError(f"cannot resolve {path}: {exc}") from exc
+        raise RefusedError(f"cannot resolve {path}: {exc}") from exc
 
 
 def identity_from_settings(
@@ -72,7 +74,15 @@ def read_approval(path: Path) -> bytes:
 
 
 def is_file(path: str) -> bool:
-    return Path(path).is_file()
+    """Whether a regular file is there; a path that cannot be checked (a folder the sidecar may not
+    search) refuses the run rather than resume or start afresh unseen."""
+    try:
+        return Path(path).is_file()
+    except OSError as exc:
+        raise RefusedError(
+            f"cannot check {path}: {exc.strerror} (the sidecar reads the checkpoint record: keep its "
+            "folder searchable and the record readable by the sidecar's group)"
+        ) from exc
 
 
 class IdentityFileReader:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from sidecar.app.ports import IdentityFiles, Ports, WorkDirs
 from sidecar.app.values import Launched, Mode, Preflight, Started
 from sidecar.core.approval import attempt_command, check_approval
 from sidecar.core.deadline import DeadlineClock, check_startable, obtain_record, parse_record
-from sidecar.core.errors import SoakError
+from sidecar.core.errors import ConfigError, SoakError
 from sidecar.settings import DeadlineSettings, Settings
 
 
@@ -38,15 +40,34 @@ def with_recorded_budget(dset: DeadlineSettings, existing: bytes | None) -> Dead
     return dset.model_copy(update={name: recorded[name] for name in unset})
 
 
-def resume_request(dset: DeadlineSettings, files: IdentityFiles) -> str | None:
+def resume_request(dset: DeadlineSettings, files: IdentityFiles, *, starting: bool) -> str | None:
     """The checkpoint this attempt asks to resume from: the one named, or with auto_resume the run's
-    own checkpoint record when it exists (a retried pod); None for a fresh start."""
+    own checkpoint record when it exists (a retried pod); None for a fresh start. Only the sidecar
+    that starts the trainer decides: one restarted beside a running trainer finds the record the
+    trainer has written since, which this attempt did not resume from."""
     if dset.resume_checkpoint is not None:
         return files.canonical_path(dset.resume_checkpoint)
-    if not dset.auto_resume or dset.checkpoint_path is None:
+    if not dset.auto_resume or dset.checkpoint_path is None or not starting:
         return None
     record = files.canonical_path(dset.checkpoint_path)
     return record if files.is_file(record) else None
+
+
+def check_checkpoint_location(settings: Settings, files: IdentityFiles) -> None:
+    """The trainer writes the run's checkpoint record: never in a folder the sidecar keeps for itself
+    (the deadline store, the run dir), where it could overwrite a record of the sidecar's."""
+    if settings.deadline.checkpoint_path is None:
+        return
+    record = PurePath(files.canonical_path(settings.deadline.checkpoint_path))
+    own = [("the run dir", settings.launcher.run_dir)]
+    if settings.deadline.store == "file":
+        own.append(("the deadline store", settings.deadline.store_dir))
+    for name, folder in own:
+        if record.is_relative_to(files.canonical_path(folder)):
+            raise ConfigError(
+                f"the checkpoint record {record} is inside {name} ({folder}): the trainer writes it; "
+                "give --checkpoint a path of the trainer's own"
+            )
 
 
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
@@ -63,7 +84,8 @@ def preflight(settings: Settings, ports: Ports, started: Started, launched: Laun
         image_digest=ports.image_digest(),
         redaction=settings.redaction.rules(),
     )
-    resume_checkpoint = resume_request(dset, files)
+    check_checkpoint_location(settings, files)
+    resume_checkpoint = resume_request(dset, files, starting=not started.already_going)
     check_approval(
         None if dset.approval_file is None else files.read_approval(dset.approval_file),
         identity,

@@ -21,7 +21,8 @@ def sha256_file(path: Path) -> str:
 
 
 def canonical_path(path: Path) -> str:
-    """The seed's canonical form: ``str(Path(p).resolve())`` (absolute, symlinks resolved)."""
+    """The canonical form: ``str(Path(p).resolve())`` (absolute, symlinks resolved), so one file
+    has one spelling in an identity."""
     try:
         return str(path.resolve())
     except (OSError, RuntimeError) as exc:

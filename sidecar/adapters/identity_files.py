@@ -21,9 +21,9 @@ def sha256_file(path: Path) -> str:
 
 
 def canonical_path(path: Path) -> str:
-    """A path's canonical form, ``str(Path(p).resolve())``: absolute, symlinks resolved. A path
-    that cannot be resolved (a symlink loop, a folder that cannot be searched) refuses the run: the
-    trainer may have made it so (its checkpoint record)."""
+    """The canonical form, ``str(Path(p).resolve())``: absolute, symlinks resolved, so one file has
+    one spelling in an identity. A path that cannot be resolved (a symlink loop, a folder that
+    cannot be searched) refuses the run: the trainer may have made it so (its checkpoint record)."""
     try:
         return str(path.resolve())
     except (OSError, RuntimeError) as exc:

@@ -46,7 +46,7 @@ def resolve_manifest_validator(
     """The generic runtime-manifest validator to run, from ``module:function`` or an entry point.
 
     ``None``: nothing configured (the generic step is skipped). ``ValidatorUnavailable``: it is
-    configured but cannot be loaded, which fails every validation as in the seed. Raises
+    configured but cannot be loaded, which fails every validation (never skipped silently). Raises
     ``ConfigError`` for a malformed spec or an ambiguous entry point group.
     """
     if spec is not None:

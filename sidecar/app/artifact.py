@@ -230,7 +230,7 @@ def _provenance(ports: Ports, evidence: Evidence) -> dict[str, Any]:
 
 
 def json_safe(value: Any) -> Any:
-    """The trainer's document may hold NaN/Infinity (the seed's parser accepts them): keep as text."""
+    """The trainer's document may hold NaN/Infinity (its parser accepts them): keep them as text."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
     if isinstance(value, dict):

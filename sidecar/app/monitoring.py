@@ -195,7 +195,7 @@ def watch(
     trail: EvidenceTrail | None = None,
 ) -> Watched:
     """Until the launcher exits. Cancellation and failures of the monitor itself stop the trainer
-    and become the verdict (the seed's rule: a broken monitor fails the soak, with an artifact)."""
+    and become the verdict: a broken monitor fails the soak, and still writes an artifact."""
     mset, ports = going.settings.monitor, going.ports
     timings = MonitorTimings(
         sample_interval_s=mset.sample_interval_s,

@@ -71,7 +71,7 @@ def check_checkpoint_location(settings: Settings, files: IdentityFiles) -> None:
 
 
 def preflight(settings: Settings, ports: Ports, started: Started, launched: Launched) -> Preflight:
-    """The seed's rules before a start: approval of this identity, a deadline never extended, and
+    """The rules before a start: approval of this identity, a deadline never extended, and
     no start inside the checkpoint margin (a restarted sidecar finds its trainer running)."""
     existing = ports.store.load(started.request.run_id)
     dset = with_recorded_budget(settings.deadline, existing)

@@ -165,8 +165,8 @@ class LaunchSession:
             self._ports.sleep(POLL_S)
 
     def emergency_stop(self, reason: str, last_seen: Sequence[ProcessInfo]) -> None:
-        """The seed's guardian kills the owned group when its supervisor fails: so do we, rather
-        than leave the trainer to the heartbeat timeout."""
+        """When supervision itself fails, kill the trainer's process group at once rather than
+        leave it running until the heartbeat timeout."""
         with contextlib.suppress(Exception):
             self.request_stop("kill", reason)
             self.await_exit(self._settings.kill_grace_s + 2.0, last_seen)

@@ -76,7 +76,8 @@ class Supervisor:
 
     def run(self) -> RunResult:
         """The pipeline inside its guards: one sidecar per run dir, the store's lock from before the
-        launcher starts to the verdict (the seed's rule), and a verdict for every way a run ends."""
+        launcher starts to the verdict (no other pod can start the run meanwhile), and a verdict for
+        every way a run ends."""
         prepare_dirs(self._settings, self._started.request.mode, self._ports.workdirs)
         self._started = replace(self._started, artifact_dir=self._artifact_dir(0))
         try:
@@ -244,8 +245,8 @@ class Supervisor:
 
     @contextlib.contextmanager
     def _stopping_on_failure(self) -> Iterator[None]:
-        """The seed's guardian kills the owned group when its supervisor fails: so do we, rather
-        than leave the trainer to the heartbeat timeout."""
+        """When supervision itself fails, kill the trainer's process group at once rather than
+        leave it running until the heartbeat timeout."""
         try:
             yield
         except BaseException:

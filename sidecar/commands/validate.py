@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot read {args.path}: {exc}") from exc
     validator = resolve_manifest_validator(spec)
     if isinstance(validator, ValidatorUnavailable):
-        # A run reports this as the summary's failure (the seed's rule); here the user asked for this
+        # A run reports this as the summary's failure; here the user asked for this
         # validator, and no summary could pass: the command line is wrong, not the file.
         if args.manifest_validator:
             given = "--manifest-validator"

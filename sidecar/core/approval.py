@@ -20,7 +20,7 @@ Schema (``soak-sidecar-approval-v1``), a JSON object with exactly these keys::
       }
     }
 
-As in the seed, the approval must equal the expected object exactly (numbers by value;
+The approval must equal the expected object exactly (numbers by value;
 ``true`` is not ``1``); any extra, missing or different key refuses the run. Binding the
 deadline store keeps a reviewed run from being pointed at an empty store for a fresh budget.
 """
@@ -198,8 +198,9 @@ def _check_resume_request(identity: RunIdentity, requested: str | None, exists: 
 def attempt_command(
     identity: RunIdentity, resume_checkpoint: str | None, *, resume_flag: str | None
 ) -> tuple[str, ...]:
-    """The trainer argv for this attempt: the identity's command, plus the seed's
-    ``--resume <path>`` when resuming (call after ``check_approval`` accepted the request).
+    """The trainer argv for this attempt: the identity's command, plus
+    ``<resume_flag> <path>`` when resuming and a resume flag is set (call after
+    ``check_approval`` accepted the request).
 
     The identity keeps the base command, so resumed and fresh attempts share one identity.
     """

@@ -94,7 +94,8 @@ def is_canonical_absolute(path: str) -> bool:
     """Absolute and already normalised (no ``.``, ``..``, ``//`` or trailing slash).
 
     Symlinks cannot be resolved here (no I/O); the caller resolves paths before they get here,
-    so an identity path is the seed's ``str(Path(p).resolve())``.
+    so an identity path is ``str(Path(p).resolve())``: one spelling per file, whatever path the
+    user gave, so the same run always has the same identity.
     """
     return (
         path.startswith("/")

@@ -1,17 +1,17 @@
-"""Liveness rules of the seed soak monitor, pure: time and progress come in as arguments.
+"""Liveness rules of the soak monitor, pure: time and progress come in as arguments.
 
 The trainer has *started* producing progress once the watched files hold more than zero bytes
-(the seed's ``bytes_total > 0``) and differ from what the attempt found there (``baseline``: a
+(``bytes_total > 0``) and differ from what the attempt found there (``baseline``: a
 resumed attempt shares the progress dir with the attempts before it, whose files must not count as
-its own first progress); until then the seed's startup rule applies, measured from the start.
+its own first progress); until then the startup timeout applies, measured from the start.
 After that, what counts as progress is the ``signal``:
 
 - ``any`` (default): any change: of ``bytes_total``, ``file_count`` or ``max_mtime``, so a
   trainer that rewrites a fixed-size file (``{"step": N}``) makes progress. It never accepts a
   trainer whose files do not change at all, and the console log stays excluded by the probe, so
   chatty logging cannot mask a hang.
-- ``bytes`` (the seed's rule, ``SOAK_MONITOR__PROGRESS_SIGNAL=bytes``): only a change of
-  ``bytes_total`` resets the stale timer.
+- ``bytes`` (``SOAK_MONITOR__PROGRESS_SIGNAL=bytes``): only a change of ``bytes_total`` resets
+  the stale timer (stricter: a touched or same-size rewritten file is not progress).
 """
 
 from __future__ import annotations

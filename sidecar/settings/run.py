@@ -15,7 +15,7 @@ from sidecar.settings.base import DAY_S, MAX_BYTES, MAX_MIB, MAX_SECONDS, MIN_IN
 
 
 class MonitorSettings(Group):
-    """Sampling and liveness (the seed's ``run_soak`` knobs)."""
+    """Sampling and liveness: how often to sample, and when a quiet trainer counts as hung."""
 
     sample_interval_s: float = Field(
         5.0, ge=MIN_INTERVAL_S, le=DAY_S, description="Seconds between samples. Default 5."

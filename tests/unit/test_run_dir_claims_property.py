@@ -131,10 +131,10 @@ def test_no_record_aims_a_signal_outside_the_tree_or_ends_a_run_without_a_verdic
 
         # "stays": a trainer that ignores every stop, so the sidecar's own kill fallback runs.
         script = Script(runs_s=3.0 if not stays else 1000.0, obeys_stop=not stays, leaves_orphan=orphan)
-        world = fakes(script, SUMMARY)
-        processes = RecordingProcesses(world.world)
+        fake = fakes(script, SUMMARY)
+        processes = RecordingProcesses(fake.world)
         ports = Ports(
-            **{**vars(world.ports()), "channel": ClaimsFromDisk(world.world, rd), "processes": processes}
+            **{**vars(fake.ports()), "channel": ClaimsFromDisk(fake.world, rd), "processes": processes}
         )
         request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
         result = Supervisor(run_settings(tmp_path, post_shutdown_grace_s=2.0), ports, request).run()
@@ -142,8 +142,8 @@ def test_no_record_aims_a_signal_outside_the_tree_or_ends_a_run_without_a_verdic
     tree = {LAUNCHER_PID, TRAINER_PID, TRAINER_PID + 1}  # the launcher too: the last resort's kill
     assert set(processes.targets) <= tree, processes.targets
     assert result.verdict.classification and 0 <= int(result.exit_code) <= 255
-    assert world.files.artifact()["failure_classification"] == result.verdict.classification or (
+    assert fake.files.artifact()["failure_classification"] == result.verdict.classification or (
         result.verdict.status == "passed"
     )
     # The budget is 600 s: the run ends by then whatever the records say, with room for the stops.
-    assert world.world.now <= 600.0 + 120.0
+    assert fake.world.now <= 600.0 + 120.0

@@ -77,36 +77,36 @@ def settings(tmp_path: Path, **monitor: Any) -> Settings:
 def run(
     tmp_path: Path, script: Script, *, mode: str = "local", upload_fails: bool = False, **monitor: Any
 ) -> tuple[RunResult, Fakes, dict[str, Any]]:
-    world = fakes(script, SUMMARY, upload_fails=upload_fails)
+    fake = fakes(script, SUMMARY, upload_fails=upload_fails)
     request = RunRequest(mode=mode, run_id=RUN_ID, command=("python3", "train.py") if mode == "local" else ())  # type: ignore[arg-type]
-    result = Supervisor(settings(tmp_path, **monitor), world.ports(), request).run()
-    return result, world, world.files.artifact()
+    result = Supervisor(settings(tmp_path, **monitor), fake.ports(), request).run()
+    return result, fake, fake.files.artifact()
 
 
 def test_a_passing_run_goes_through_every_phase(tmp_path: Path) -> None:
-    result, world, artifact = run(tmp_path, Script(runs_s=5.0))
+    result, fake, artifact = run(tmp_path, Script(runs_s=5.0))
     assert result.verdict.status == "passed" and result.exit_code == 0
     # preflight: the attempt was numbered under the store's lock and the record created
-    assert world.store.locked == [RUN_ID] and world.store.attempts == {RUN_ID: 1}
-    record = json.loads(world.store.records[RUN_ID])
+    assert fake.store.locked == [RUN_ID] and fake.store.attempts == {RUN_ID: 1}
+    record = json.loads(fake.store.records[RUN_ID])
     assert record["budget_seconds"] == 600.0
     # launch session: local launcher spawned, heartbeat on, go with the record's deadline
-    assert world.spawner.spawned == [("python3", "train.py")] and world.channel.heartbeats == 1
-    assert world.world.go is not None and world.world.go.deadline_unix == record["deadline_unix"]
-    assert world.gpu.env == {"NVIDIA_VISIBLE_DEVICES": "0"} and world.gpu.closed
+    assert fake.spawner.spawned == [("python3", "train.py")] and fake.channel.heartbeats == 1
+    assert fake.world.go is not None and fake.world.go.deadline_unix == record["deadline_unix"]
+    assert fake.gpu.env == {"NVIDIA_VISIBLE_DEVICES": "0"} and fake.gpu.closed
     # monitoring sampled about once a second while the trainer ran five
-    assert 4 <= artifact["monitor"]["sample_count"] <= 7 and world.publisher.notes >= 4
+    assert 4 <= artifact["monitor"]["sample_count"] <= 7 and fake.publisher.notes >= 4
     # the provisional artifact when the attempt was numbered (no segment: flush_s is 300 s);
     # delivery: samples, then the artifact naming their URIs; then the publication
-    uploaded = [name for _, name in world.sink.uploaded]
+    uploaded = [name for _, name in fake.sink.uploaded]
     assert uploaded == ["provisional-0001.json", "samples.jsonl.gz", "artifact.json"]
-    ((provisional_key, provisional),) = world.sink.objects.items()
+    ((provisional_key, provisional),) = fake.sink.objects.items()
     assert json.loads(provisional)["status"] == "running" and json.loads(provisional)["exit_code"] is None
     assert json.loads(provisional)["context"]["attempt"] == 1
-    assert world.publisher.evidence_notes == [f"s3://soaks/{provisional_key}"]
+    assert fake.publisher.evidence_notes == [f"s3://soaks/{provisional_key}"]
     assert artifact["upload"]["segments"] == []
     assert artifact["upload"]["uris"]["samples.jsonl.gz"].startswith("s3://soaks/")
-    (published,) = world.publisher.published
+    (published,) = fake.publisher.published
     assert published.status == "passed" and published.attempt == 1
     assert published.artifact_uri is not None and published.artifact_uri.endswith("/artifact.json")
     assert artifact["context"] == {"mode": "local", "run_id": RUN_ID, "attempt": 1}
@@ -125,22 +125,22 @@ def test_a_forged_trainer_json_cannot_aim_the_kill_fallback(tmp_path: Path) -> N
     trainer it saw itself, the launcher's child, and names the forged claim."""
     script = Script(runs_s=1000.0, progresses=False, obeys_stop=False, leaves_orphan=True)
     script = replace(script, forged_trainer=(TRAINER_PID + 1, 1))
-    _, world, artifact = run(tmp_path, script, post_shutdown_grace_s=5.0)
-    assert [pgid for pgid, _ in world.processes.groups_killed] == [TRAINER_PID]
+    _, fake, artifact = run(tmp_path, script, post_shutdown_grace_s=5.0)
+    assert [pgid for pgid, _ in fake.processes.groups_killed] == [TRAINER_PID]
     assert "trainer.json names pid 102" in artifact["protocol_violations"][0]
 
 
 def test_progress_that_stalls_is_stopped_and_judged(tmp_path: Path) -> None:
-    result, world, _ = run(tmp_path, Script(runs_s=1000.0, progresses=False))
+    result, fake, _ = run(tmp_path, Script(runs_s=1000.0, progresses=False))
     assert result.verdict.classification == "timeout/stale_tick"
-    assert world.world.requests == [("terminate", world.world.requests[0][1])]
-    assert "did not change" in world.world.requests[0][1]
-    assert world.world.now < 20.0  # caught within the stale timeout plus a liveness step
+    assert fake.world.requests == [("terminate", fake.world.requests[0][1])]
+    assert "did not change" in fake.world.requests[0][1]
+    assert fake.world.now < 20.0  # caught within the stale timeout plus a liveness step
 
 
 def test_a_stall_asks_for_the_trainers_stacks_and_the_artifact_holds_them(tmp_path: Path) -> None:
-    _, world, artifact = run(tmp_path, Script(runs_s=1000.0, progresses=False), stack_capture_s=4.0)
-    assert world.world.stacks_timeouts == [4.0]
+    _, fake, artifact = run(tmp_path, Script(runs_s=1000.0, progresses=False), stack_capture_s=4.0)
+    assert fake.world.stacks_timeouts == [4.0]
     (process,) = artifact["stacks"]["processes"]
     assert process["pid"] == TRAINER_PID and "all_reduce" in process["stack"]
     assert artifact["stacks"]["timeout_s"] == 4.0
@@ -153,74 +153,74 @@ def test_stacks_the_launcher_never_wrote_are_named_missing(tmp_path: Path) -> No
 
 
 def test_no_stacks_are_asked_for_when_switched_off_or_for_other_stops(tmp_path: Path) -> None:
-    _, world, artifact = run(tmp_path / "off", Script(runs_s=1000.0, progresses=False), stack_capture_s=0.0)
-    assert world.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
-    _, world, artifact = run(tmp_path / "gpu", Script(runs_s=1000.0, gpu_fault_at_s=2.0))
-    assert world.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
+    _, fake, artifact = run(tmp_path / "off", Script(runs_s=1000.0, progresses=False), stack_capture_s=0.0)
+    assert fake.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
+    _, fake, artifact = run(tmp_path / "gpu", Script(runs_s=1000.0, gpu_fault_at_s=2.0))
+    assert fake.world.stacks_timeouts == [0.0] and artifact["stacks"] is None
 
 
 def test_a_launcher_that_ignores_the_stop_gets_the_kill_fallback(tmp_path: Path) -> None:
     script = Script(runs_s=1000.0, progresses=False, obeys_stop=False)
-    result, world, _ = run(tmp_path, script, post_shutdown_grace_s=5.0)
+    result, fake, _ = run(tmp_path, script, post_shutdown_grace_s=5.0)
     assert result.verdict.classification == "timeout/stale_tick"
     # kill_grace_s (1) + 10 s of slack + the stacks' 10 s after the request, then the sidecar kills
     # by itself, at once (not only when concluding, after the post-shutdown grace)
-    ((pgid, killed_at),) = world.processes.groups_killed
+    ((pgid, killed_at),) = fake.processes.groups_killed
     assert pgid == TRAINER_PID
     requested_at = 10.0  # stale once progress has not changed for 10 s
-    assert world.world.stacks_timeouts == [10.0]
+    assert fake.world.stacks_timeouts == [10.0]
     assert requested_at + 21.0 < killed_at < requested_at + 21.0 + 1.5
 
 
 def test_a_worker_that_outlives_the_trainer_is_a_resource_leak(tmp_path: Path) -> None:
-    result, world, artifact = run(tmp_path, Script(runs_s=3.0, leaves_orphan=True))
+    result, fake, artifact = run(tmp_path, Script(runs_s=3.0, leaves_orphan=True))
     assert result.verdict.classification == "resource_leak"
     assert [p["pid"] for p in artifact["post_shutdown"]["residual_processes"]] == [TRAINER_PID + 1]
-    assert world.world.killed == [TRAINER_PID + 1]  # and it does not outlive the run
+    assert fake.world.killed == [TRAINER_PID + 1]  # and it does not outlive the run
 
 
 def test_a_gpu_fault_terminates_the_trainer(tmp_path: Path) -> None:
-    result, world, _ = run(tmp_path, Script(runs_s=1000.0, gpu_fault_at_s=2.0))
+    result, fake, _ = run(tmp_path, Script(runs_s=1000.0, gpu_fault_at_s=2.0))
     assert result.verdict.classification == "gpu_fault"
-    assert world.world.requests[0] == ("terminate", "GPU fault: GPU 0 fell off the bus")
+    assert fake.world.requests[0] == ("terminate", "GPU fault: GPU 0 fell off the bus")
 
 
 def test_a_lost_deadline_lock_kills_the_trainer(tmp_path: Path) -> None:
     script = Script(runs_s=1000.0)
-    world = fakes(script, SUMMARY)
-    ports = world.ports()
-    original_sleep = world.world.sleep
+    fake = fakes(script, SUMMARY)
+    ports = fake.ports()
+    original_sleep = fake.world.sleep
 
     def sleep_then_lose(seconds: float) -> None:
         original_sleep(seconds)
-        if world.world.now > 3.0:
-            world.lock_loss("lease taken over by another pod")
+        if fake.world.now > 3.0:
+            fake.lock_loss("lease taken over by another pod")
 
     ports = Ports(**{**vars(ports), "sleep": sleep_then_lose})
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert result.verdict.classification == "monitor_failure"
-    assert world.world.requests[0] == ("kill", "deadline lock lost: lease taken over by another pod")
+    assert fake.world.requests[0] == ("kill", "deadline lock lost: lease taken over by another pod")
 
 
 def test_ctrl_c_while_running_is_an_external_cancellation(tmp_path: Path) -> None:
-    result, world, _ = run(tmp_path, Script(runs_s=1000.0, interrupt_at_s=2.0))
+    result, fake, _ = run(tmp_path, Script(runs_s=1000.0, interrupt_at_s=2.0))
     assert result.verdict.classification == "external_cancellation"
     # The soft stop first (the trainer checkpoints and exits), so nothing needs terminating.
-    assert [action for action, _ in world.world.requests] == ["soft_stop", "terminate"]
-    assert world.world.exit_record is not None and world.world.exit_record.returncode == 0
+    assert [action for action, _ in fake.world.requests] == ["soft_stop", "terminate"]
+    assert fake.world.exit_record is not None and fake.world.exit_record.returncode == 0
 
 
 def test_ctrl_c_reaches_a_trainer_that_ignores_the_soft_stop_after_the_grace(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0, obeys_stop=False), SUMMARY)
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0, obeys_stop=False), SUMMARY)
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     grace = settings(tmp_path).launcher.stop_grace_s
-    result = Supervisor(settings(tmp_path), world.ports(), request).run()
+    result = Supervisor(settings(tmp_path), fake.ports(), request).run()
     assert result.verdict.classification == "external_cancellation"
-    assert [action for action, _ in world.world.requests][:2] == ["soft_stop", "terminate"]
-    soft_at, term_at = world.world.request_times[:2]
+    assert [action for action, _ in fake.world.requests][:2] == ["soft_stop", "terminate"]
+    soft_at, term_at = fake.world.request_times[:2]
     assert grace > 0 and term_at - soft_at >= grace
     # Said at once, with the grace and how to cut it short.
     assert f"SIGINT: soft stop sent; the trainer has {grace:g}s to checkpoint" in capsys.readouterr().err
@@ -236,7 +236,7 @@ def test_what_a_stop_from_outside_says_it_does() -> None:
 
 def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) -> None:
     """A multi-pod soak: another index failed for good, the Job controller stops this pod."""
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
     failure = "PodFailurePolicy: Container soak-sidecar for pod soak/train-1 failed with exit code 10"
     failing = JobFacts(
         "soak", conditions=(Condition("FailureTarget", "True", "PodFailurePolicy", failure[18:]),)
@@ -245,20 +245,20 @@ def test_a_pod_stopped_because_its_job_failed_elsewhere_says_so(tmp_path: Path) 
     status = FakePodStatus(
         StopEvidence(None, job=JobFacts("soak")), StopEvidence(None), StopEvidence(None, job=failing)
     )
-    ports = replace(world.ports(), pod_status=status)
+    ports = replace(fake.ports(), pod_status=status)
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"), index=0, indexes=2)
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert (result.verdict.classification, result.exit_code) == ("job_failed", 17)  # cancelled
     assert result.verdict.reason == f"the Job failed, so this pod was stopped: {failure}"
-    assert world.world.requests[0][0] == "soft_stop"
-    artifact = world.files.artifact()
+    assert fake.world.requests[0][0] == "soft_stop"
+    artifact = fake.files.artifact()
     assert (artifact["context"]["index"], artifact["context"]["indexes"]) == (0, 2)
-    assert world.store.locked == [f"{RUN_ID}.index-0"] and world.store.attempts == {f"{RUN_ID}.index-0": 1}
+    assert fake.store.locked == [f"{RUN_ID}.index-0"] and fake.store.attempts == {f"{RUN_ID}.index-0": 1}
 
 
 def test_an_evicted_pod_says_so_and_stops_softly_first(tmp_path: Path) -> None:
     """kubectl drain: the Eviction API marks the pod DisruptionTarget before the SIGTERM."""
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
     evicted = PodFacts(
         "train-0",
         "uid",
@@ -268,29 +268,29 @@ def test_an_evicted_pod_says_so_and_stops_softly_first(tmp_path: Path) -> None:
         ),
     )
     status = FakePodStatus(StopEvidence(None, pod=evicted, job=JobFacts("soak")))
-    result = Supervisor(settings(tmp_path), replace(world.ports(), pod_status=status), REQUEST).run()
+    result = Supervisor(settings(tmp_path), replace(fake.ports(), pod_status=status), REQUEST).run()
     assert (result.verdict.classification, result.exit_code) == ("evicted", 17)
     assert (
         result.verdict.reason is not None
         and "(EvictionByEvictionAPI: Eviction API: evicting)" in result.verdict.reason
     )
-    assert world.world.requests[0][0] == "soft_stop"
+    assert fake.world.requests[0][0] == "soft_stop"
     assert status.reads == 1  # decisive at once: no waiting for more
-    assert world.files.artifact()["failure_classification"] == "evicted"
+    assert fake.files.artifact()["failure_classification"] == "evicted"
 
 
 def test_a_pod_deleted_with_no_cause_waits_a_moment_for_one(tmp_path: Path) -> None:
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
     deleted = PodFacts("train-0", "uid", deleting=True)
     status = FakePodStatus(StopEvidence(None, pod=deleted, job=JobFacts("soak")))
-    result = Supervisor(settings(tmp_path), replace(world.ports(), pod_status=status), REQUEST).run()
+    result = Supervisor(settings(tmp_path), replace(fake.ports(), pod_status=status), REQUEST).run()
     assert result.verdict.classification == "pod_deleted"
     assert status.reads >= 3  # asked until cause_wait_s passed
 
 
 def test_locally_a_ctrl_c_is_named_in_the_reason(tmp_path: Path) -> None:
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
-    result = Supervisor(settings(tmp_path), world.ports(), REQUEST).run()
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    result = Supervisor(settings(tmp_path), fake.ports(), REQUEST).run()
     assert result.verdict.classification == "external_cancellation"
     assert (
         result.verdict.reason == "soak was interrupted before the trainer completed: the sidecar got Ctrl-C"
@@ -310,33 +310,33 @@ def test_an_oom_killed_trainer_is_out_of_memory_with_limit_victim_and_peak(tmp_p
 
 
 def test_a_launcher_without_the_subreaper_is_refused_before_the_go(tmp_path: Path) -> None:
-    result, world, artifact = run(tmp_path, Script(subreaper=False))
+    result, fake, artifact = run(tmp_path, Script(subreaper=False))
     assert result.verdict.classification == "refused"
-    assert world.world.go is None and world.world.aborted is not None
-    assert world.world.aborted[1] == result.exit_code
+    assert fake.world.go is None and fake.world.aborted is not None
+    assert fake.world.aborted[1] == result.exit_code
     assert artifact["deadline"] is None and artifact["monitor"]["sample_count"] == 0
 
 
 def test_a_launcher_that_never_appears_is_launcher_missing(tmp_path: Path) -> None:
-    result, world, _ = run(tmp_path, Script(appears=False), mode="pod")
+    result, fake, _ = run(tmp_path, Script(appears=False), mode="pod")
     assert result.verdict.classification == "launcher_missing"
-    assert world.world.go is None
+    assert fake.world.go is None
 
 
 def test_a_command_that_cannot_start_uses_no_record_and_no_attempt(tmp_path: Path) -> None:
-    result, world, artifact = run(tmp_path, Script(command_problem="was not found"))
+    result, fake, artifact = run(tmp_path, Script(command_problem="was not found"))
     assert result.verdict.classification == "trainer_not_started" and result.exit_code == 19
     assert "'python3' was not found" in (result.verdict.reason or "")
-    assert world.store.records == {} and world.store.attempts == {}
-    assert world.world.aborted is not None and world.world.aborted[1] == 19  # the launcher exits now
-    assert world.world.go is None and artifact["context"]["attempt"] == 0
+    assert fake.store.records == {} and fake.store.attempts == {}
+    assert fake.world.aborted is not None and fake.world.aborted[1] == 19  # the launcher exits now
+    assert fake.world.go is None and artifact["context"]["attempt"] == 0
 
 
 def test_an_upload_failure_turns_a_pass_into_evidence_lost(tmp_path: Path) -> None:
-    result, world, artifact = run(tmp_path, Script(runs_s=2.0), upload_fails=True)
+    result, fake, artifact = run(tmp_path, Script(runs_s=2.0), upload_fails=True)
     assert result.verdict.classification == "evidence_lost"
     assert artifact["upload"]["error"] == "the bucket refused the upload"
-    assert world.publisher.published[0].classification == "evidence_lost"
+    assert fake.publisher.published[0].classification == "evidence_lost"
 
 
 def test_a_trainer_without_a_run_summary_fails(tmp_path: Path) -> None:
@@ -345,14 +345,14 @@ def test_a_trainer_without_a_run_summary_fails(tmp_path: Path) -> None:
 
 
 def test_local_mode_needs_a_command(tmp_path: Path) -> None:
-    world = fakes(Script(), SUMMARY)
+    fake = fakes(Script(), SUMMARY)
     with pytest.raises(ConfigError, match="needs a trainer command"):
-        Supervisor(settings(tmp_path), world.ports(), RunRequest(mode="local", run_id=RUN_ID))
+        Supervisor(settings(tmp_path), fake.ports(), RunRequest(mode="local", run_id=RUN_ID))
 
 
 def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_path: Path) -> None:
-    world = fakes(Script(), SUMMARY)
-    info = world.channel.wait_for_launcher(1.0)
+    fake = fakes(Script(), SUMMARY)
+    info = fake.channel.wait_for_launcher(1.0)
     identity = make_identity(
         run_id=RUN_ID, command=("t",), budget_s=600, checkpoint_margin_s=10, deadline_store="memory://"
     )
@@ -385,8 +385,8 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
 def test_go_ahead_gives_the_deadline_in_this_nodes_wall_clock(tmp_path: Path) -> None:
     """A node whose wall clock is 30 s ahead of the record's (within the skew tolerance) gets a
     go.json deadline 30 s earlier in real time: the least any clock allows, never more."""
-    world = fakes(Script(), SUMMARY)
-    info = world.channel.wait_for_launcher(1.0)
+    fake = fakes(Script(), SUMMARY)
+    info = fake.channel.wait_for_launcher(1.0)
     identity = make_identity(
         run_id=RUN_ID, command=("t",), budget_s=600, checkpoint_margin_s=10, deadline_store="memory://"
     )
@@ -415,30 +415,30 @@ def test_a_reference_clock_stamps_the_record_and_bounds_every_later_attempt(tmp_
 
     def attempt(apiserver_ahead_s: float) -> tuple[RunResult, Fakes]:
         # The world's clock starts again at EPOCH: the node's wall clock says no time has passed.
-        world = fakes(Script(runs_s=5.0), SUMMARY)
-        world.world.boot_id = "after-a-reboot"
-        world.store = first.store
-        clock = FakeReferenceClock(world.world, offset_s=apiserver_ahead_s)
+        fake = fakes(Script(runs_s=5.0), SUMMARY)
+        fake.world.boot_id = "after-a-reboot"
+        fake.store = first.store
+        clock = FakeReferenceClock(fake.world, offset_s=apiserver_ahead_s)
         return Supervisor(
-            settings(tmp_path), replace(world.ports(), reference_clock=clock), request
-        ).run(), world
+            settings(tmp_path), replace(fake.ports(), reference_clock=clock), request
+        ).run(), fake
 
     refused, _ = attempt(400.0)
     assert refused.exit_code == 15 and "apiserver's clock (Date) says" in (refused.verdict.reason or "")
-    shortened, world = attempt(30.0)
-    assert shortened.exit_code == 0 and world.world.go is not None
-    assert world.world.go.deadline_unix == pytest.approx(record["deadline_unix"] - 30.0, abs=1.0)
+    shortened, fake = attempt(30.0)
+    assert shortened.exit_code == 0 and fake.world.go is not None
+    assert fake.world.go.deadline_unix == pytest.approx(record["deadline_unix"] - 30.0, abs=1.0)
 
 
 def test_refusals_before_the_lock_never_share_an_s3_key(tmp_path: Path) -> None:
-    world = fakes(Script(), SUMMARY)
-    ports = Ports(**{**vars(world.ports()), "store": RefusingStore()})
+    fake = fakes(Script(), SUMMARY)
+    ports = Ports(**{**vars(fake.ports()), "store": RefusingStore()})
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     for _ in range(2):
         result = Supervisor(settings(tmp_path), ports, request).run()
         assert result.verdict.classification == "transient_infra"
-    prefixes = {prefix for prefix, name in world.sink.uploaded if name == "artifact.json"}
-    assert len(prefixes) == 2, world.sink.uploaded  # the second refusal did not hit the first's key
+    prefixes = {prefix for prefix, name in fake.sink.uploaded if name == "artifact.json"}
+    assert len(prefixes) == 2, fake.sink.uploaded  # the second refusal did not hit the first's key
     assert all("/unnumbered-" in prefix for prefix in prefixes)
 
 
@@ -457,15 +457,15 @@ class BrokenProcesses(FakeProcesses):
 
 
 def test_any_failure_still_ends_in_a_verdict_with_an_artifact(tmp_path: Path) -> None:
-    world = fakes(Script(), SUMMARY)
-    ports = Ports(**{**vars(world.ports()), "processes": BrokenProcesses(world.world)})
+    fake = fakes(Script(), SUMMARY)
+    ports = Ports(**{**vars(fake.ports()), "processes": BrokenProcesses(fake.world)})
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert result.verdict.classification == "monitor_failure" and result.exit_code == 70
     assert result.verdict.reason == "soak-sidecar failed: RuntimeError: an adapter bug"
-    assert world.files.artifact()["failure_classification"] == "monitor_failure"
-    assert world.publisher.published[0].exit_code == 70
-    assert world.world.aborted is not None and world.world.go is None  # the trainer never started
+    assert fake.files.artifact()["failure_classification"] == "monitor_failure"
+    assert fake.publisher.published[0].exit_code == 70
+    assert fake.world.aborted is not None and fake.world.go is None  # the trainer never started
 
 
 class HostileChannel(FakeChannel):
@@ -477,8 +477,8 @@ class HostileChannel(FakeChannel):
 
 
 def test_a_hostile_exit_record_is_a_verdict_not_a_crash(tmp_path: Path) -> None:
-    world = fakes(Script(runs_s=2.0), SUMMARY)
-    ports = Ports(**{**vars(world.ports()), "channel": HostileChannel(world.world)})
+    fake = fakes(Script(runs_s=2.0), SUMMARY)
+    ports = Ports(**{**vars(fake.ports()), "channel": HostileChannel(fake.world)})
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert result.verdict.classification == "monitor_failure"
@@ -493,14 +493,14 @@ class ForgedLauncherChannel(FakeChannel):
 
 
 def test_a_launcher_json_naming_another_process_is_not_the_local_launcher(tmp_path: Path) -> None:
-    world = fakes(Script(), SUMMARY)
-    processes = world.processes
-    ports = Ports(**{**vars(world.ports()), "channel": ForgedLauncherChannel(world.world)})
+    fake = fakes(Script(), SUMMARY)
+    processes = fake.processes
+    ports = Ports(**{**vars(fake.ports()), "channel": ForgedLauncherChannel(fake.world)})
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     result = Supervisor(settings(tmp_path), ports, request).run()
     assert result.verdict.classification == "launcher_missing"
     assert "names pid 4242, not the launcher started here" in (result.verdict.reason or "")
-    assert world.world.go is None and not processes.groups_killed  # nothing started, nothing signalled
+    assert fake.world.go is None and not processes.groups_killed  # nothing started, nothing signalled
 
 
 def phases_of(artifact: dict[str, Any]) -> dict[str, float]:
@@ -540,13 +540,13 @@ def test_without_a_checkpoint_the_lost_work_is_not_guessed(tmp_path: Path) -> No
 
 def test_a_pods_attempt_begins_at_its_pods_creation(tmp_path: Path) -> None:
     """In a pod the attempt's first phases are the pod's own: scheduling and the containers' start."""
-    world = fakes(Script(runs_s=4.0), SUMMARY)
-    created = world.world.wall() - 30.0
+    fake = fakes(Script(runs_s=4.0), SUMMARY)
+    created = fake.world.wall() - 30.0
     moments = PodMoments(created=created, scheduled=created + 2.0, containers_started=created + 20.0)
-    ports = replace(world.ports(), pod_status=FakePodStatus(StopEvidence(None), moments=moments))
+    ports = replace(fake.ports(), pod_status=FakePodStatus(StopEvidence(None), moments=moments))
     request = RunRequest(mode="local", run_id=RUN_ID, command=("python3", "train.py"))
     Supervisor(settings(tmp_path), ports, request).run()
-    phases = world.files.artifact()["phases"]["phases"]
+    phases = fake.files.artifact()["phases"]["phases"]
     assert [(p["kind"], p["seconds"]) for p in phases[:3]] == [
         ("scheduling", 2.0),
         ("container_start", 18.0),
@@ -556,10 +556,10 @@ def test_a_pods_attempt_begins_at_its_pods_creation(tmp_path: Path) -> None:
 
 
 def _pod_run(tmp_path: Path, script: Script, ended: ContainerState | None) -> tuple[RunResult, Fakes]:
-    world = fakes(script, SUMMARY)
-    ports = replace(world.ports(), pod_status=FakePodStatus(StopEvidence(None), ended=ended))
+    fake = fakes(script, SUMMARY)
+    ports = replace(fake.ports(), pod_status=FakePodStatus(StopEvidence(None), ended=ended))
     result = Supervisor(settings(tmp_path), ports, RunRequest(mode="pod", run_id=RUN_ID)).run()
-    return result, world
+    return result, fake
 
 
 def test_in_a_pod_the_kubelets_report_of_the_trainer_container_confirms_exit_json(tmp_path: Path) -> None:
@@ -569,32 +569,32 @@ def test_in_a_pod_the_kubelets_report_of_the_trainer_container_confirms_exit_jso
 
 def test_in_a_pod_a_record_the_kubelet_contradicts_is_no_record(tmp_path: Path) -> None:
     """The trainer container exited 3 (its launcher said so to the kubelet); exit.json says 0."""
-    result, world = _pod_run(tmp_path, Script(runs_s=3.0), ContainerState("terminated", "Error", exit_code=3))
+    result, fake = _pod_run(tmp_path, Script(runs_s=3.0), ContainerState("terminated", "Error", exit_code=3))
     assert result.exit_code == 70 and result.verdict.classification == "monitor_failure"
-    artifact = world.files.artifact()
+    artifact = fake.files.artifact()
     violations = " ".join(artifact["protocol_violations"])
     assert "the trainer container (as the kubelet reports it) exited 3" in violations, violations
 
 
 def test_in_a_pod_a_record_the_kubelet_never_confirms_cannot_pass(tmp_path: Path) -> None:
-    result, world = _pod_run(tmp_path, Script(runs_s=3.0), None)
+    result, fake = _pod_run(tmp_path, Script(runs_s=3.0), None)
     assert result.exit_code == 70 and result.verdict.status != "passed"
-    violations = " ".join(world.files.artifact()["protocol_violations"])
+    violations = " ".join(fake.files.artifact()["protocol_violations"])
     assert "the kubelet reported no end of the trainer container within 30 s" in violations
-    assert world.world.now >= 30.0  # it waited for the kubelet first
+    assert fake.world.now >= 30.0  # it waited for the kubelet first
 
 
 def test_in_a_pod_a_stopped_run_keeps_an_unconfirmed_record_as_evidence_only(tmp_path: Path) -> None:
     """A pod deleted: the sidecar's own verdict stands; the kubelet had not yet reported the trainer
     container's end within the stop's short wait, so the record is shown but marked unconfirmed."""
-    world = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
+    fake = fakes(Script(runs_s=1000.0, interrupt_at_s=2.0), SUMMARY)
     deleted = PodFacts("train-0", "uid", deleting=True)
     status = FakePodStatus(StopEvidence(None, pod=deleted, job=JobFacts("soak")), ended=None)
     result = Supervisor(
-        settings(tmp_path), replace(world.ports(), pod_status=status), RunRequest(mode="pod", run_id=RUN_ID)
+        settings(tmp_path), replace(fake.ports(), pod_status=status), RunRequest(mode="pod", run_id=RUN_ID)
     ).run()
     assert result.verdict.classification == "pod_deleted"
-    artifact = world.files.artifact()
+    artifact = fake.files.artifact()
     assert artifact["post_shutdown"]["launcher_exit"]["confirmed"] is False
     assert artifact["post_shutdown"]["launcher_exit"]["soft_stop_sent"] is True
     assert artifact["protocol_violations"] == []

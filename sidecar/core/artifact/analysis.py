@@ -144,7 +144,8 @@ def _shm_file(found: ShmFile) -> str:
 
 
 def run_summary_figures(run_summary: Any) -> dict[str, Any]:
-    """The seed's resource-summary figures that come from the trainer's own run_summary."""
+    """The resource-summary figures that come from the trainer's own run_summary (in-flight and
+    replay-ingress figures of its runtime_manifest)."""
     manifest = run_summary.get("runtime_manifest") if isinstance(run_summary, dict) else None
     if not isinstance(manifest, dict):
         return {}
@@ -175,7 +176,7 @@ def run_summary_figures(run_summary: Any) -> dict[str, Any]:
     ):
         figures[name] = replay.get(key)
     # Only JSON-safe scalars: the trainer's document is untrusted input. NaN/Infinity (which the
-    # seed's parser accepts) are kept as text: the artifact is strict JSON (allow_nan=False).
+    # summary's parser accepts) are kept as text: the artifact is strict JSON (allow_nan=False).
     return {
         k: repr(v) if isinstance(v, float) and not math.isfinite(v) else v
         for k, v in figures.items()

@@ -86,7 +86,7 @@ class DeviceSummary(_Model):
 
 
 class ResourceSummary(_Model):
-    """Maxima and growth over the whole run (the seed's resource summary plus growth and GPUs)."""
+    """Maxima and growth over the whole run, GPU figures, and figures from the run_summary."""
 
     sample_count: int = 0
     max_process_count: int | None = None

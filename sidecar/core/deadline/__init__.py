@@ -2,7 +2,7 @@
 and the attempt's clock (``clock``).
 
 Pure: the store is injected (``sidecar.core.ports.DeadlineStore``) and every time is an argument.
-Rules kept from the training-deadline seed:
+Rules:
 
 - one record per run identity, created exclusively and durably, resumed thereafter and never
   extended or re-created (a changed identity, budget or margin is refused);

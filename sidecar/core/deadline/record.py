@@ -24,7 +24,7 @@ LEGACY_RECORD_FORMAT = "soak-sidecar-deadline-v1"
 MAX_RECORD_BYTES = 1024 * 1024
 # Attempts of one run are numbered by exclusive creates; a Job never retries anywhere near this.
 MAX_ATTEMPTS = 10_000
-# Same tolerance as the seed: deadline_unix must equal started_unix + budget_seconds.
+# deadline_unix must equal started_unix + budget_seconds, up to float rounding of the sum.
 CONSISTENCY_TOLERANCE_S = 1e-5
 
 _NUMBER_KEYS = ("started_unix", "deadline_unix", "budget_seconds", "checkpoint_margin_seconds")

@@ -1,29 +1,27 @@
 """The trainer's ``run_summary.json`` contract: validation and classification (pure).
 
-Every check of the soak monitor seed survives here with the seed's message texts and order:
-``schema_failure`` (metric/runtime-manifest schema versions), ``shutdown_contract_failure`` and
-``describe_shutdown`` (the host-only shutdown diagnostics), ``inference_flight_failure`` (a
-completed run's inference flight must be drained) in ``checks``; ``replay_ingress_failure`` (the
-replay-ingress invariants) in ``ingress``; then the generic runtime-manifest validator
-(``validator``). ``parse`` reads the bytes, ``evaluate`` classifies, ``models`` and ``schema``
-describe the same contract as typed models and their JSON Schema.
+The checks run in a fixed order, each with fixed message texts (the artifact's reason joins them
+in that order): ``schema_failure`` (metric/runtime-manifest schema versions),
+``shutdown_contract_failure`` and ``describe_shutdown`` (the host-only shutdown diagnostics),
+``inference_flight_failure`` (a completed run's inference flight must be drained) in ``checks``;
+``replay_ingress_failure`` (the replay-ingress invariants) in ``ingress``; then the generic
+runtime-manifest validator (``validator``). ``parse`` reads the bytes, ``evaluate`` classifies,
+``models`` and ``schema`` describe the same contract as typed models and their JSON Schema.
 
-Deliberate differences from the seed, all stricter or clearer, never more permissive:
+Rules worth knowing:
 
-- The seed imported one hard-coded producer validator (``unilab.rl``). Here the generic
-  validator is a plug-in (``ManifestValidator``, loaded by ``sidecar.adapters.validators``):
-  ``module:function`` from the settings, or the single entry point of the
-  ``soak_sidecar.manifest_validators`` group. With
-  neither configured the generic step is skipped: that is not a failure, since the checks above
-  are the soak's own contract. A configured validator that cannot be imported is a validation
-  failure with the seed's text (``runtime_manifest validation requires ...: <exc>``); one that
-  raises something other than TypeError/ValueError is a failure too, never a crash.
-- The seed treated unparsable JSON as a missing file and never reached its "must be a JSON
-  object" branch; here unreadable JSON, a non-object and an oversized file are
-  ``invalid_run_summary`` with their own message, and a file older than the run is
+- The generic validator is a plug-in (``ManifestValidator``, loaded by
+  ``sidecar.adapters.validators``): ``module:function`` from the settings, or the single entry
+  point of the ``soak_sidecar.manifest_validators`` group. With neither configured the generic
+  step is skipped: that is not a failure, since the checks above are the soak's own contract. A
+  configured validator that cannot be imported is a validation failure
+  (``runtime_manifest validation requires ...: <exc>``); one that raises something other than
+  TypeError/ValueError is a failure too, never a crash.
+- Unreadable JSON, a non-object and an oversized file are ``invalid_run_summary``, each with its
+  own message (not reported as a missing file); a file older than the run is
   ``stale_run_summary``.
-- Booleans never count as drained inference-flight counters (the seed's ``in (None, 0)`` let
-  ``False`` through); integers are compared exactly instead of through ``float``.
+- Booleans never count as drained inference-flight counters (``False`` is not ``0``); integers
+  are compared exactly instead of through ``float``.
 - Values quoted in messages are shortened to 500 characters of their repr (``contract.clip``).
 """
 

@@ -1,5 +1,5 @@
-"""The seed's checks of the schema versions, the shutdown diagnostics and the inference flight, one
-function each, with the seed's message texts."""
+"""The checks of the schema versions, the shutdown diagnostics and the inference flight, one
+function each, each with fixed message texts."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def clip(text: str) -> str:
 
 
 def show(value: object) -> str:
-    """``repr`` as the seed quoted it, shortened."""
+    """A value as messages quote it: its ``repr``, shortened."""
     return clip(repr(value))
 
 
@@ -65,7 +65,8 @@ def finite_number(value: object) -> float | None:
 
 
 def integer(value: object) -> int | None:
-    """The seed's "finite and integral" test; exact for ints, whatever their size."""
+    """The value as an int if it is finite and integral (``3.0`` counts, ``True`` does not);
+    exact for ints, whatever their size."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):

@@ -1,4 +1,4 @@
-"""Judging a run_summary: the seed's classification from the summary alone, and its outcome.
+"""Judging a run_summary: its classification from the summary alone, and its outcome.
 
 The generic runtime-manifest validator runs only after the replay-ingress checks pass, so a
 generic schema error cannot hide the actionable replay-ingress one.
@@ -30,7 +30,7 @@ from sidecar.core.run_summary.validator import (
 
 # Which rules a completed run_summary meets, chosen by the operator (never by the trainer):
 # "core" any trainer can meet (status, schema versions, the shutdown contract, the manifest
-# validator); "replay" adds the seed's replay-ingress invariants and drained inference flight, whole.
+# validator); "replay" adds the replay-ingress invariants and drained inference flight, whole.
 Profile = Literal["core", "replay"]
 
 
@@ -38,8 +38,8 @@ Profile = Literal["core", "replay"]
 class SummaryOutcome:
     """What ``run_summary.json`` alone says about the run.
 
-    ``failures`` are the seed's messages in the seed's order; ``classification`` is the seed's
-    ``monitor_failure_kind`` had nothing failed before the summary was read. Two seed rules
+    ``failures`` are the checks' messages in their fixed order; ``classification`` is the
+    failure kind had nothing failed before the summary was read. Two rules
     depend on earlier failures, so ``verdict.decide`` composes them through ``reason_parts`` and
     ``classification_overrides``: the "status is X, expected 'completed'" message (kept in
     ``status_failure``, then always ``failures[0]``) is reported only when nothing failed before,
@@ -123,7 +123,7 @@ def evaluate_parsed(
     manifest_validator: ManifestValidator | ValidatorUnavailable | None,
     profile: Profile = "replay",
 ) -> SummaryOutcome:
-    """Judge an already parsed document (the seed's classification, from the summary alone)."""
+    """Judge an already parsed document (its classification, from the summary alone)."""
     if not isinstance(value, dict):
         return SummaryOutcome(
             present=True,

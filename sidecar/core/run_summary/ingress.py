@@ -1,4 +1,4 @@
-"""The final replay-ingress invariants of a completed run, in the seed's order (first failure)."""
+"""The final replay-ingress invariants of a completed run, in a fixed order (first failure)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sidecar.core.run_summary.contract import (
 
 
 def replay_ingress_failure(summary: Mapping[str, Any]) -> str | None:
-    """The final replay-ingress invariants of a completed run (the seed's order, first failure)."""
+    """The final replay-ingress invariants of a completed run (fixed order, first failure)."""
     manifest = mapping(summary.get("runtime_manifest"))
     if manifest is None:
         return "completed runtime_manifest is missing runtime_manifest"
@@ -101,7 +101,7 @@ def _ingress_returns_failure(values: Mapping[str, int]) -> str | None:
         return f"final replay ingress occupancy is nonzero: {values['occupancy']}"
     if dropped != 0:
         return f"replay ingress dropped batches during normal run: {dropped}"
-    # The seed's "early returns during normal run" check is omitted: early_returns equals
+    # No separate "early returns during normal run" check: early_returns equals
     # dropped_batches, which is 0 here, so it could never fire.
     return None
 
@@ -125,7 +125,7 @@ def _ingress_totals_failure(values: Mapping[str, int], total_env_steps: object) 
             "replay_ingress published_sequence does not match total_env_steps: "
             f"{published} != {expected_sequence}"
         )
-    # The seed's release_sequence counterpart is omitted: occupancy = published - released = 0
+    # No release_sequence counterpart of this check: occupancy = published - released = 0
     # was enforced above, so released equals published here and it could never fire.
     if values["high_water_occupancy"] <= 0:
         return "completed replay_ingress high_water_occupancy must be positive"

@@ -18,7 +18,7 @@ from sidecar.core.run_summary.evaluate import Profile, evaluate_parsed
 
 
 def _json_integer(value: object) -> object:
-    # the seed accepts 3.0 where it wants an integer, never True
+    # 3.0 counts where an integer is wanted, True never does (as in contract.integer)
     if isinstance(value, bool):
         raise ValueError("a boolean is not an integer")
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -34,7 +34,7 @@ def _json_finite(value: object) -> object:
 
 
 def _object_or_none(value: object) -> object:
-    # the seed ignores a non-object here as if the field were absent
+    # the checks treat a non-object here as if the field were absent
     return value if isinstance(value, Mapping) else None
 
 

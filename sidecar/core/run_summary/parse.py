@@ -1,6 +1,6 @@
-"""Parsing ``run_summary.json``'s bytes: as permissive as the seed's ``json.loads`` (``NaN`` and
-``Infinity`` parse; the finite-number checks reject them), stricter about size, encoding, nesting
-and repeated keys."""
+"""Parsing ``run_summary.json``'s bytes: Python's ``json.loads`` (``NaN`` and ``Infinity`` parse,
+so the finite-number checks reject them with a message that names the field), with limits on
+size, encoding and nesting, and repeated keys refused."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _depth(value: object) -> int:
 
 
 def load_run_summary(data: bytes, *, max_bytes: int) -> object:
-    """Parse run_summary.json as the seed did (``NaN``/``Infinity`` parse; checks reject them).
+    """Parse run_summary.json (``NaN``/``Infinity`` parse; the checks reject them later).
 
     Raises ``InvalidRunSummaryError`` for an oversized, non-UTF-8, unparsable or too deeply
     nested document. A caller reading the file may stop after ``max_bytes + 1`` bytes.
@@ -44,7 +44,7 @@ def load_run_summary(data: bytes, *, max_bytes: int) -> object:
     except RecursionError as exc:
         raise InvalidRunSummaryError("run_summary.json is nested too deeply to parse") from exc
     except DuplicateKeyError as exc:
-        # Stricter than the seed, which kept the last of the repeated keys.
+        # Refused rather than keeping the last: a repeated key could hide a failing value.
         raise InvalidRunSummaryError(
             f"run_summary.json repeats the key {clip(exc.key)!r} in one object"
         ) from exc

@@ -1,6 +1,6 @@
 """The soak's conclusion from what the run left behind. Pure: every fact is an argument.
 
-The seed's post-run rules: a launcher that wrote no exit record, a trainer that could not be
+The post-run rules: a launcher that wrote no exit record, a trainer that could not be
 started, processes that outlived the trainer, and when a failure counts as the deadline's.
 """
 
@@ -236,7 +236,7 @@ def _mib(size: int) -> str:
 def _residual_pids(facts: RunFacts) -> tuple[int, ...]:
     """The launcher (a subreaper) kills what outlives the trainer before it exits, so a leaked
     worker is rarely still alive here: what it had to kill after the trainer ended, or could not
-    reap, is residual too (the seed's rule; stricter: no grace before TERM)."""
+    reap, is residual too (no grace before TERM: a survivor of the trainer is one at once)."""
     pids = {p.pid for p in facts.still_alive}
     if facts.exit_record is not None:
         pids.update(k.pid for k in facts.exit_record.survivors_killed)

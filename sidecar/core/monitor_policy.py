@@ -1,8 +1,8 @@
 """What the monitor does next, decided from the time and what it just observed. Pure.
 
 The monitoring loop (sidecar.app.monitoring) asks ``due(now)`` what to observe, observes it, and
-carries out the ``Action`` that ``step(now, observation)`` returns. Every rule of the seed's watch
-loop lives here: liveness, lock loss, GPU fault, deadline, and the kill fallback when the launcher
+carries out the ``Action`` that ``step(now, observation)`` returns. Every rule of the watch loop
+lives here: liveness, lock loss, GPU fault, deadline, and the kill fallback when the launcher
 does not act on a stop request.
 """
 

@@ -1,18 +1,18 @@
 """The verdict: a pure function of what the supervisor observed, and the exit-code table.
 
-``decide`` keeps the soak monitor seed's order for composing the failure reason (``; ``-joined):
+``decide`` composes the failure reason (``; ``-joined) in this order:
 
 1. the monitor's own failure (startup/stale timeout, cancellation, monitor crash, ...);
 2. ``trainer exited with returncode N``, only if nothing failed yet (``trainer_failure``: a trainer
-   that died is the first real cause and a missing or invalid run_summary its evidence; stricter
-   than the seed, which classed it by the summary);
-3. the trainer finished before ``min_duration_seconds=...`` (``trainer_failure``; the seed left it
-   unclassified), only if nothing failed yet;
+   that died is the first real cause and a missing or invalid run_summary its evidence, never its
+   class);
+3. the trainer finished before ``min_duration_seconds=...`` (``trainer_failure``: a soak that
+   ended too soon did not soak), only if nothing failed yet;
 4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
 5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
 
-and its classification rules. The seed let a valid abnormal shutdown classification from the trainer
-replace any earlier kind; stricter here, because the trainer writes its summary itself:
+and its classification rules. A valid abnormal shutdown classification from the trainer does not
+replace any earlier kind, because the trainer writes its summary itself:
 
 - what the sidecar observed or measured stands over the trainer's account (``OBSERVED``: a stall,
   a stop from outside, a leak or survivors, an OOM kill), e.g. a hung trainer killed by the stall's
@@ -22,7 +22,7 @@ replace any earlier kind; stricter here, because the trainer writes its summary 
 - any other claim (the trainer's own failure) replaces the remaining kinds and fills an empty slot;
   a failure with no kind is ``unknown_failure``.
 
-Added to the seed, ahead of everything above because they explain the rest:
+Ahead of everything above, because they explain the rest:
 
 - ``deadline``: the total-job deadline expired, or the budget was spent (soft stop at the
   checkpoint margin, trainer unfinished); ``deadline_exhausted`` outranks the trainer's non-zero
@@ -31,7 +31,7 @@ Added to the seed, ahead of everything above because they explain the rest:
 - ``upload_error``: kept in ``evidence_error`` always, but it turns the verdict into
   ``evidence_lost`` only when the soak otherwise passed, so it never hides the soak's own verdict.
 
-A passed verdict has classification None (the seed's ``failure_classification``) and exit 0.
+A passed verdict has classification None (the artifact's ``failure_classification``) and exit 0.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ def decide(
         kind = "gpu_fault"
 
     if parts:
-        # Kindless so far: a summary's kind fills the slot first (the seed's order); a trainer that
+        # Kindless so far: a summary's kind fills the slot first; a trainer that
         # finished too soon, and nothing else, is the trainer's failure.
         too_short = returncode == 0 and duration_s < min_duration_s
         fallback = "trainer_failure" if too_short else "unknown_failure"
@@ -296,11 +296,11 @@ def _trainer_failure(
     leaks: Sequence[str],
     out_of_memory: str | None,
 ) -> tuple[list[str], str | None]:
-    """The first of the seed's trainer-side rules that fails (each only if nothing failed yet)."""
+    """The first of the trainer-side rules that fails (each only if nothing failed yet)."""
     if returncode != 0:
         return _trainer_died(returncode, out_of_memory)
     if duration_s < min_duration_s:
-        # The trainer finished too soon to have soaked (named in the seed's terms; kind: see decide).
+        # The trainer finished too soon to have soaked (kind: see decide).
         return [
             f"the trainer finished after {duration_s:.1f} s, before the soak's minimum duration "
             f"(min_duration_seconds={min_duration_s:.1f})"

@@ -59,7 +59,7 @@ class MonitorSettings(Group):
     progress_signal: Literal["bytes", "any"] = Field(
         "any",
         description="What counts as progress: 'any' (any change: a file added, grown or rewritten, "
-        "its mtime) or 'bytes' (the seed's rule: only the total size). Default any.",
+        "its mtime) or 'bytes' (only a change of the files' total size). Default any.",
     )
     max_rss_growth_mib: float | None = Field(
         None,
@@ -157,7 +157,7 @@ class SummarySettings(Group):
     profile: Literal["replay", "core"] = Field(
         "replay",
         description="Rules a completed run_summary must meet: 'core' (status, schema versions, the "
-        "shutdown contract, the manifest validator: any trainer) or 'replay' (core plus the seed's "
+        "shutdown contract, the manifest validator: any trainer) or 'replay' (core plus the "
         "replay-ingress invariants and drained inference flight: a replay-buffer trainer). The "
         "operator's choice, never the trainer's. Default replay.",
     )
@@ -179,8 +179,8 @@ class DeadlineSettings(Group):
         7200.0,
         gt=0,
         le=MAX_SECONDS,
-        description="Largest budget a record may carry, seconds (the seed's two-hour cap; raise it "
-        "explicitly for multi-day soaks). Default 7200.",
+        description="Largest budget a record may carry, seconds (two hours by default: a record "
+        "that claims more is refused; raise it explicitly for multi-day soaks). Default 7200.",
     )
     term_grace_s: float = Field(
         5.0,

@@ -169,7 +169,7 @@ class ResourceSummary(_Model):
     residual_process_count: int = 0
     run_summary_figures: dict[str, Any] = Field(
         default_factory=dict,
-        description="The seed's figures taken from run_summary (in-flight, replay ingress).",
+        description="The replay profile's figures taken from run_summary (in-flight, replay ingress).",
     )
 
 

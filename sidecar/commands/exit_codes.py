@@ -21,7 +21,8 @@ def register(sub: Subparsers[UsageParser], summary: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sidecar.core.verdict import classifications_for, exit_code_table_markdown
+    from sidecar.core.classification import classifications_for
+    from sidecar.core.verdict import exit_code_table_markdown
 
     if not args.json:
         print(exit_code_table_markdown())

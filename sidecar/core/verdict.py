@@ -36,11 +36,16 @@ A passed verdict has classification None (the artifact's ``failure_classificatio
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, get_args
 
+from sidecar.core.classification import (
+    CLASSIFICATION_EXIT_CODES,
+    OBSERVED,
+    SEEN_ONLY,
+    classifications_for,
+)
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 
 if TYPE_CHECKING:  # the run_summary package loads pydantic: exit-codes needs only the table
@@ -76,72 +81,9 @@ MonitorKind = Literal[
     "trainer_failure",
 ]
 PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
-# Kinds the sidecar itself observed or measured: the trainer's own classification never replaces
-# them (a trainer soft-stopped because its pod was evicted calls that a cancellation; one killed by a
-# stall's TERM may call it its own failure).
 # Residual PIDs a reason names (the artifact lists more, and counts them all): a storm of
 # survivors must not make the reason, the annotations and the Event the trainer's size.
 NAMED_RESIDUALS = 16
-OBSERVED: frozenset[str] = frozenset(
-    {*get_args(CancelKind), "timeout/stale_tick", "timeout/startup", "resource_leak", "out_of_memory"}
-)
-# Shutdown classes that name a cause only the sidecar can see, and the kinds that show it saw it.
-SEEN_ONLY: Mapping[str, frozenset[str]] = MappingProxyType(
-    {
-        "external_cancellation": frozenset(get_args(CancelKind)),
-        "timeout/stale_tick": frozenset({"timeout/stale_tick", "timeout/startup"}),
-    }
-)
-
-# Classification -> exit code. The single source for the README table and the chart's
-# podFailurePolicy. 1-127 permanent, 128+ retryable (see exitcodes.py).
-CLASSIFICATION_EXIT_CODES: Mapping[str, ExitCode] = MappingProxyType(
-    {
-        # the trainer's own shutdown classifications (normal_completion means passed)
-        "learner_failure": ExitCode.TRAINER_FAILED,
-        "collector_failure": ExitCode.TRAINER_FAILED,
-        "backend_worker_failure": ExitCode.TRAINER_FAILED,
-        "unknown_failure": ExitCode.TRAINER_FAILED,
-        # a trainer that died (non-zero exit, signal) without a classification of its own
-        "trainer_failure": ExitCode.TRAINER_FAILED,
-        "timeout/stale_tick": ExitCode.STALLED,
-        # killed by the kernel's OOM killer at the memory limit (it stands over the trainer's summary)
-        "out_of_memory": ExitCode.OUT_OF_MEMORY,
-        # stopped from outside, by cause (sidecar.core.disruption); a stop signal with no other
-        # cause known, or Ctrl-C, is external_cancellation
-        "external_cancellation": ExitCode.CANCELLED,
-        "job_failed": ExitCode.CANCELLED,
-        # not a failure: the chart ignores it, the Job resumes the soak on the same deadline
-        "job_suspended": ExitCode.JOB_SUSPENDED,
-        "job_deleted": ExitCode.CANCELLED,
-        "evicted": ExitCode.CANCELLED,
-        "preempted": ExitCode.CANCELLED,
-        "node_disruption": ExitCode.CANCELLED,
-        "pod_deleted": ExitCode.CANCELLED,
-        # the run_summary contract
-        "missing_run_summary": ExitCode.CONTRACT_VIOLATION,
-        "invalid_run_summary": ExitCode.CONTRACT_VIOLATION,
-        "stale_run_summary": ExitCode.CONTRACT_VIOLATION,
-        "schema_violation": ExitCode.CONTRACT_VIOLATION,
-        "shutdown_contract_violation": ExitCode.CONTRACT_VIOLATION,
-        # the monitor's own kinds
-        "timeout/startup": ExitCode.STALLED,
-        "resource_leak": ExitCode.RESOURCE_LEAK,
-        "monitor_failure": ExitCode.INTERNAL,
-        "launcher_missing": ExitCode.TRAINER_NOT_STARTED,
-        "trainer_not_started": ExitCode.TRAINER_NOT_STARTED,
-        "supervisor_lost": ExitCode.SUPERVISOR_LOST,
-        # deadline, hardware, evidence
-        "deadline_exhausted": ExitCode.DEADLINE_EXHAUSTED,
-        "gpu_fault": ExitCode.GPU_FAULT,
-        "evidence_lost": ExitCode.EVIDENCE_LOST,
-        # refusals before the trainer starts
-        "refused": ExitCode.REFUSED,
-        "insufficient_budget": ExitCode.INSUFFICIENT_BUDGET,
-        "transient_infra": ExitCode.TRANSIENT_INFRA,
-    }
-)
-ALL_CLASSIFICATIONS: tuple[str, ...] = tuple(CLASSIFICATION_EXIT_CODES)
 
 DEADLINE_REASON = "the total-job deadline expired before the trainer finished"
 BUDGET_REASON = (
@@ -149,11 +91,6 @@ BUDGET_REASON = (
 )
 # How the deadline ended a run (sidecar.core.conclusion.deadline_end).
 DeadlineEnd = Literal["expired", "budget_spent"]
-
-
-def classifications_for(code: ExitCode) -> list[str]:
-    """The verdict classifications that exit with ``code``, sorted."""
-    return sorted(name for name, mapped in CLASSIFICATION_EXIT_CODES.items() if mapped is code)
 
 
 def exit_code_table_markdown() -> str:

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
+from sidecar.core.classification import SEEN_ONLY
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.run_summary import (
     REPLAY_INGRESS_INTEGER_FIELDS,
@@ -34,7 +35,7 @@ from sidecar.core.run_summary import (
     shutdown_contract_failure,
     shutdown_diagnostics,
 )
-from sidecar.core.verdict import SEEN_ONLY, decide, exit_code_for
+from sidecar.core.verdict import decide, exit_code_for
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "run_summary"
 VALID = [

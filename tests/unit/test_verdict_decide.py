@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sidecar.core.classification import ALL_CLASSIFICATIONS, CLASSIFICATION_EXIT_CODES
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.run_summary import (
     SHUTDOWN_CLASSIFICATIONS,
@@ -20,8 +21,6 @@ from sidecar.core.run_summary import (
     evaluate_run_summary,
 )
 from sidecar.core.verdict import (
-    ALL_CLASSIFICATIONS,
-    CLASSIFICATION_EXIT_CODES,
     DEADLINE_REASON,
     MonitorKind,
     PreStartKind,

@@ -1,0 +1,55 @@
+"""The one classification table: every wire string once, the trainer's claims the run_summary
+contract's shutdown classes, and the verdict's views of it (observed kinds, claims that need the
+sidecar to have seen their cause) as the verdict rules state them."""
+
+from __future__ import annotations
+
+import json
+
+from sidecar.core.classification import (
+    CLASSIFICATION_EXIT_CODES,
+    OBSERVED,
+    RULES,
+    SEEN_ONLY,
+    STOPPED_FROM_OUTSIDE,
+    Classification,
+    Source,
+)
+from sidecar.core.exitcodes import ExitCode
+from sidecar.core.run_summary.contract import SHUTDOWN_CLASSIFICATIONS
+
+
+def test_every_classification_has_one_rule_and_a_wire_string_of_its_own() -> None:
+    assert set(RULES) == set(Classification)
+    assert len({c.value for c in Classification}) == len(Classification)
+    assert all(str(c) == c.value and json.dumps(c) == json.dumps(c.value) for c in Classification)
+
+
+def test_the_trainer_may_claim_exactly_the_contracts_abnormal_shutdown_classes() -> None:
+    claimable = {c.value for c, rule in RULES.items() if rule.claimable}
+    assert claimable == set(SHUTDOWN_CLASSIFICATIONS) - {"normal_completion"}
+    claims = {c for c, rule in RULES.items() if rule.source is Source.TRAINER}
+    assert all(RULES[c].exit_code is ExitCode.TRAINER_FAILED for c in claims)
+
+
+def test_a_cause_only_the_sidecar_sees_counts_only_when_it_saw_it() -> None:
+    assert {
+        "external_cancellation": STOPPED_FROM_OUTSIDE,
+        "timeout/stale_tick": {Classification.STALE_PROGRESS, Classification.STARTUP_TIMEOUT},
+    } == SEEN_ONLY
+    assert (
+        STOPPED_FROM_OUTSIDE
+        | {
+            Classification.STALE_PROGRESS,
+            Classification.STARTUP_TIMEOUT,
+            Classification.RESOURCE_LEAK,
+            Classification.OUT_OF_MEMORY,
+        }
+        == OBSERVED
+    )
+
+
+def test_exit_codes_by_classification_take_plain_strings() -> None:
+    assert CLASSIFICATION_EXIT_CODES["evicted"] is ExitCode.CANCELLED
+    assert CLASSIFICATION_EXIT_CODES["job_suspended"] is ExitCode.JOB_SUSPENDED
+    assert not ExitCode.JOB_SUSPENDED.failure and ExitCode.GPU_FAULT.failure

@@ -18,6 +18,7 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
+from sidecar.core.classification import Classification
 from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
 from sidecar.core.errors import ConfigError, LauncherError
 from sidecar.core.ledger.checkpoint import (
@@ -31,13 +32,12 @@ from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Obse
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
-from sidecar.core.verdict import MonitorKind
 from sidecar.launcher.protocol.exit import ExitRecord
 
 CAUSE_POLL_S = 0.5
 
 
-def cancellation(ports: Ports, signal: str | None) -> tuple[MonitorKind, str]:
+def cancellation(ports: Ports, signal: str | None) -> tuple[Classification, str]:
     """Why the sidecar was stopped (sidecar.core.disruption): in a pod, what the pod and its Job
     say, asked until a decisive cause shows or ``cause_wait_s`` passed; else the signal."""
     status = ports.pod_status
@@ -217,7 +217,7 @@ def watch(
     except Exception as exc:
         signals.defer()
         reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
-        policy.interrupted("monitor_failure", reason)
+        policy.interrupted(Classification.MONITOR_FAILURE, reason)
         session.request_stop("terminate", reason)
         session.await_exit(session.fallback_after_s, last_seen)
     # From here on the artifact comes first: a further Ctrl-C or SIGTERM is noted, not raised.

@@ -33,6 +33,7 @@ from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt, SampleRecorder
 from sidecar.core.artifact.lost import describe_lost, lost_attempts
 from sidecar.core.artifact.objects import SAMPLES_FILE
+from sidecar.core.classification import Classification
 from sidecar.core.errors import (
     ConfigError,
     InsufficientBudgetError,
@@ -100,7 +101,7 @@ class Supervisor:
                     # and the run still ends in a verdict, an artifact and a publication.
                     reason = f"soak-sidecar failed: {type(exc).__name__}: {exc}"
                     self._release_launcher(reason, int(ExitCode.INTERNAL))
-                    return self._unstarted(verdicts.stopped("monitor_failure", reason))
+                    return self._unstarted(verdicts.stopped(Classification.MONITOR_FAILURE, reason))
         except (KeyboardInterrupt, Cancelled) as stop:
             # Interrupted before monitoring began (waiting for the launcher, the store lock, ...):
             # still an external cancellation with an artifact, and the trainer must not run on.
@@ -117,9 +118,9 @@ class Supervisor:
             launched = self._session.start(self._console)
         except TrainerNotStartedError as exc:
             self._session.abort(str(exc), int(ExitCode.TRAINER_NOT_STARTED))
-            return self._unstarted(verdicts.stopped("trainer_not_started", str(exc)))
+            return self._unstarted(verdicts.stopped(Classification.TRAINER_NOT_STARTED, str(exc)))
         except LauncherError as exc:
-            return self._unstarted(verdicts.stopped("launcher_missing", str(exc)))
+            return self._unstarted(verdicts.stopped(Classification.LAUNCHER_MISSING, str(exc)))
         checked: Preflight | None = None
         try:
             checked = preflight(self._settings, self._ports, self._started, launched)
@@ -287,7 +288,9 @@ class Supervisor:
                 devices = _devices(gpu)
                 samples.close()
         if samples.error is not None and watched.failure is None:
-            watched = replace(watched, failure=("monitor_failure", f"soak monitor failed: {samples.error}"))
+            watched = replace(
+                watched, failure=(Classification.MONITOR_FAILURE, f"soak monitor failed: {samples.error}")
+            )
         return watched, recorder, devices
 
     @property
@@ -298,7 +301,7 @@ class Supervisor:
         """The run dir broke mid-protocol (unwritable, malformed record): the trainer has been
         stopped; the verdict still gets its artifact."""
         reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
-        return self._unstarted(verdicts.stopped("monitor_failure", reason), launched, checked)
+        return self._unstarted(verdicts.stopped(Classification.MONITOR_FAILURE, reason), launched, checked)
 
     def _cancelled_before_monitoring(self, signal: str) -> RunResult:
         kind, reason = cancellation(self._ports, signal)
@@ -382,12 +385,12 @@ class Supervisor:
         return self._settings.artifact.output_dir / "runs" / request.run_id / name
 
 
-def _refusal_kind(exc: SoakError) -> verdicts.PreStartKind:
+def _refusal_kind(exc: SoakError) -> Classification:
     if isinstance(exc, InsufficientBudgetError):
-        return "insufficient_budget"
+        return Classification.INSUFFICIENT_BUDGET
     if isinstance(exc, TransientError):
-        return "transient_infra"
-    return "refused"
+        return Classification.TRANSIENT_INFRA
+    return Classification.REFUSED
 
 
 def _devices(gpu: GpuBackend) -> tuple[GpuDevice, ...]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt
+from sidecar.core.classification import Classification
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
 from sidecar.core.identity import run_slot
 from sidecar.core.ledger.moments import ProgressMoments
@@ -96,7 +97,7 @@ class Going:
 class Watched:
     """What monitoring learned by the time the launcher exited."""
 
-    failure: tuple[verdicts.MonitorKind, str] | None
+    failure: tuple[Classification, str] | None
     gpu_fault: str | None
     last_seen: tuple[ProcessInfo, ...]
     exit_record: ExitRecord | None

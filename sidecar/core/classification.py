@@ -98,6 +98,21 @@ STOPPED_FROM_OUTSIDE = frozenset(
     }
 )
 STALLED = frozenset({C.STALE_PROGRESS, C.STARTUP_TIMEOUT})
+# What the monitor may end a run with, before the trainer's outcome is judged.
+MONITOR_KINDS = (
+    STALLED
+    | STOPPED_FROM_OUTSIDE
+    | {
+        C.MONITOR_FAILURE,
+        C.LAUNCHER_MISSING,
+        C.TRAINER_NOT_STARTED,
+        C.SUPERVISOR_LOST,
+        # the sidecar's own record shows the trainer at fault (it stopped or starved its launcher)
+        C.TRAINER_FAILURE,
+    }
+)
+# Refusals before the trainer starts.
+PRE_START_KINDS = frozenset({C.REFUSED, C.INSUFFICIENT_BUDGET, C.TRANSIENT_INFRA})
 
 
 def _cancel(description: str, exit_code: ExitCode = ExitCode.CANCELLED) -> Rule:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sidecar.core import verdict as verdicts
+from sidecar.core.classification import Classification
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -59,7 +60,7 @@ class DeadlineSeen:
 class RunFacts:
     """What the monitor, the launcher and the trainer's files say once the trainer has ended."""
 
-    monitor_failure: tuple[verdicts.MonitorKind, str] | None
+    monitor_failure: tuple[Classification, str] | None
     gpu_fault: str | None
     exit_record: ExitRecord | None
     trainer_program: str
@@ -122,9 +123,9 @@ def conclude(facts: RunFacts) -> Conclusion:
     if verdict.status == "failed" and facts.shm_left is not None:
         verdict = replace(verdict, reason=f"{verdict.reason}; {facts.shm_left}")
     # Findings that never pass: named in a failure's reason, or the failure themselves.
-    findings: tuple[tuple[verdicts.MonitorKind, str | None], ...] = (
-        ("monitor_failure", facts.fallback_kill),
-        ("trainer_failure", facts.launcher_stopped),
+    findings: tuple[tuple[Classification, str | None], ...] = (
+        (Classification.MONITOR_FAILURE, facts.fallback_kill),
+        (Classification.TRAINER_FAILURE, facts.launcher_stopped),
     )
     for kind, finding in findings:
         if finding is not None:
@@ -136,15 +137,15 @@ def conclude(facts: RunFacts) -> Conclusion:
     return Conclusion(verdict, residual_pids, _reported(facts), deadline)
 
 
-def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None:
+def _monitor_failure(facts: RunFacts) -> tuple[Classification, str] | None:
     record = facts.exit_record
     if facts.monitor_failure is not None:
         return facts.monitor_failure
     if record is None:
         # A launcher the OOM killer took with the trainer's container leaves no record: the
         # kubelet's OOMKilled is then the cause (see out_of_memory).
-        failure: tuple[verdicts.MonitorKind, str] = (
-            "monitor_failure",
+        failure: tuple[Classification, str] = (
+            Classification.MONITOR_FAILURE,
             "launcher exited without writing exit.json",
         )
         return None if facts.container_oom_killed else failure
@@ -153,7 +154,7 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
     if record.reason == "spawn_failed":
         problem = "was not found" if record.exit_code == 127 else "is not executable"
         return (
-            "trainer_not_started",
+            Classification.TRAINER_NOT_STARTED,
             f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})",
         )
     return None
@@ -161,28 +162,31 @@ def _monitor_failure(facts: RunFacts) -> tuple[verdicts.MonitorKind, str] | None
 
 def _lost_sidecar(
     record: ExitRecord, heartbeat: SidecarHeartbeat, launcher_stopped: str | None
-) -> tuple[verdicts.MonitorKind, str]:
+) -> tuple[Classification, str]:
     """The launcher says it lost the sidecar. Retryable (152) only when the sidecar's own record
     shows it: a sidecar that concludes was not gone (owner lost), and one whose heartbeats all
     landed on time was not stalled. Otherwise the launcher was stopped, starved or lied to."""
     if launcher_stopped is not None:
-        return ("trainer_failure", f"the launcher reported the sidecar lost, but {launcher_stopped}")
+        return (
+            Classification.TRAINER_FAILURE,
+            f"the launcher reported the sidecar lost, but {launcher_stopped}",
+        )
     if heartbeat.first_error is not None:
         # The heartbeat could not land: the run dir broke (the trainer can write it), not the sidecar.
         return (
-            "monitor_failure",
+            Classification.MONITOR_FAILURE,
             f"the sidecar's heartbeat could not be written into the run dir ({heartbeat.first_error}): "
             "the launcher lost it and killed the trainer",
         )
     if record.heartbeat_lost and heartbeat.lapsed:
         return (
-            "supervisor_lost",
+            Classification.SUPERVISOR_LOST,
             "the launcher lost the sidecar's heartbeat and killed the trainer: the sidecar stalled or "
             "died, the trainer's own outcome is unknown",
         )
     lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"
     return (
-        "trainer_failure",
+        Classification.TRAINER_FAILURE,
         f"the launcher reported the sidecar's {lost} lost, but the sidecar was there throughout "
         f"(its heartbeats landed at most {heartbeat.longest_gap_s:.1f} s apart, the timeout is "
         f"{heartbeat.timeout_s:g} s): the launcher was stopped or starved, or the heartbeat file removed, "

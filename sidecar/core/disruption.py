@@ -11,31 +11,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sidecar.core.classification import Classification
 from sidecar.core.job_pods import job_failure
 from sidecar.core.pod_facts import JobFacts, PodFacts
 from sidecar.core.publication import sanitize
-from sidecar.core.verdict import CancelKind
 
 INTERRUPTED_REASON = "soak was interrupted before the trainer completed"
 MESSAGE_CHARS = 240
 
 # DisruptionTarget reasons (k8s.io/api/core/v1) -> classification and what it means.
-DISRUPTION_REASONS: dict[str, tuple[CancelKind, str]] = {
+DISRUPTION_REASONS: dict[str, tuple[Classification, str]] = {
     "EvictionByEvictionAPI": (
-        "evicted",
+        Classification.EVICTED,
         "the pod was evicted through the Eviction API (kubectl drain, an autoscaler)",
     ),
-    "PreemptionByScheduler": ("preempted", "the scheduler preempted the pod for a higher-priority one"),
-    "PreemptionByKubeScheduler": ("preempted", "the scheduler preempted the pod for a higher-priority one"),
+    "PreemptionByScheduler": (
+        Classification.PREEMPTED,
+        "the scheduler preempted the pod for a higher-priority one",
+    ),
+    "PreemptionByKubeScheduler": (
+        Classification.PREEMPTED,
+        "the scheduler preempted the pod for a higher-priority one",
+    ),
     "DeletionByTaintManager": (
-        "node_disruption",
+        Classification.NODE_DISRUPTION,
         "the node was tainted NoExecute and the pod does not tolerate it",
     ),
     "TerminationByKubelet": (
-        "node_disruption",
+        Classification.NODE_DISRUPTION,
         "the kubelet terminated the pod (node-pressure eviction or graceful node shutdown)",
     ),
-    "DeletionByPodGC": ("node_disruption", "the pod garbage collector deleted the pod (its node is gone)"),
+    "DeletionByPodGC": (
+        Classification.NODE_DISRUPTION,
+        "the pod garbage collector deleted the pod (its node is gone)",
+    ),
 }
 
 
@@ -49,40 +58,42 @@ class StopEvidence:
     job_gone: bool = False  # the Job was not found: deleted
 
 
-def decisive_cause(evidence: StopEvidence) -> tuple[CancelKind, str] | None:
+def decisive_cause(evidence: StopEvidence) -> tuple[Classification, str] | None:
     """The cause, once the API shows one that needs no more waiting for; None until then."""
     job = evidence.job
     if job is not None and (failed := job_failure(job)) is not None:
-        return "job_failed", f"the Job failed, so this pod was stopped: {failed}"
+        return Classification.JOB_FAILED, f"the Job failed, so this pod was stopped: {failed}"
     if evidence.job_gone or (job is not None and job.deleting):
-        return "job_deleted", "the Job was deleted, and its pods with it"
+        return Classification.JOB_DELETED, "the Job was deleted, and its pods with it"
     if job is not None and job.suspended:
-        return "job_suspended", (
+        return Classification.JOB_SUSPENDED, (
             "the Job was suspended (spec.suspend, as Kueue does): the attempt stopped, and the soak "
             "resumes on the same deadline when the Job is resumed"
         )
     condition = None if evidence.pod is None else evidence.pod.condition("DisruptionTarget")
     if condition is not None and condition.status == "True":
         reason = condition.reason or "unknown"
-        kind, meaning = DISRUPTION_REASONS.get(reason, ("node_disruption", "the pod was disrupted"))
+        kind, meaning = DISRUPTION_REASONS.get(
+            reason, (Classification.NODE_DISRUPTION, "the pod was disrupted")
+        )
         return kind, f"{meaning} ({reason}{_message(condition.message)})"
     return None
 
 
-def cause_of_stop(evidence: StopEvidence) -> tuple[CancelKind, str]:
+def cause_of_stop(evidence: StopEvidence) -> tuple[Classification, str]:
     """The cause as far as it is known: decisive, else the pod's deletion, else the signal."""
     decided = decisive_cause(evidence)
     if decided is not None:
         return decided
     if evidence.pod is not None and evidence.pod.deleting:
         return (
-            "pod_deleted",
+            Classification.POD_DELETED,
             "the pod was deleted (kubectl delete pod, or a controller) with no disruption recorded",
         )
     if evidence.signal is None:
-        return "external_cancellation", INTERRUPTED_REASON
+        return Classification.EXTERNAL_CANCELLATION, INTERRUPTED_REASON
     what = "Ctrl-C" if evidence.signal == "SIGINT" else evidence.signal
-    return "external_cancellation", f"{INTERRUPTED_REASON}: the sidecar got {what}"
+    return Classification.EXTERNAL_CANCELLATION, f"{INTERRUPTED_REASON}: the sidecar got {what}"
 
 
 def _message(message: str | None) -> str:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 from typing import Literal
 
+from sidecar.core.classification import Classification
 from sidecar.core.samples import ProgressSample
 
-KIND_STARTUP = "timeout/startup"
-KIND_STALE = "timeout/stale_tick"
+KIND_STARTUP = Classification.STARTUP_TIMEOUT
+KIND_STALE = Classification.STALE_PROGRESS
 
 
 ProgressSignal = Literal["bytes", "any"]
@@ -55,7 +56,7 @@ class LivenessTracker:
         self._last_signature: tuple[int, int, float | None] | None = None
         self._last_change: float | None = None
 
-    def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[str, str] | None:
+    def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[Classification, str] | None:
         """Record one progress sample; ``(kind, reason)`` when a liveness rule fails, else None."""
         signature = _signature(progress, self._signal)
         begun = self._last_change is not None or signature != self._baseline

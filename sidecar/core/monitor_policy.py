@@ -9,11 +9,11 @@ does not act on a stop request.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
+from sidecar.core.classification import Classification
 from sidecar.core.liveness import LivenessTracker, ProgressSignal
 from sidecar.core.samples import ProgressSample
-from sidecar.core.verdict import MonitorKind
 
 StopAction = Literal["terminate", "kill"]
 Due = Literal["sample", "liveness"] | None
@@ -81,7 +81,7 @@ class MonitorPolicy:
         )
         self._next_sample = self._next_liveness = started
         self._stop_by: float | None = None
-        self.failure: tuple[MonitorKind, str] | None = None
+        self.failure: tuple[Classification, str] | None = None
         self.gpu_fault: str | None = None
         self.stacks_requested = False
         # The launcher was still running when the deadline had passed (step is called only then).
@@ -111,7 +111,7 @@ class MonitorPolicy:
         self.ran_past_deadline = self.ran_past_deadline or seen.deadline_expired
         stale = None if seen.progress is None else self._liveness.observe(seen.progress, now)
         if stale is not None and self.failure is None:
-            self.failure = (cast("MonitorKind", stale[0]), stale[1])
+            self.failure = stale
         if seen.gpu_fault is not None and self.gpu_fault is None:
             self.gpu_fault = seen.gpu_fault
         if self._stop_by is None:
@@ -124,12 +124,12 @@ class MonitorPolicy:
             return Action(kill_remembered=True, reason=self.fallback_kill)
         return CONTINUE
 
-    def _first_stop(self, now: float, seen: Observation, stale: tuple[str, str] | None) -> Action:
+    def _first_stop(self, now: float, seen: Observation, stale: tuple[Classification, str] | None) -> Action:
         """At most one stop request: the first of lock loss, GPU fault, staleness, deadline."""
         if seen.lock_lost is not None:
             # Another supervisor may take the run over: ours must stop now (fail closed).
             reason = f"deadline lock lost: {seen.lock_lost}"
-            self.failure = self.failure or ("monitor_failure", reason)
+            self.failure = self.failure or (Classification.MONITOR_FAILURE, reason)
             return self._stop(now, "kill", reason)
         if self.gpu_fault is not None:
             return self._stop(now, "terminate", f"GPU fault: {self.gpu_fault}")
@@ -146,6 +146,6 @@ class MonitorPolicy:
         self.stacks_requested = stacks_timeout_s > 0
         return Action(stop=action, reason=reason, stacks_timeout_s=stacks_timeout_s)
 
-    def interrupted(self, kind: MonitorKind, reason: str) -> None:
+    def interrupted(self, kind: Classification, reason: str) -> None:
         """Cancellation or a failure of the monitor itself: it decides the verdict."""
         self.failure = (kind, reason)

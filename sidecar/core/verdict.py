@@ -38,12 +38,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal
 
 from sidecar.core.classification import (
     CLASSIFICATION_EXIT_CODES,
+    MONITOR_KINDS,
     OBSERVED,
+    PRE_START_KINDS,
     SEEN_ONLY,
+    Classification,
     classifications_for,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
@@ -51,36 +54,6 @@ from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
 if TYPE_CHECKING:  # the run_summary package loads pydantic: exit-codes needs only the table
     from sidecar.core.run_summary import SummaryOutcome
 
-# Why a soak was stopped from outside (sidecar.core.disruption): each its own classification.
-CancelKind = Literal[
-    "external_cancellation",
-    "job_failed",
-    "job_suspended",
-    "job_deleted",
-    "evicted",
-    "preempted",
-    "node_disruption",
-    "pod_deleted",
-]
-MonitorKind = Literal[
-    "timeout/startup",
-    "timeout/stale_tick",
-    "external_cancellation",
-    "job_failed",
-    "job_suspended",
-    "job_deleted",
-    "evicted",
-    "preempted",
-    "node_disruption",
-    "pod_deleted",
-    "monitor_failure",
-    "launcher_missing",
-    "trainer_not_started",
-    "supervisor_lost",
-    # the sidecar's own record shows the trainer at fault (it stopped or starved its launcher)
-    "trainer_failure",
-]
-PreStartKind = Literal["refused", "insufficient_budget", "transient_infra"]
 # Residual PIDs a reason names (the artifact lists more, and counts them all): a storm of
 # survivors must not make the reason, the annotations and the Event the trainer's size.
 NAMED_RESIDUALS = 16
@@ -106,7 +79,7 @@ def exit_code_table_markdown() -> str:
     return "\n".join(rows)
 
 
-def exit_code_for(classification: str | None) -> ExitCode:
+def exit_code_for(classification: Classification | str | None) -> ExitCode:
     """None (passed) is 0; an unknown classification is a bug and raises KeyError."""
     return ExitCode.PASSED if classification is None else CLASSIFICATION_EXIT_CODES[classification]
 
@@ -114,13 +87,13 @@ def exit_code_for(classification: str | None) -> ExitCode:
 @dataclass(frozen=True)
 class Verdict:
     status: Literal["passed", "failed"]
-    classification: str | None
+    classification: Classification | None
     reason: str | None
     exit_code: ExitCode
     evidence_error: str | None = None
 
 
-def _failed(classification: str, reason: str, evidence_error: str | None) -> Verdict:
+def _failed(classification: Classification, reason: str, evidence_error: str | None) -> Verdict:
     return Verdict(
         status="failed",
         classification=classification,
@@ -130,19 +103,21 @@ def _failed(classification: str, reason: str, evidence_error: str | None) -> Ver
     )
 
 
-def refused(reason: str, *, classification: PreStartKind = "refused") -> Verdict:
+def refused(reason: str, *, classification: Classification = Classification.REFUSED) -> Verdict:
     """The verdict of a run that was not started (identity mismatch, no budget, store down)."""
+    if classification not in PRE_START_KINDS:
+        raise ValueError(f"{classification!r} is not a refusal before the start")
     return _failed(classification, reason, None)
 
 
-def stopped(kind: MonitorKind, reason: str) -> Verdict:
+def stopped(kind: Classification, reason: str) -> Verdict:
     """The verdict of a run the monitor ended before the trainer's outcome could be judged."""
     return _failed(kind, reason, None)
 
 
 def decide(
     *,
-    monitor_failure: tuple[MonitorKind, str] | None,
+    monitor_failure: tuple[Classification, str] | None,
     returncode: int | None,
     duration_s: float,
     min_duration_s: float,
@@ -175,40 +150,42 @@ def decide(
     parts.extend(summary.reason_parts(after_failure=bool(parts)))
     kind = _with_summary_kind(kind, summary, parts, deadline_stopped=deadline is not None)
     if deadline is not None:
-        kind = "deadline_exhausted"
+        kind = Classification.DEADLINE_EXHAUSTED
     elif gpu_fault is not None:
-        kind = "gpu_fault"
+        kind = Classification.GPU_FAULT
 
     if parts:
         # Kindless so far: a summary's kind fills the slot first; a trainer that
         # finished too soon, and nothing else, is the trainer's failure.
         too_short = returncode == 0 and duration_s < min_duration_s
-        fallback = "trainer_failure" if too_short else "unknown_failure"
+        fallback = Classification.TRAINER_FAILURE if too_short else Classification.UNKNOWN_FAILURE
         return _failed(kind or fallback, "; ".join(parts), upload_error)
     passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
     return passed if upload_error is None else with_upload_error(passed, upload_error)
 
 
 def _with_summary_kind(
-    kind: str | None, summary: SummaryOutcome, parts: list[str], *, deadline_stopped: bool
-) -> str | None:
+    kind: Classification | None, summary: SummaryOutcome, parts: list[str], *, deadline_stopped: bool
+) -> Classification | None:
     """The kind once the summary's classification is weighed (see the module docstring); a claim
     of a cause the sidecar did not see is added to ``parts`` instead. The deadline's soft stop or
     TERM is a stop the sidecar saw: a trainer it stopped may say so (the deadline is the kind)."""
-    claim = summary.classification
+    claim = None if summary.classification is None else Classification(summary.classification)
     if claim is None or not (summary.classification_overrides or kind is None):
         return kind
-    if claim == "external_cancellation" and deadline_stopped:
+    if claim is Classification.EXTERNAL_CANCELLATION and deadline_stopped:
         return kind
     if claim in SEEN_ONLY and kind not in SEEN_ONLY[claim]:
-        parts.append(f"the trainer's run_summary claims {claim!r}, which the sidecar did not see")
+        parts.append(f"the trainer's run_summary claims {claim.value!r}, which the sidecar did not see")
         return kind
     return kind if kind in OBSERVED else claim
 
 
 def _run_failures(
-    deadline: DeadlineEnd | None, gpu_fault: str | None, monitor_failure: tuple[MonitorKind, str] | None
-) -> tuple[list[str], str | None]:
+    deadline: DeadlineEnd | None,
+    gpu_fault: str | None,
+    monitor_failure: tuple[Classification, str] | None,
+) -> tuple[list[str], Classification | None]:
     """What ended or broke the run itself (deadline, GPU, monitor), all of it, and the monitor's kind."""
     parts: list[str] = []
     if deadline is not None:
@@ -218,7 +195,7 @@ def _run_failures(
     if monitor_failure is None:
         return parts, None
     monitor_kind, monitor_reason = monitor_failure
-    if monitor_kind not in get_args(MonitorKind):
+    if monitor_kind not in MONITOR_KINDS:
         raise ValueError(f"unknown monitor failure kind {monitor_kind!r}")
     parts.append(monitor_reason)
     return parts, monitor_kind
@@ -232,7 +209,7 @@ def _trainer_failure(
     residuals: Sequence[str],
     leaks: Sequence[str],
     out_of_memory: str | None,
-) -> tuple[list[str], str | None]:
+) -> tuple[list[str], Classification | None]:
     """The first of the trainer-side rules that fails (each only if nothing failed yet)."""
     if returncode != 0:
         return _trainer_died(returncode, out_of_memory)
@@ -246,24 +223,26 @@ def _trainer_failure(
         named = ", ".join(residuals[:NAMED_RESIDUALS])
         more = len(residuals) - NAMED_RESIDUALS
         named += f" and {more} more" if more > 0 else ""
-        return [f"residual child processes after shutdown: {named}"], "resource_leak"
+        return [f"residual child processes after shutdown: {named}"], Classification.RESOURCE_LEAK
     if leaks:
-        return list(leaks), "resource_leak"
+        return list(leaks), Classification.RESOURCE_LEAK
     return [], None
 
 
-def _trainer_died(returncode: int | None, out_of_memory: str | None) -> tuple[list[str], str | None]:
+def _trainer_died(
+    returncode: int | None, out_of_memory: str | None
+) -> tuple[list[str], Classification | None]:
     if out_of_memory is not None:
-        return [out_of_memory], "out_of_memory"
+        return [out_of_memory], Classification.OUT_OF_MEMORY
     if returncode is None:
         return ["trainer exit status is unknown"], None
     # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
-    return [f"trainer exited with returncode {returncode}"], "trainer_failure"
+    return [f"trainer exited with returncode {returncode}"], Classification.TRAINER_FAILURE
 
 
 def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:
     """The verdict once the upload failed: a pass becomes evidence_lost, a failure keeps its kind."""
     if verdict.status == "passed":
         reason = f"soak passed but its artifact was not uploaded: {upload_error}"
-        return _failed("evidence_lost", reason, upload_error)
+        return _failed(Classification.EVIDENCE_LOST, reason, upload_error)
     return replace(verdict, evidence_error=upload_error)

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from sidecar.core.classification import Classification
 from sidecar.core.monitor_policy import CONTINUE, MonitorPolicy, MonitorTimings, Observation
 from sidecar.core.samples import ProgressSample
 
@@ -130,7 +131,7 @@ def test_an_interruption_decides_the_failure_over_what_came_before() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
     policy.step(11.0, Observation(progress(0)))
     policy.step(31.0, Observation(progress(0)))
-    policy.interrupted("external_cancellation", "soak was interrupted")
+    policy.interrupted(Classification.EXTERNAL_CANCELLATION, "soak was interrupted")
     assert policy.failure == ("external_cancellation", "soak was interrupted")
 
 

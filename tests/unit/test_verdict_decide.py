@@ -5,13 +5,19 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sidecar.core.classification import ALL_CLASSIFICATIONS, CLASSIFICATION_EXIT_CODES
+from sidecar.core.classification import (
+    ALL_CLASSIFICATIONS,
+    CLASSIFICATION_EXIT_CODES,
+    MONITOR_KINDS,
+    PRE_START_KINDS,
+    Classification,
+)
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.run_summary import (
     SHUTDOWN_CLASSIFICATIONS,
@@ -22,8 +28,6 @@ from sidecar.core.run_summary import (
 )
 from sidecar.core.verdict import (
     DEADLINE_REASON,
-    MonitorKind,
-    PreStartKind,
     Verdict,
     decide,
     exit_code_for,
@@ -392,14 +396,14 @@ def test_refusals() -> None:
     verdict = refused("approval record does not match the run identity")
     assert verdict == Verdict(
         status="failed",
-        classification="refused",
+        classification=Classification.REFUSED,
         reason="approval record does not match the run identity",
         exit_code=ExitCode.REFUSED,
     )
-    assert refused("3s left", classification="insufficient_budget").exit_code == (
+    assert refused("3s left", classification=Classification.INSUFFICIENT_BUDGET).exit_code == (
         ExitCode.INSUFFICIENT_BUDGET
     )
-    store_down = refused("deadline store unreachable", classification="transient_infra")
+    store_down = refused("deadline store unreachable", classification=Classification.TRANSIENT_INFRA)
     assert store_down.exit_code == ExitCode.TRANSIENT_INFRA and store_down.exit_code.retryable
 
 
@@ -456,8 +460,8 @@ def test_every_producible_classification_has_a_code() -> None:
     producible = (
         {c for c in SHUTDOWN_CLASSIFICATIONS if c != "normal_completion"}
         | set(SUMMARY_CLASSIFICATIONS)
-        | set(get_args(MonitorKind))
-        | set(get_args(PreStartKind))
+        | set(MONITOR_KINDS)
+        | set(PRE_START_KINDS)
         | {"resource_leak", "trainer_failure", "deadline_exhausted", "gpu_fault", "evidence_lost"}
         | {"out_of_memory"}
     )
@@ -476,7 +480,7 @@ SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcom
 
 @settings(max_examples=500, deadline=None)
 @given(
-    monitor=st.none() | st.tuples(st.sampled_from(get_args(MonitorKind)), st.text(min_size=1, max_size=20)),
+    monitor=st.none() | st.tuples(st.sampled_from(sorted(MONITOR_KINDS)), st.text(min_size=1, max_size=20)),
     returncode=st.none() | st.integers(-64, 255),
     duration=st.floats(0, 1e6),
     minimum=st.floats(0, 1e6),
@@ -488,7 +492,7 @@ SUMMARIES = [GOOD, MISSING, LEARNER, outcome_of({"status": "completed"}), outcom
 )
 def test_decide_is_total_and_consistent(
     *,
-    monitor: tuple[MonitorKind, str] | None,
+    monitor: tuple[Classification, str] | None,
     returncode: int | None,
     duration: float,
     minimum: float,

@@ -17,6 +17,7 @@ from sidecar.core.artifact import (
     run_summary_figures,
     shm_finding,
 )
+from sidecar.core.classification import Classification
 from sidecar.core.conclusion import Conclusion, DeadlineSeen, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
 from sidecar.core.gpu_trends import correctable_growth
@@ -226,7 +227,7 @@ def read_summary(settings: Settings, ports: Ports, started: Started) -> SummaryO
         return SummaryOutcome(
             present=True,
             data=None,
-            classification="invalid_run_summary",
+            classification=Classification.INVALID_RUN_SUMMARY,
             failures=(f"run_summary.json cannot be read: {exc}",),
         )
     raw, mtime = found if found is not None else (None, None)

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.names import (
+    BEFORE_START_REASONS,
     EXIT_LAUNCHER_ERROR,
     EXIT_NOT_EXECUTABLE,
     EXIT_NOT_FOUND,
     EXIT_SUPERVISOR_LOST,
 )
 
-# Reasons the launcher gives only when it never started the trainer.
-_BEFORE_START = frozenset(
-    {"signalled", "aborted", "go_timeout", "insufficient_budget", "protocol_error", "subreaper_unavailable"}
-)
 _LOST = frozenset({"heartbeat_lost", "owner_lost"})
 MAX_SIGNAL = 64
 MAX_STATUS = 255
@@ -61,7 +58,7 @@ def inconsistency(record: ExitRecord) -> str | None:
             f"a failed spawn with exit code {code}",
         ),
         (
-            (reason in _BEFORE_START or reason == "spawn_failed") and record.trainer_started,
+            (reason in BEFORE_START_REASONS or reason == "spawn_failed") and record.trainer_started,
             f"reason {reason!r} for a trainer that was started",
         ),
         (

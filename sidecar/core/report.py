@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.artifact.models import claimed_utc
+from sidecar.core.classification import STALLED
 from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
 
 WIDTH, HEIGHT = 900, 200
@@ -251,7 +252,7 @@ def _marks(artifact: ReportArtifact) -> list[tuple[float, str]]:
     if end is not None and end.ended_unix is not None:
         marks.append((end.ended_unix, "ended"))
     cause = artifact.classification
-    if marks and cause in ("timeout/stale_tick", "timeout/startup"):
+    if marks and cause in STALLED:
         t = min(marks)[0]
         marks.append((t, f"stall ({cause})"))
     if artifact.deadline_unix is not None:

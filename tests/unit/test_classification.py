@@ -4,7 +4,9 @@ sidecar to have seen their cause) as the verdict rules state them."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 from sidecar.core.classification import (
     CLASSIFICATION_EXIT_CODES,
@@ -17,6 +19,8 @@ from sidecar.core.classification import (
 )
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.run_summary.contract import SHUTDOWN_CLASSIFICATIONS
+
+SIDECAR = Path(__file__).resolve().parents[2] / "sidecar"
 
 
 def test_every_classification_has_one_rule_and_a_wire_string_of_its_own() -> None:
@@ -53,3 +57,24 @@ def test_exit_codes_by_classification_take_plain_strings() -> None:
     assert CLASSIFICATION_EXIT_CODES["evicted"] is ExitCode.CANCELLED
     assert CLASSIFICATION_EXIT_CODES["job_suspended"] is ExitCode.JOB_SUSPENDED
     assert not ExitCode.JOB_SUSPENDED.failure and ExitCode.GPU_FAULT.failure
+
+
+def test_no_classification_is_spelled_out_beside_the_table() -> None:
+    """Each classification is named through the enum: its string is written in the table, in the
+    run_summary contract (what a trainer may write), in the launcher's own reason vocabulary (a
+    stdlib program of its own) and in the example trainer, nowhere else."""
+    wire = {c.value for c in Classification}
+    allowed = (
+        SIDECAR / "core" / "classification.py",
+        SIDECAR / "core" / "run_summary",
+        SIDECAR / "launcher",
+        SIDECAR / "examples",
+    )
+    spelled = [
+        f"{path.relative_to(SIDECAR.parent)}:{node.lineno} {node.value}"
+        for path in sorted(SIDECAR.rglob("*.py"))
+        if not any(path == root or root in path.parents for root in allowed)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in wire
+    ]
+    assert not spelled, spelled

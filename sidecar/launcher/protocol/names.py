@@ -62,6 +62,10 @@ REASONS = (
     "subreaper_unavailable",
     "launcher_error",
 )
+# Reasons the launcher gives only when it never started the trainer.
+BEFORE_START_REASONS = frozenset(
+    {"signalled", "aborted", "go_timeout", "insufficient_budget", "protocol_error", "subreaper_unavailable"}
+)
 # The launcher's reason for the soft stop it sends at the deadline's checkpoint margin.
 DEADLINE_SOFT_STOP = "checkpoint_margin"
 FORWARDED_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")

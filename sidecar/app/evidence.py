@@ -28,6 +28,7 @@ from sidecar.core.artifact.objects import (
     provisional_name,
     segment_name,
 )
+from sidecar.core.classification import Classification
 from sidecar.core.errors import ConfigError, ObjectConflictError, UploadError
 from sidecar.core.ports import ArtifactSink, Clock, UploadedObject
 
@@ -102,7 +103,7 @@ class _Records:
             self._doc = doc
         self._outbox.files.write(ARTIFACT_FILE, dumps_artifact(doc).encode())
 
-    def stopping(self, classification: str, reason: str) -> bool:
+    def stopping(self, classification: Classification, reason: str) -> bool:
         with self._lock:
             if self._doc is None:
                 return False
@@ -280,7 +281,7 @@ class EvidenceTrail:
         self._thread = threading.Thread(target=self._run, name="soak-evidence", daemon=True)
         self._thread.start()
 
-    def stopping(self, classification: str, reason: str) -> None:
+    def stopping(self, classification: Classification, reason: str) -> None:
         """A stop from outside has begun: the record says so here at once, and in the store as
         soon as the worker can send it, then the evidence up to now."""
         if not self._records.stopping(classification, reason):

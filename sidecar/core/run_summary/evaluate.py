@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from sidecar.core.classification import Classification
 from sidecar.core.errors import InvalidRunSummaryError
 from sidecar.core.run_summary.checks import (
     describe_shutdown,
@@ -48,7 +49,7 @@ class SummaryOutcome:
 
     present: bool
     data: dict[str, Any] | None
-    classification: str | None
+    classification: Classification | None
     shutdown: Mapping[str, Any] | None = None
     failures: tuple[str, ...] = ()
     status_failure: str | None = None
@@ -95,14 +96,14 @@ def evaluate_run_summary(
         return SummaryOutcome(
             present=False,
             data=None,
-            classification="missing_run_summary",
+            classification=Classification.MISSING_RUN_SUMMARY,
             failures=("trainer did not write run_summary.json",),
         )
     if mtime is not None and run_started_wall is not None and mtime < run_started_wall:
         return SummaryOutcome(
             present=True,
             data=None,
-            classification="stale_run_summary",
+            classification=Classification.STALE_RUN_SUMMARY,
             failures=(
                 f"run_summary.json predates this run (written {_utc(mtime)}, run started "
                 f"{_utc(run_started_wall)}): left over from an earlier attempt",
@@ -112,7 +113,7 @@ def evaluate_run_summary(
         value = load_run_summary(raw, max_bytes=max_bytes)
     except InvalidRunSummaryError as exc:
         return SummaryOutcome(
-            present=True, data=None, classification="invalid_run_summary", failures=(str(exc),)
+            present=True, data=None, classification=Classification.INVALID_RUN_SUMMARY, failures=(str(exc),)
         )
     return evaluate_parsed(value, manifest_validator=manifest_validator, profile=profile)
 
@@ -128,7 +129,7 @@ def evaluate_parsed(
         return SummaryOutcome(
             present=True,
             data=None,
-            classification="invalid_run_summary",
+            classification=Classification.INVALID_RUN_SUMMARY,
             failures=(f"run_summary must be a JSON object, got {type(value).__name__}",),
         )
     summary: dict[str, Any] = value
@@ -136,7 +137,7 @@ def evaluate_parsed(
     shutdown = shutdown_diagnostics(summary)
     found = _Findings()
     schema = schema_failure(summary, completed=completed)
-    found.add(schema, "schema_violation")
+    found.add(schema, Classification.SCHEMA_VIOLATION)
     if completed:
         _judge_completed(
             found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator, profile=profile
@@ -146,7 +147,7 @@ def evaluate_parsed(
     return SummaryOutcome(
         present=True,
         data=summary,
-        classification=found.kind or ("unknown_failure" if found.failures else None),
+        classification=found.kind or (Classification.UNKNOWN_FAILURE if found.failures else None),
         shutdown=shutdown,
         failures=tuple(found.failures),
         status_failure=found.status_failure,
@@ -160,11 +161,11 @@ class _Findings:
     """What ``evaluate_parsed`` has found so far; the first failure with a kind classifies."""
 
     failures: list[str] = field(default_factory=list)
-    kind: str | None = None
+    kind: Classification | None = None
     status_failure: str | None = None
     overrides: bool = False
 
-    def add(self, failure: str | None, kind: str | None = None) -> None:
+    def add(self, failure: str | None, kind: Classification | None = None) -> None:
         if failure is not None:
             self.failures.append(failure)
             self.kind = self.kind or kind
@@ -181,14 +182,14 @@ def _judge_completed(
 ) -> None:
     replay = profile == "replay"
     if schema_ok and replay:
-        found.add(inference_flight_failure(summary), "unknown_failure")
+        found.add(inference_flight_failure(summary), Classification.UNKNOWN_FAILURE)
     ingress = (replay_ingress_failure(summary) if replay else None) or manifest_contract_failure(
         summary, completed=True, validator=validator
     )
-    found.add(ingress, "schema_violation")
+    found.add(ingress, Classification.SCHEMA_VIOLATION)
     found.add(
         shutdown_contract_failure(shutdown, require_normal_completion=True),
-        "shutdown_contract_violation",
+        Classification.SHUTDOWN_CONTRACT_VIOLATION,
     )
 
 
@@ -205,11 +206,11 @@ def _judge_abnormal(
     found.add(manifest_contract_failure(summary, completed=False, validator=validator))
     contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
     if contract is not None:
-        found.add(contract, "shutdown_contract_violation")
+        found.add(contract, Classification.SHUTDOWN_CONTRACT_VIOLATION)
     elif shutdown is not None:
         found.add(describe_shutdown(shutdown))
         # the contract held, so the classification is one of the six abnormal ones
-        found.kind = str(shutdown.get("classification"))
+        found.kind = Classification(str(shutdown.get("classification")))
         found.overrides = True
     else:
         found.add("shutdown diagnostics are unavailable")

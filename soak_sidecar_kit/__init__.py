@@ -38,6 +38,7 @@ import json
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -429,8 +430,9 @@ def _read_record(path: str) -> dict[str, Any] | None:
 
 
 def _write_json(path: Path, document: Mapping[str, Any]) -> None:
-    """Whole or absent: a temp file beside it, then one rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Whole or absent: a temp file beside it, then one rename. The temp name holds the host too: the
+    nodes of a multi-node soak may write one record on a shared volume, with the same PIDs."""
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
     tmp.write_text(json.dumps(document, allow_nan=False, indent=1) + "\n", encoding="utf-8")

@@ -21,8 +21,9 @@ loads the step the soak approved (``checkpoint.load_step``), and ``train`` ends 
 summary, of the right class on an exception. Checkpointing must be on (``--checkpoint.enable``) for
 the stop to save anything. When the sidecar names a checkpoint folder that outlives the attempt
 (``$SOAK_CHECKPOINT_DIR``, a pod's checkpoint volume), ``checkpoint.folder`` is moved into it.
-Without an approved checkpoint torchtitan's own rule applies: it loads the newest complete step in
-``checkpoint.folder``.
+Under a soak an attempt loads exactly what the soak approved: the approved step, or none of the
+folder's steps on a fresh attempt (``initial_load_path`` still applies). Outside a soak, torchtitan's
+own rule: the newest complete step in ``checkpoint.folder``.
 """
 
 from __future__ import annotations
@@ -123,8 +124,10 @@ class _Hook:
 
     def load(self, original: Callable[..., bool], step: int = -1) -> bool:
         approved = self.kit.resume_checkpoint
-        if approved is None or step != -1:
-            return bool(original(step))
+        if step != -1 or self.kit.progress_dir is None:
+            return bool(original(step))  # a step asked for, or no soak: torchtitan's own rule
+        if approved is None:
+            return self.fresh_start(original)
         found = _STEP_DIR.fullmatch(os.path.basename(os.path.normpath(approved)))
         folder = self.folder()
         inside = folder is not None and os.path.realpath(os.path.dirname(os.path.normpath(approved))) == (
@@ -138,6 +141,20 @@ class _Hook:
         if self.kit.rank == 0:
             print(f"soak_sidecar_kit: resuming from {approved}", flush=True)
         return bool(original(int(found.group(1))))
+
+    def fresh_start(self, original: Callable[..., bool]) -> bool:
+        """An attempt the soak resumes from nothing loads none of the folder's steps (an earlier run's,
+        or one the soak never approved); the initial load (``initial_load_path``) still applies, as
+        torchtitan gives it to an empty folder."""
+        checkpointer = self.checkpointer
+        folder = self.folder()
+        if folder is None or not os.path.isdir(folder):
+            return bool(original(-1))
+        checkpointer.folder = os.path.join(folder, ".soak-fresh-start-has-no-steps")
+        try:
+            return bool(original(-1))
+        finally:
+            checkpointer.folder = folder
 
     def log(self, original: Callable[..., Any], step: int, loss: Any, *args: Any, **kwargs: Any) -> Any:
         self.loss = _float_or_none(loss)

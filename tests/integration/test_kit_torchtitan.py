@@ -25,12 +25,16 @@ def titan(tmp_path: Path) -> KitTrainer:
     )
 
 
-def test_torchtitan_passes(titan: KitTrainer) -> None:
-    run = titan.soak(titan.one_rank("--steps", "20"))
-    assert run.code == 0, run.stderr
-    summary = run.artifact["run_summary"]
-    assert summary["status"] == "completed" and summary["steps"] == 20 and summary["tokens"] > 0
-    assert run.shutdown["owner"] == "torchtitan"
+def test_torchtitan_passes_and_a_fresh_soak_in_the_same_folder_starts_afresh(titan: KitTrainer) -> None:
+    """The first soak leaves its final (model-only) step in the dump folder; torchtitan alone would
+    load it on the next run and fail. A soak loads only what it approved: none, on a fresh run."""
+    for _ in range(2):
+        run = titan.soak(titan.one_rank("--steps", "20"))
+        assert run.code == 0, run.stderr
+        summary = run.artifact["run_summary"]
+        assert summary["status"] == "completed" and summary["steps"] == 20 and summary["tokens"] > 0
+        assert run.shutdown["owner"] == "torchtitan"
+    assert (titan.output / "checkpoint" / "step-20").is_dir()
 
 
 def test_torchtitan_stops_at_the_margin_on_two_ranks_with_a_resumable_checkpoint(titan: KitTrainer) -> None:

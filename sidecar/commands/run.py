@@ -172,6 +172,12 @@ def _supervise(args: argparse.Namespace) -> int:
     print(line, file=sys.stderr)
     where = result.artifact_path or "not written (the reason is above)"
     print(f"soak-sidecar: artifact {where} (exit code {result.exit_code})", file=sys.stderr)
+    if request.mode == "local" and (result.exit_code == ExitCode.CANCELLED or result.exit_code >= 128):
+        # The run may go on, on its one deadline: what the next attempt must be given.
+        print(
+            f"soak-sidecar: to go on with this run, give the next attempt --run-id {request.run_id}",
+            file=sys.stderr,
+        )
     return result.exit_code
 
 

@@ -323,7 +323,14 @@ def test_auto_resume_picks_up_the_runs_checkpoint_on_the_next_attempt_with_no_ha
     finally:
         _, err = first.communicate(timeout=60)
     assert first.returncode == ExitCode.CANCELLED, err
+    assert f"to go on with this run, give the next attempt --run-id {run_id}" in err, err
     step = json.loads((volume / "checkpoint.json").read_text(encoding="utf-8"))["step"]
+    # The same command under a new run id would resume another run's checkpoint on a fresh budget.
+    elsewhere = cli(
+        "run", "--local", *[f for f in flags if f not in ("--run-id", run_id)], "--", *command, cwd=tmp_path
+    )
+    assert elsewhere.returncode == ExitCode.REFUSED, elsewhere.stderr
+    assert "takes its run's --run-id" in elsewhere.stderr, elsewhere.stderr
     second = cli("run", "--local", *flags, "--", *command, cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     attempt = tmp_path / "soak-output" / "runs" / run_id / "attempt-2"

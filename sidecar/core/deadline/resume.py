@@ -103,7 +103,9 @@ def obtain_record(
     if resume_required:
         raise RefusedError(
             f"explicit resume requires the original deadline record; no fresh budget "
-            f"(no record for run {identity.run_id} in {store.location})"
+            f"(no record for run {identity.run_id} in {store.location}): a resumed attempt "
+            "(--resume, --resume-checkpoint, or --auto-resume finding its checkpoint) takes its "
+            "run's --run-id and deadline store"
         )
     payload = encode_record(new_record(identity, now_wall=now_wall, boot=boot, reference=reference))
     # When a concurrent creator wins, its record is the run's record, verified like any other.

@@ -3,11 +3,8 @@
     import soak_sidecar_kit
 
     with soak_sidecar_kit.Soak() as soak:          # a run_summary.json at the end, or on an exception
-        for step in range(first_step, steps):
-            if soak.should_stop():                 # the soft stop: signal or file, agreed across ranks
-                save(...); soak.checkpoint(step, path)
-                break
-            train_step()
+        for step in soak.steps(first_step, steps, save=save, path=ckpt):  # ends at the soft stop,
+            train_step()                                                 # save(ckpt) recorded
             soak.progress(step, samples=n, loss=loss)
 
 What it does under soak-sidecar (it reads the launcher's environment; outside a soak it writes nothing
@@ -137,6 +134,29 @@ class Soak:
             self._agreed = True
             self._ignore_late_copies()
         return self._agreed
+
+    def steps(
+        self,
+        start: int,
+        stop: int,
+        *,
+        save: Callable[[str], object] | None = None,
+        path: str | os.PathLike[str] | None = None,
+    ) -> Iterator[int]:
+        """``range(start, stop)`` that ends at the soft stop. Before each step every rank asks
+        ``should_stop`` (a collective under torch.distributed); on the stop, ``save(path)`` runs on
+        every rank (the framework decides who writes), the checkpoint is recorded as the step to go
+        on from, and the loop ends. The summary is the ``with`` block's."""
+        for step in range(start, stop):
+            if self.should_stop():
+                if save is not None and path is not None:
+                    target = os.fspath(path)
+                    started = time.monotonic()
+                    with self.phase("checkpoint", step):
+                        save(target)
+                    self.checkpoint(step, target, duration_s=time.monotonic() - started)
+                return
+            yield step
 
     def agree_with(self, agree: Agree) -> None:
         """How the ranks agree on a stop: ``agree(local)`` returns True on every rank when any

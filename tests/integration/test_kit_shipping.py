@@ -94,7 +94,7 @@ def run_loop_snippet(tmp_path: Path, steps: int, *flags: str) -> tuple[int, dict
     from tests.docs_commands import python_snippets
 
     snippet = python_snippets(KIT.parent / "docs" / "trainers.md")[
-        "Your own loop (plain torchrun, DDP): three lines"
+        "Your own loop (plain torchrun, DDP): four lines"
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SOAK_")}
     done = subprocess.run(

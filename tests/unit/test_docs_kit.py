@@ -16,7 +16,7 @@ ADOPTIONS = {
     "PyTorch Lightning: four lines": ("lightning_trainer.py", 4),
     "Hugging Face Trainer: two lines": ("hf_trainer.py", 2),
     "torchtitan: no line, or two": ("torchtitan_trainer.py", 2),
-    "Your own loop (plain torchrun, DDP): three lines": (None, 3),
+    "Your own loop (plain torchrun, DDP): four lines": (None, 4),
 }
 
 

@@ -86,6 +86,29 @@ def test_the_soft_stop_signal_stops_and_late_copies_are_ignored(tmp_path: Path, 
     assert summary(tmp_path)["status"] == "failed" and shutdown["classification"] == "external_cancellation"
 
 
+def test_the_steps_end_at_the_soft_stop_with_the_checkpoint_saved_and_recorded(
+    tmp_path: Path, restore_usr1: None
+) -> None:
+    soak = Soak(environ=env(tmp_path))
+    saved: list[str] = []
+
+    def save(path: str) -> None:
+        Path(path).write_bytes(b"w" * 10)
+        saved.append(path)
+
+    ran = []
+    with soak:
+        for step in soak.steps(3, 100, save=save, path=tmp_path / "ckpt.bin"):
+            ran.append(step)
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGUSR1)
+    assert ran == [3, 4, 5] and saved == [str(tmp_path / "ckpt.bin")]
+    record = json.loads((tmp_path / "progress" / "checkpoint.json").read_text())
+    assert (record["step"], record["path"], record["bytes"]) == (6, str(tmp_path / "ckpt.bin"), 10)
+    assert summary(tmp_path)["runtime_manifest"]["shutdown"]["classification"] == "external_cancellation"
+    assert list(Soak(environ={}).steps(0, 3)) == [0, 1, 2]  # no stop asked: the whole range
+
+
 def test_the_soft_stop_file_stops(tmp_path: Path, restore_usr1: None) -> None:
     soak = Soak(environ=env(tmp_path))
     (tmp_path / "run").mkdir()

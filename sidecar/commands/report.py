@@ -110,8 +110,6 @@ def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) ->
     write_page(target, page)
     for skipped in run.skipped:
         print(f"soak-sidecar: skipped {skipped}", file=sys.stderr)
-    print(
-        f"soak-sidecar: report {target} ({len(attempts)} attempts, {len(page.encode()) / 1024:.0f} KiB)",
-        file=sys.stderr,
-    )
+    counted = f"{len(attempts)} attempt{'s' if len(attempts) != 1 else ''}"
+    print(f"soak-sidecar: report {target} ({counted}, {len(page.encode()) / 1024:.0f} KiB)", file=sys.stderr)
     return 0

@@ -34,7 +34,8 @@ from sidecar.core.ports import ArtifactSink, Clock, DeadlineStore, GpuBackend, L
 from sidecar.core.publication import Publication
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
 from sidecar.nvml_mock.build import mock_library
-from sidecar.nvml_mock.scenario import compile_scenario
+from sidecar.nvml_mock.bundled import BUNDLED
+from sidecar.nvml_mock.scenario import compile_scenario, load_scenario
 from sidecar.settings import GpuSettings, Settings
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Wiring:
 
 
 def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None = sys.stderr) -> Wiring:
+    check_mock_scenario(settings.gpu)
     run_dir = settings.launcher.run_dir
     lock_loss = LockLoss()
     channel = RunDir(run_dir, settings.redaction.rules())
@@ -134,6 +136,19 @@ def open_gpu(
     sidecar.nvml_mock, prepared only if GPUs are opened at all (the scenario's devices of the pod of
     completion ``index``)."""
     return open_gpu_backend(settings, trainer_env, mock=lambda scratch: _mock_nvml(settings, scratch, index))
+
+
+def check_mock_scenario(settings: GpuSettings) -> None:
+    """A mock scenario that cannot be used is a usage error before anything of the run exists (no
+    deadline record, no attempt), naming the bundled scenarios."""
+    if settings.backend != "mock" or settings.mock_scenario is None:
+        return
+    if not settings.mock_scenario.exists():
+        names = ", ".join(scenario.name for scenario in BUNDLED)
+        raise ConfigError(
+            f"NVML mock scenario {settings.mock_scenario}: no such file (bundled scenarios: {names})"
+        )
+    load_scenario(settings.mock_scenario)
 
 
 def _mock_nvml(settings: GpuSettings, scratch: Path, index: int | None) -> MockNvml:

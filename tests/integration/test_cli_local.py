@@ -340,6 +340,14 @@ def test_auto_resume_picks_up_the_runs_checkpoint_on_the_next_attempt_with_no_ha
     assert deadline["resumed_from"] == str(volume / "checkpoint.json")
 
 
+def test_an_unknown_gpu_scenario_is_one_line_before_anything_of_the_run_exists(tmp_path: Path) -> None:
+    done = cli("run", "--local", "--gpu-scenario", "nosuch", "--", *trainer_cmd(), cwd=tmp_path)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "NVML mock scenario nosuch" in line and "bundled scenarios: two_gpus_growing" in line
+    assert not (tmp_path / "soak-output").exists()  # no deadline record, no attempt
+
+
 def test_auto_resume_without_a_checkpoint_is_a_usage_error(tmp_path: Path) -> None:
     done = cli("run", "--local", *FAST, "--auto-resume", "--", *trainer_cmd(), cwd=tmp_path)
     assert done.returncode == ExitCode.USAGE, done.stderr

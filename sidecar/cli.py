@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from sidecar import __version__
-from sidecar.commands.parsing import UsageParser
+from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import SoakError
 from sidecar.core.exitcodes import ExitCode
 
@@ -71,7 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Named by the command's own parser: its usage and its --help are the ones to read.
+        commands = next(a for a in parser._actions if isinstance(a, Subparsers))
+        commands.choices[args.cmd].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.handler(args)
     except SoakError as exc:

@@ -50,7 +50,10 @@ def test_torchtitan_stops_at_the_margin_on_two_ranks_with_a_resumable_checkpoint
     assert run.shutdown["classification"] == "external_cancellation"
     assert run.artifact["phases"]["checkpoint"] is not None  # the sidecar saw the record land
     exit_record = run.artifact["post_shutdown"]["launcher_exit"]
-    assert not exit_record["kill_sent"] and len(exit_record["soft_stop_signalled"]) >= 2
+    # Stopped by the soft stop, never killed. The ranks may act on the soft-stop file before the
+    # launcher's signal reaches them; having acted, the kit ignores late copies, so the launcher
+    # then finds no handler to signal: either path is the soft stop.
+    assert exit_record["soft_stop_sent"] and not exit_record["kill_sent"] and not exit_record["term_sent"]
 
 
 def test_torchtitan_stopped_from_outside_resumes_from_its_checkpoint_volume_by_itself(

@@ -17,9 +17,10 @@ from sidecar.core.artifact import (
     run_summary_figures,
     shm_finding,
 )
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.conclusion import Conclusion, DeadlineSeen, RunFacts, conclude, residual_processes
 from sidecar.core.gpu_clean import GpuLeftover, gpu_leftovers
+from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.gpu_trends import correctable_growth
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
@@ -98,7 +99,7 @@ def conclude_run(
     conclusion = conclude(
         RunFacts(
             monitor_failure=watched.failure,
-            gpu_fault=watched.gpu_fault or recorder.summary.gpu_fault or _gpu_wear(settings, recorder, left),
+            gpu_fault=watched.gpu_fault or _gpu_fault(settings, recorder, left),
             exit_record=watched.exit_record,
             trainer_program=launched.command[0],
             duration_s=duration,
@@ -167,7 +168,7 @@ def _shared(recorder: SampleRecorder) -> bool:
     return cgroup is None or cgroup.sidecar_own is not False
 
 
-def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
+def _leaks(going: Going, recorder: SampleRecorder) -> list[Finding]:
     """Growth beyond the configured limits, and the memory limit reached before the deadline."""
     settings, clock, mset = going.settings, going.ports.clock, going.settings.monitor
     leaks = leak_failures(
@@ -184,23 +185,31 @@ def _leaks(going: Going, recorder: SampleRecorder) -> list[str]:
     too_fast = project_memory(recorder.summary, recorder.trends, limit, budget_left)
     if too_fast and mset.fail_on_projected_memory_limit:
         leaks.append(too_fast)
-    return leaks
+    return [_leak(reason) for reason in leaks]
 
 
-def _gpu_leaks(settings: Settings, left: GpuLeftover) -> list[str]:
+def _leak(reason: str) -> Finding:
+    return Finding(Classification.RESOURCE_LEAK, reason, Source.SIDECAR)
+
+
+def _gpu_leaks(settings: Settings, left: GpuLeftover) -> list[Finding]:
     """Processes of the run still on a GPU, as leaks: only when the user opted in."""
-    return [f"GPU left dirty: {held}" for held in left.held_by_run] if settings.gpu.fail_on_dirty_gpu else []
+    held = left.held_by_run if settings.gpu.fail_on_dirty_gpu else ()
+    return [_leak(f"GPU left dirty: {process}") for process in held]
 
 
-def _gpu_wear(settings: Settings, recorder: SampleRecorder, left: GpuLeftover) -> str | None:
-    """A device left dirty, or whose correctable errors grow, as a GPU fault (retried on another
-    node): each only when the user opted in."""
+def _gpu_fault(settings: Settings, recorder: SampleRecorder, left: GpuLeftover) -> Finding | None:
+    """A GPU fault a health rule found after the last sample; else a device left dirty, or whose
+    correctable errors grow, as a GPU fault (retried on another node): each only when the user
+    opted in."""
+    if recorder.summary.gpu_fault is not None:
+        return gpu_fault(recorder.summary.gpu_fault)
     if settings.gpu.fail_on_dirty_gpu and left.on_device:
-        return f"GPU left dirty: {'; '.join(left.on_device)}"
+        return gpu_fault(f"GPU left dirty: {'; '.join(left.on_device)}")
     if not settings.gpu.fail_on_correctable_growth:
         return None
     growing = correctable_growth(recorder.gpu_trends.trends())
-    return f"correctable errors grow: {'; '.join(growing)}" if growing else None
+    return gpu_fault(f"correctable errors grow: {'; '.join(growing)}") if growing else None
 
 
 def _container_oom_killed(ports: Ports, watched: Watched) -> bool:

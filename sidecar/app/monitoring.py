@@ -18,9 +18,10 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Finding
 from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
 from sidecar.core.errors import ConfigError, LauncherError
+from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.ledger.checkpoint import (
     CHECKPOINT_FILE,
     CHECKPOINT_LIMIT_BYTES,
@@ -28,7 +29,14 @@ from sidecar.core.ledger.checkpoint import (
     parse_checkpoint,
 )
 from sidecar.core.ledger.moments import ProgressMoments
-from sidecar.core.monitor_policy import Due, MonitorPolicy, MonitorTimings, Observation
+from sidecar.core.monitor_policy import (
+    Due,
+    MonitorPolicy,
+    MonitorTimings,
+    Observation,
+    lock_loss,
+    monitor_failed,
+)
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
@@ -37,7 +45,7 @@ from sidecar.launcher.protocol.exit import ExitRecord
 CAUSE_POLL_S = 0.5
 
 
-def cancellation(ports: Ports, signal: str | None) -> tuple[Classification, str]:
+def cancellation(ports: Ports, signal: str | None) -> Finding:
     """Why the sidecar was stopped (sidecar.core.disruption): in a pod, what the pod and its Job
     say, asked until a decisive cause shows or ``cause_wait_s`` passed; else the signal."""
     status = ports.pod_status
@@ -217,7 +225,7 @@ def watch(
     except Exception as exc:
         signals.defer()
         reason = f"soak monitor failed: {type(exc).__name__}: {exc}"
-        policy.interrupted(Classification.MONITOR_FAILURE, reason)
+        policy.interrupted(monitor_failed(reason))
         session.request_stop("terminate", reason)
         session.await_exit(session.fallback_after_s, last_seen)
     # From here on the artifact comes first: a further Ctrl-C or SIGTERM is noted, not raised.
@@ -303,10 +311,10 @@ def _stop_on_cancellation(
     # First: the cause can wait, the trainer not.
     session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
     print(stop_notice(signal, grace), file=sys.stderr, flush=True)
-    kind, reason = cancellation(ports, signal)
-    policy.interrupted(kind, reason)
+    cause = cancellation(ports, signal)
+    policy.interrupted(cause)
     if trail is not None:
-        trail.stopping(kind, reason)
+        trail.stopping(cause.kind, cause.reason)
     if grace > 0:
         session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
         if signals.noted > asked:
@@ -355,15 +363,18 @@ def _loop(
 def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Observation, Sample | None]:
     ports = going.ports
     clock = ports.clock
-    lock_lost = ports.lock_loss.reason
+    lost = ports.lock_loss.reason
+    lock = None if lost is None else lock_loss(lost)
     expired = going.preflight.clock.expired(clock.wall(), clock.monotonic())
     if due == "sample":
         sample = sampler.take(now, going.started)
         # A lost GPU, or a health rule (XID, row remap, ECC, ...) on what the samples showed.
         fault = sample.gpu.fault or sampler.recorder.summary.gpu_fault
-        return Observation(sample.progress, fault, lock_lost, expired), sample
+        return Observation(
+            sample.progress, None if fault is None else gpu_fault(fault), lock, expired
+        ), sample
     progress = ports.progress.sample() if due == "liveness" else None
-    return Observation(progress, None, lock_lost, expired), None
+    return Observation(progress, None, lock, expired), None
 
 
 def _report(going: Going, console: Console, sample: Sample, age: float | None, duration_s: float) -> None:

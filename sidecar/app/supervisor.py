@@ -45,6 +45,7 @@ from sidecar.core.errors import (
 )
 from sidecar.core.exitcodes import ExitCode
 from sidecar.core.gpu_health import GpuHealthTracker
+from sidecar.core.monitor_policy import monitor_failed
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.publication import sanitize
@@ -288,9 +289,7 @@ class Supervisor:
                 devices = _devices(gpu)
                 samples.close()
         if samples.error is not None and watched.failure is None:
-            watched = replace(
-                watched, failure=(Classification.MONITOR_FAILURE, f"soak monitor failed: {samples.error}")
-            )
+            watched = replace(watched, failure=monitor_failed(f"soak monitor failed: {samples.error}"))
         return watched, recorder, devices
 
     @property
@@ -304,8 +303,9 @@ class Supervisor:
         return self._unstarted(verdicts.stopped(Classification.MONITOR_FAILURE, reason), launched, checked)
 
     def _cancelled_before_monitoring(self, signal: str) -> RunResult:
-        kind, reason = cancellation(self._ports, signal)
-        decision = verdicts.stopped(kind, reason)
+        cause = cancellation(self._ports, signal)
+        reason = cause.reason
+        decision = verdicts.stopped(cause.kind, reason)
         self._session.abort(reason, int(decision.exit_code))
         if self._ports.channel.launch_id is not None:
             self._session.request_stop("kill", reason)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import LostAttempt
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Finding
 from sidecar.core.deadline import DeadlineClock, DeadlineRecord
 from sidecar.core.identity import run_slot
 from sidecar.core.ledger.moments import ProgressMoments
@@ -97,8 +97,9 @@ class Going:
 class Watched:
     """What monitoring learned by the time the launcher exited."""
 
-    failure: tuple[Classification, str] | None
-    gpu_fault: str | None
+    # The monitor's failure (a stall, a stop from outside, ...) and the first GPU fault it saw.
+    failure: Finding | None
+    gpu_fault: Finding | None
     last_seen: tuple[ProcessInfo, ...]
     exit_record: ExitRecord | None
     # Run-dir records that disagreed with what the sidecar observed (named, never followed).

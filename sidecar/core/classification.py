@@ -70,6 +70,34 @@ class Source(Enum):
     TRAINER = "the trainer's claim in its run_summary"
 
 
+class Standing(Enum):
+    """Where a finding stands in the verdict."""
+
+    # A cause: in rank order, the first names the class (see sidecar.core.verdict.judge).
+    CAUSE = "cause"
+    # Named after the causes; the class only when nothing else failed (the sidecar's own kill).
+    AFTER = "after"
+    # Named only in a failure's reason; fails nothing by itself (XIDs the trainer caused).
+    NOTE = "note"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one check found: its class, the reason in words, and who established it."""
+
+    kind: Classification
+    reason: str
+    source: Source
+    # The check could not name the cause (an unknown exit status, a trainer that ended too
+    # soon): the run_summary's own class, any, takes its place.
+    provisional: bool = False
+    standing: Standing = Standing.CAUSE
+
+    @property
+    def rank(self) -> int:
+        return RULES[self.kind].rank
+
+
 @dataclass(frozen=True)
 class Rule:
     exit_code: ExitCode
@@ -134,8 +162,11 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
             1,
             Source.SIDECAR,
             "the deadline ran out: its stop explains the rest",
+            observed=True,
         ),
-        C.GPU_FAULT: Rule(ExitCode.GPU_FAULT, 2, Source.SIDECAR, "a GPU was lost or needs a reset"),
+        C.GPU_FAULT: Rule(
+            ExitCode.GPU_FAULT, 2, Source.SIDECAR, "a GPU was lost or needs a reset", observed=True
+        ),
         C.STARTUP_TIMEOUT: Rule(
             ExitCode.STALLED, 3, Source.SIDECAR, "no progress before the startup timeout", observed=True
         ),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sidecar.core import verdict as verdicts
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source, Standing
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -60,8 +60,9 @@ class DeadlineSeen:
 class RunFacts:
     """What the monitor, the launcher and the trainer's files say once the trainer has ended."""
 
-    monitor_failure: tuple[Classification, str] | None
-    gpu_fault: str | None
+    # The monitor's failure and the GPU fault it saw (core.monitor_policy, core.gpu_health).
+    monitor_failure: Finding | None
+    gpu_fault: Finding | None
     exit_record: ExitRecord | None
     trainer_program: str
     duration_s: float
@@ -71,7 +72,7 @@ class RunFacts:
     last_seen: tuple[ProcessInfo, ...]
     still_alive: tuple[ProcessInfo, ...]
     summary: SummaryOutcome
-    leaks: tuple[str, ...]
+    leaks: tuple[Finding, ...]
     deadline: DeadlineSeen
     # XIDs the application caused (core.gpu_health): named in a failed verdict's reason.
     trainer_xids: tuple[str, ...] = ()
@@ -112,93 +113,101 @@ def conclude(facts: RunFacts) -> Conclusion:
         summary=facts.summary,
         deadline=deadline,
         gpu_fault=facts.gpu_fault,
-        upload_error=None,
         out_of_memory=out_of_memory(
             record, facts.peak_rss_kib, container_oom_killed=facts.container_oom_killed
         ),
+        also=_notes(facts),
     )
-    if verdict.status == "failed" and facts.trainer_xids:
-        caused = "; ".join(facts.trainer_xids)
-        verdict = replace(verdict, reason=f"{verdict.reason}; the trainer caused {caused}")
-    if verdict.status == "failed" and facts.shm_left is not None:
-        verdict = replace(verdict, reason=f"{verdict.reason}; {facts.shm_left}")
-    # Findings that never pass: named in a failure's reason, or the failure themselves.
-    findings: tuple[tuple[Classification, str | None], ...] = (
-        (Classification.MONITOR_FAILURE, facts.fallback_kill),
-        (Classification.TRAINER_FAILURE, facts.launcher_stopped),
-    )
-    for kind, finding in findings:
-        if finding is not None:
-            verdict = (
-                replace(verdict, reason=f"{verdict.reason}; {finding}")
-                if verdict.status == "failed"
-                else verdicts.stopped(kind, finding)
-            )
     return Conclusion(verdict, residual_pids, _reported(facts), deadline)
 
 
-def _monitor_failure(facts: RunFacts) -> tuple[Classification, str] | None:
+def _notes(facts: RunFacts) -> list[Finding]:
+    """What a failure's reason names, and the sidecar's findings that never pass."""
+    found: list[Finding] = []
+    if facts.trainer_xids:
+        caused = "; ".join(facts.trainer_xids)
+        found.append(_note(Classification.TRAINER_FAILURE, f"the trainer caused {caused}"))
+    if facts.shm_left is not None:
+        found.append(_note(Classification.RESOURCE_LEAK, facts.shm_left))
+    if facts.fallback_kill is not None:
+        found.append(
+            Finding(Classification.MONITOR_FAILURE, facts.fallback_kill, Source.SIDECAR, standing=AFTER)
+        )
+    if facts.launcher_stopped is not None:
+        stopped = Finding(
+            Classification.TRAINER_FAILURE, facts.launcher_stopped, Source.SIDECAR, standing=AFTER
+        )
+        found.append(stopped)
+    return found
+
+
+AFTER = Standing.AFTER
+
+
+def _note(kind: Classification, reason: str) -> Finding:
+    return Finding(kind, reason, Source.SIDECAR, standing=Standing.NOTE)
+
+
+def _monitor_failure(facts: RunFacts) -> Finding | None:
     record = facts.exit_record
     if facts.monitor_failure is not None:
         return facts.monitor_failure
     if record is None:
         # A launcher the OOM killer took with the trainer's container leaves no record: the
         # kubelet's OOMKilled is then the cause (see out_of_memory).
-        failure: tuple[Classification, str] = (
-            Classification.MONITOR_FAILURE,
-            "launcher exited without writing exit.json",
+        missing = "launcher exited without writing exit.json"
+        return (
+            None
+            if facts.container_oom_killed
+            else Finding(Classification.MONITOR_FAILURE, missing, Source.SIDECAR)
         )
-        return None if facts.container_oom_killed else failure
     if record.heartbeat_lost or record.owner_lost:
         return _lost_sidecar(record, facts.heartbeat, facts.launcher_stopped)
     if record.reason == "spawn_failed":
         problem = "was not found" if record.exit_code == 127 else "is not executable"
-        return (
-            Classification.TRAINER_NOT_STARTED,
-            f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})",
-        )
+        reason = f"the trainer command {facts.trainer_program!r} {problem} (launcher exit {record.exit_code})"
+        return Finding(Classification.TRAINER_NOT_STARTED, reason, Source.LAUNCHER)
     return None
 
 
-def _lost_sidecar(
-    record: ExitRecord, heartbeat: SidecarHeartbeat, launcher_stopped: str | None
-) -> tuple[Classification, str]:
+def _lost_sidecar(record: ExitRecord, heartbeat: SidecarHeartbeat, launcher_stopped: str | None) -> Finding:
     """The launcher says it lost the sidecar. Retryable (152) only when the sidecar's own record
     shows it: a sidecar that concludes was not gone (owner lost), and one whose heartbeats all
     landed on time was not stalled. Otherwise the launcher was stopped, starved or lied to."""
     if launcher_stopped is not None:
-        return (
-            Classification.TRAINER_FAILURE,
-            f"the launcher reported the sidecar lost, but {launcher_stopped}",
-        )
+        reason = f"the launcher reported the sidecar lost, but {launcher_stopped}"
+        return Finding(Classification.TRAINER_FAILURE, reason, Source.SIDECAR)
     if heartbeat.first_error is not None:
         # The heartbeat could not land: the run dir broke (the trainer can write it), not the sidecar.
-        return (
+        return Finding(
             Classification.MONITOR_FAILURE,
             f"the sidecar's heartbeat could not be written into the run dir ({heartbeat.first_error}): "
             "the launcher lost it and killed the trainer",
+            Source.SIDECAR,
         )
     if record.heartbeat_lost and heartbeat.lapsed:
-        return (
+        return Finding(
             Classification.SUPERVISOR_LOST,
             "the launcher lost the sidecar's heartbeat and killed the trainer: the sidecar stalled or "
             "died, the trainer's own outcome is unknown",
+            Source.LAUNCHER,
         )
     lost = "heartbeat" if record.heartbeat_lost else "process (--owner-pid)"
-    return (
+    return Finding(
         Classification.TRAINER_FAILURE,
         f"the launcher reported the sidecar's {lost} lost, but the sidecar was there throughout "
         f"(its heartbeats landed at most {heartbeat.longest_gap_s:.1f} s apart, the timeout is "
         f"{heartbeat.timeout_s:g} s): the launcher was stopped or starved, or the heartbeat file removed, "
         "from the trainer's side",
+        Source.SIDECAR,
     )
 
 
 def out_of_memory(
     record: ExitRecord | None, peak_rss_kib: int | None, *, container_oom_killed: bool
-) -> str | None:
-    """Why the OOM killer is the cause, when the trainer's cgroup counted an OOM kill while it ran
-    (the launcher's record) or the kubelet reports its container OOMKilled; None otherwise."""
+) -> Finding | None:
+    """The OOM killer as the cause, when the trainer's cgroup counted an OOM kill while it ran (the
+    launcher's record) or the kubelet reports its container OOMKilled; None otherwise."""
     memory = None if record is None else record.memory
     counted = memory is not None and memory.oom_kills > 0
     if not (counted or container_oom_killed):
@@ -218,7 +227,7 @@ def out_of_memory(
     text = " ".join(parts)
     if peak_rss_kib is not None:
         text += f"; peak RSS sampled {peak_rss_kib / 1024:.1f} MiB"
-    return text
+    return Finding(Classification.OUT_OF_MEMORY, text, Source.LAUNCHER if counted else Source.PLATFORM)
 
 
 MAX_NAMED = 4

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.job_pods import job_failure
 from sidecar.core.pod_facts import JobFacts, PodFacts
 from sidecar.core.publication import sanitize
@@ -58,17 +58,18 @@ class StopEvidence:
     job_gone: bool = False  # the Job was not found: deleted
 
 
-def decisive_cause(evidence: StopEvidence) -> tuple[Classification, str] | None:
+def decisive_cause(evidence: StopEvidence) -> Finding | None:
     """The cause, once the API shows one that needs no more waiting for; None until then."""
     job = evidence.job
     if job is not None and (failed := job_failure(job)) is not None:
-        return Classification.JOB_FAILED, f"the Job failed, so this pod was stopped: {failed}"
+        return _platform(Classification.JOB_FAILED, f"the Job failed, so this pod was stopped: {failed}")
     if evidence.job_gone or (job is not None and job.deleting):
-        return Classification.JOB_DELETED, "the Job was deleted, and its pods with it"
+        return _platform(Classification.JOB_DELETED, "the Job was deleted, and its pods with it")
     if job is not None and job.suspended:
-        return Classification.JOB_SUSPENDED, (
+        return _platform(
+            Classification.JOB_SUSPENDED,
             "the Job was suspended (spec.suspend, as Kueue does): the attempt stopped, and the soak "
-            "resumes on the same deadline when the Job is resumed"
+            "resumes on the same deadline when the Job is resumed",
         )
     condition = None if evidence.pod is None else evidence.pod.condition("DisruptionTarget")
     if condition is not None and condition.status == "True":
@@ -76,24 +77,29 @@ def decisive_cause(evidence: StopEvidence) -> tuple[Classification, str] | None:
         kind, meaning = DISRUPTION_REASONS.get(
             reason, (Classification.NODE_DISRUPTION, "the pod was disrupted")
         )
-        return kind, f"{meaning} ({reason}{_message(condition.message)})"
+        return _platform(kind, f"{meaning} ({reason}{_message(condition.message)})")
     return None
 
 
-def cause_of_stop(evidence: StopEvidence) -> tuple[Classification, str]:
+def cause_of_stop(evidence: StopEvidence) -> Finding:
     """The cause as far as it is known: decisive, else the pod's deletion, else the signal."""
     decided = decisive_cause(evidence)
     if decided is not None:
         return decided
     if evidence.pod is not None and evidence.pod.deleting:
-        return (
+        return _platform(
             Classification.POD_DELETED,
             "the pod was deleted (kubectl delete pod, or a controller) with no disruption recorded",
         )
     if evidence.signal is None:
-        return Classification.EXTERNAL_CANCELLATION, INTERRUPTED_REASON
+        return Finding(Classification.EXTERNAL_CANCELLATION, INTERRUPTED_REASON, Source.SIDECAR)
     what = "Ctrl-C" if evidence.signal == "SIGINT" else evidence.signal
-    return Classification.EXTERNAL_CANCELLATION, f"{INTERRUPTED_REASON}: the sidecar got {what}"
+    reason = f"{INTERRUPTED_REASON}: the sidecar got {what}"
+    return Finding(Classification.EXTERNAL_CANCELLATION, reason, Source.SIDECAR)
+
+
+def _platform(kind: Classification, reason: str) -> Finding:
+    return Finding(kind, reason, Source.PLATFORM)
 
 
 def _message(message: str | None) -> str:

@@ -25,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.samples import GpuDevice, GpuEvent, GpuSample
 
 XidCause = Literal["gpu", "application", "unclassified"]
@@ -77,6 +78,11 @@ CLOCK_EVENT_REASONS: Mapping[str, int] = MappingProxyType(
 )
 HARDWARE_SLOWDOWN = ("hw_slowdown", "hw_thermal", "hw_power_brake")
 EVENT_LIMIT = 1000  # events kept in the artifact; the count covers all
+
+
+def gpu_fault(reason: str) -> Finding:
+    """A GPU lost, needing a reset, or failing a health rule (``reason``), as the sidecar saw it."""
+    return Finding(Classification.GPU_FAULT, f"GPU fault: {reason}", Source.SIDECAR)
 
 
 def clock_reason_names(mask: int) -> list[str]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.samples import ProgressSample
 
 KIND_STARTUP = Classification.STARTUP_TIMEOUT
@@ -56,8 +56,8 @@ class LivenessTracker:
         self._last_signature: tuple[int, int, float | None] | None = None
         self._last_change: float | None = None
 
-    def observe(self, progress: ProgressSample, now_monotonic: float) -> tuple[Classification, str] | None:
-        """Record one progress sample; ``(kind, reason)`` when a liveness rule fails, else None."""
+    def observe(self, progress: ProgressSample, now_monotonic: float) -> Finding | None:
+        """Record one progress sample; the finding when a liveness rule fails, else None."""
         signature = _signature(progress, self._signal)
         begun = self._last_change is not None or signature != self._baseline
         if progress.bytes_total > 0 and begun:
@@ -66,12 +66,12 @@ class LivenessTracker:
                 self._last_signature = signature
             idle = now_monotonic - self._last_change
             if idle > self._stale_progress_s:
-                return KIND_STALE, f"training progress did not change for {idle:.1f}s"
+                return Finding(
+                    KIND_STALE, f"training progress did not change for {idle:.1f}s", Source.SIDECAR
+                )
         elif now_monotonic - self._started > self._startup_timeout_s:
-            return (
-                KIND_STARTUP,
-                f"training produced no progress artifact within {self._startup_timeout_s:.1f}s",
-            )
+            reason = f"training produced no progress artifact within {self._startup_timeout_s:.1f}s"
+            return Finding(KIND_STARTUP, reason, Source.SIDECAR)
         return None
 
     def last_progress_age(self, now_monotonic: float) -> float | None:

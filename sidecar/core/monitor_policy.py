@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.liveness import LivenessTracker, ProgressSignal
 from sidecar.core.samples import ProgressSample
 
@@ -48,8 +48,9 @@ class Observation:
     """What the loop saw at one step. ``progress`` is None when nothing was due."""
 
     progress: ProgressSample | None = None
-    gpu_fault: str | None = None
-    lock_lost: str | None = None
+    # A GPU fault the sample showed (core.gpu_health.gpu_fault), and the deadline lock's loss.
+    gpu_fault: Finding | None = None
+    lock_loss: Finding | None = None
     deadline_expired: bool = False
 
 
@@ -81,8 +82,8 @@ class MonitorPolicy:
         )
         self._next_sample = self._next_liveness = started
         self._stop_by: float | None = None
-        self.failure: tuple[Classification, str] | None = None
-        self.gpu_fault: str | None = None
+        self.failure: Finding | None = None
+        self.gpu_fault: Finding | None = None
         self.stacks_requested = False
         # The launcher was still running when the deadline had passed (step is called only then).
         self.ran_past_deadline = False
@@ -124,18 +125,17 @@ class MonitorPolicy:
             return Action(kill_remembered=True, reason=self.fallback_kill)
         return CONTINUE
 
-    def _first_stop(self, now: float, seen: Observation, stale: tuple[Classification, str] | None) -> Action:
+    def _first_stop(self, now: float, seen: Observation, stale: Finding | None) -> Action:
         """At most one stop request: the first of lock loss, GPU fault, staleness, deadline."""
-        if seen.lock_lost is not None:
+        if seen.lock_loss is not None:
             # Another supervisor may take the run over: ours must stop now (fail closed).
-            reason = f"deadline lock lost: {seen.lock_lost}"
-            self.failure = self.failure or (Classification.MONITOR_FAILURE, reason)
-            return self._stop(now, "kill", reason)
+            self.failure = self.failure or seen.lock_loss
+            return self._stop(now, "kill", seen.lock_loss.reason)
         if self.gpu_fault is not None:
-            return self._stop(now, "terminate", f"GPU fault: {self.gpu_fault}")
+            return self._stop(now, "terminate", self.gpu_fault.reason)
         if stale is not None:
             # Where the trainer hangs is the stall's evidence: its stacks first, then the TERM.
-            return self._stop(now, "terminate", stale[1], stacks_timeout_s=self._timings.stack_capture_s)
+            return self._stop(now, "terminate", stale.reason, stacks_timeout_s=self._timings.stack_capture_s)
         if seen.deadline_expired:
             # The launcher enforces the deadline itself; this is the second line.
             return self._stop(now, "kill", "total-job deadline expired")
@@ -146,6 +146,16 @@ class MonitorPolicy:
         self.stacks_requested = stacks_timeout_s > 0
         return Action(stop=action, reason=reason, stacks_timeout_s=stacks_timeout_s)
 
-    def interrupted(self, kind: Classification, reason: str) -> None:
+    def interrupted(self, finding: Finding) -> None:
         """Cancellation or a failure of the monitor itself: it decides the verdict."""
-        self.failure = (kind, reason)
+        self.failure = finding
+
+
+def monitor_failed(reason: str) -> Finding:
+    """The sidecar's own failure (a crash of its monitor, an unreadable sample): never a pass."""
+    return Finding(Classification.MONITOR_FAILURE, reason, Source.SIDECAR)
+
+
+def lock_loss(reason: str) -> Finding:
+    """The deadline lock's loss, as the monitor's failure: another supervisor may take the run over."""
+    return monitor_failed(f"deadline lock lost: {reason}")

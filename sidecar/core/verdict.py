@@ -1,43 +1,42 @@
-"""The verdict: a pure function of what the supervisor observed, and the exit-code table.
+"""The verdict: one pass over the run's findings in rank order, and the exit-code table.
 
-``decide`` composes the failure reason (``; ``-joined) in this order:
+Each check emits a ``Finding`` (``sidecar.core.classification``): its class, its reason, who
+established it. ``judge`` composes the failure reason (``; ``-joined) in this order:
 
-1. the monitor's own failure (startup/stale timeout, cancellation, monitor crash, ...);
-2. ``trainer exited with returncode N``, only if nothing failed yet (``trainer_failure``: a trainer
-   that died is the first real cause and a missing or invalid run_summary its evidence, never its
-   class);
-3. the trainer finished before ``min_duration_seconds=...`` (``trainer_failure``: a soak that
-   ended too soon did not soak), only if nothing failed yet;
-4. ``residual child processes after shutdown: ...`` (``resource_leak``), only if nothing failed yet;
-5. the run_summary's messages (see ``SummaryOutcome.reason_parts``).
+1. the causes (``Standing.CAUSE``), by their rank in ``RULES``: the deadline (it explains the
+   rest), a GPU fault, the monitor's failure (a stall, a stop from outside, a lost lock, a lost
+   launcher or sidecar), then the trainer's own end (``decide`` keeps only the first of: its death,
+   an OOM kill, an unknown exit status, a finish before ``min_duration_seconds``, survivors, leaks;
+   and only when nothing above was found: a trainer that died after the sidecar stopped it did
+   not cause the stop);
+2. the run_summary's messages (``SummaryOutcome.reason_parts``): the trainer's account, after
+   what the sidecar established;
+3. the notes (``Standing.NOTE``): named only in a failure's reason (XIDs the trainer caused, files
+   it left in /dev/shm);
+4. the sidecar's own findings that never pass (``Standing.AFTER``): its kill of the trainer, a
+   launcher seen stopped; the class only when nothing else failed.
 
-and its classification rules. A valid abnormal shutdown classification from the trainer does not
-replace any earlier kind, because the trainer writes its summary itself:
+The class is the first cause's, weighed against the trainer's claim (its run_summary's shutdown
+classification):
 
-- what the sidecar observed or measured stands over the trainer's account (``OBSERVED``: a stall,
-  a stop from outside, a leak or survivors, an OOM kill), e.g. a hung trainer killed by the stall's
-  TERM that then reports ``learner_failure`` is still ``timeout/stale_tick``;
+- what the sidecar observed or measured stands over the trainer's account (``OBSERVED``: the
+  deadline, a GPU fault, a stall, a stop from outside, a leak or survivors, an OOM kill), e.g. a
+  hung trainer killed by the stall's TERM that then reports ``learner_failure`` is still
+  ``timeout/stale_tick``;
 - a class that names a cause only the sidecar can see (``SEEN_ONLY``: a stop, a stall) counts only
   when the sidecar saw it; otherwise the claim is named in the reason and not taken;
-- any other claim (the trainer's own failure) replaces the remaining kinds and fills an empty slot;
-  a failure with no kind is ``unknown_failure``.
+- any other claim replaces the remaining classes, and a provisional cause (an unknown exit
+  status, a trainer that ended too soon) takes the summary's class, whichever it is.
 
-Ahead of everything above, because they explain the rest:
-
-- ``deadline``: the total-job deadline expired, or the budget was spent (soft stop at the
-  checkpoint margin, trainer unfinished); ``deadline_exhausted`` outranks the trainer's non-zero
-  exit and summary, which the stop at the deadline caused.
-- ``gpu_fault``: a GPU was lost or needs a reset; ``gpu_fault`` (retryable on another node).
-- ``upload_error``: kept in ``evidence_error`` always, but it turns the verdict into
-  ``evidence_lost`` only when the soak otherwise passed, so it never hides the soak's own verdict.
-
-A passed verdict has classification None (the artifact's ``failure_classification``) and exit 0.
+An upload that failed (``with_upload_error``) turns only a passed verdict into ``evidence_lost``,
+so it never hides the soak's own verdict. A passed verdict has classification None (the
+artifact's ``failure_classification``) and exit 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from sidecar.core.classification import (
@@ -47,6 +46,9 @@ from sidecar.core.classification import (
     PRE_START_KINDS,
     SEEN_ONLY,
     Classification,
+    Finding,
+    Source,
+    Standing,
     classifications_for,
 )
 from sidecar.core.exitcodes import EXIT_CODE_DESCRIPTIONS, ExitCode
@@ -90,16 +92,14 @@ class Verdict:
     classification: Classification | None
     reason: str | None
     exit_code: ExitCode
-    evidence_error: str | None = None
 
 
-def _failed(classification: Classification, reason: str, evidence_error: str | None) -> Verdict:
+PASSED = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
+
+
+def _failed(classification: Classification, reason: str) -> Verdict:
     return Verdict(
-        status="failed",
-        classification=classification,
-        reason=reason,
-        exit_code=exit_code_for(classification),
-        evidence_error=evidence_error,
+        status="failed", classification=classification, reason=reason, exit_code=exit_code_for(classification)
     )
 
 
@@ -107,142 +107,139 @@ def refused(reason: str, *, classification: Classification = Classification.REFU
     """The verdict of a run that was not started (identity mismatch, no budget, store down)."""
     if classification not in PRE_START_KINDS:
         raise ValueError(f"{classification!r} is not a refusal before the start")
-    return _failed(classification, reason, None)
+    return _failed(classification, reason)
 
 
 def stopped(kind: Classification, reason: str) -> Verdict:
     """The verdict of a run the monitor ended before the trainer's outcome could be judged."""
-    return _failed(kind, reason, None)
+    return _failed(kind, reason)
 
 
 def decide(
     *,
-    monitor_failure: tuple[Classification, str] | None,
+    monitor_failure: Finding | None,
     returncode: int | None,
     duration_s: float,
     min_duration_s: float,
     residuals: Sequence[str],
     summary: SummaryOutcome,
-    leaks: Sequence[str] = (),
+    leaks: Sequence[Finding] = (),
     deadline: DeadlineEnd | None,
-    gpu_fault: str | None,
-    upload_error: str | None,
-    out_of_memory: str | None = None,
+    gpu_fault: Finding | None,
+    out_of_memory: Finding | None = None,
+    also: Sequence[Finding] = (),
 ) -> Verdict:
-    """The soak's verdict. ``residuals``: short descriptions (pids) of survivors of shutdown;
-    ``leaks``: complete messages of other resource-leak checks, reported like residuals (only
-    when nothing failed before, classification ``resource_leak``).
+    """The soak's verdict from the run's facts. ``residuals``: short descriptions (pids) of survivors
+    of shutdown; ``leaks``: the other resource-leak checks' findings; ``also``: notes and the
+    sidecar's own findings that never pass (see ``judge``).
 
     ``returncode`` None means the trainer's exit status is unknown, which fails closed unless
-    something else already failed. ``out_of_memory``: why the OOM killer is the cause, when it
-    killed a process of the trainer's; it classes a failed trainer (whatever its summary says).
+    something else already failed. ``out_of_memory``: the OOM killer killed a process of the
+    trainer's; it classes a failed trainer (whatever its summary says).
     """
-    parts, kind = _run_failures(deadline, gpu_fault, monitor_failure)
-    if not parts:
-        parts, kind = _trainer_failure(
-            returncode=returncode,
-            duration_s=duration_s,
-            min_duration_s=min_duration_s,
-            residuals=residuals,
-            leaks=leaks,
-            out_of_memory=out_of_memory,
-        )
-    parts.extend(summary.reason_parts(after_failure=bool(parts)))
-    kind = _with_summary_kind(kind, summary, parts, deadline_stopped=deadline is not None)
-    if deadline is not None:
-        kind = Classification.DEADLINE_EXHAUSTED
-    elif gpu_fault is not None:
-        kind = Classification.GPU_FAULT
-
-    if parts:
-        # Kindless so far: a summary's kind fills the slot first; a trainer that
-        # finished too soon, and nothing else, is the trainer's failure.
-        too_short = returncode == 0 and duration_s < min_duration_s
-        fallback = Classification.TRAINER_FAILURE if too_short else Classification.UNKNOWN_FAILURE
-        return _failed(kind or fallback, "; ".join(parts), upload_error)
-    passed = Verdict(status="passed", classification=None, reason=None, exit_code=ExitCode.PASSED)
-    return passed if upload_error is None else with_upload_error(passed, upload_error)
+    if monitor_failure is not None and monitor_failure.kind not in MONITOR_KINDS:
+        raise ValueError(f"unknown monitor failure kind {monitor_failure.kind.value!r}")
+    run = [found for found in (deadline_finding(deadline), gpu_fault, monitor_failure) if found is not None]
+    ended = trainer_end(
+        returncode=returncode,
+        duration_s=duration_s,
+        min_duration_s=min_duration_s,
+        residuals=residuals,
+        leaks=leaks,
+        out_of_memory=out_of_memory,
+    )
+    causes = run or ([] if ended is None else [ended])
+    return judge([*causes, *also], summary)
 
 
-def _with_summary_kind(
-    kind: Classification | None, summary: SummaryOutcome, parts: list[str], *, deadline_stopped: bool
-) -> Classification | None:
-    """The kind once the summary's classification is weighed (see the module docstring); a claim
-    of a cause the sidecar did not see is added to ``parts`` instead. The deadline's soft stop or
-    TERM is a stop the sidecar saw: a trainer it stopped may say so (the deadline is the kind)."""
+def judge(findings: Sequence[Finding], summary: SummaryOutcome) -> Verdict:
+    """One pass over the findings in rank order (see the module docstring)."""
+    ordered = sorted(findings, key=lambda found: (_STANDING_ORDER[found.standing], found.rank))
+    causes = [found for found in ordered if found.standing is Standing.CAUSE]
+    parts = [found.reason for found in causes]
+    parts.extend(summary.reason_parts(after_failure=bool(causes)))
+    kind = _weighed(causes, summary, parts) if parts else None
+    for found in ordered[len(causes) :]:
+        if found.standing is Standing.NOTE and kind is None:
+            continue
+        parts.append(found.reason)
+        kind = kind or found.kind
+    return PASSED if kind is None else _failed(kind, "; ".join(parts))
+
+
+_STANDING_ORDER = {Standing.CAUSE: 0, Standing.NOTE: 1, Standing.AFTER: 2}
+
+
+def _weighed(causes: Sequence[Finding], summary: SummaryOutcome, parts: list[str]) -> Classification:
+    """The first cause's class once the trainer's claim is weighed; a claim of a cause the sidecar
+    did not see is added to ``parts`` instead. The deadline's soft stop or TERM is a stop the
+    sidecar saw: a trainer it stopped may say so."""
+    first = causes[0] if causes else None
+    fallback = Classification.UNKNOWN_FAILURE if first is None else first.kind
     claim = None if summary.classification is None else Classification(summary.classification)
-    if claim is None or not (summary.classification_overrides or kind is None):
-        return kind
-    if claim is Classification.EXTERNAL_CANCELLATION and deadline_stopped:
-        return kind
-    if claim in SEEN_ONLY and kind not in SEEN_ONLY[claim]:
+    open_slot = first is None or first.provisional
+    if claim is None or not (summary.classification_overrides or open_slot):
+        return fallback
+    seen = {found.kind for found in causes}
+    if claim is Classification.EXTERNAL_CANCELLATION and Classification.DEADLINE_EXHAUSTED in seen:
+        return fallback
+    if claim in SEEN_ONLY and not seen & SEEN_ONLY[claim]:
         parts.append(f"the trainer's run_summary claims {claim.value!r}, which the sidecar did not see")
-        return kind
-    return kind if kind in OBSERVED else claim
+        return fallback
+    return fallback if first is not None and first.kind in OBSERVED and not first.provisional else claim
 
 
-def _run_failures(
-    deadline: DeadlineEnd | None,
-    gpu_fault: str | None,
-    monitor_failure: tuple[Classification, str] | None,
-) -> tuple[list[str], Classification | None]:
-    """What ended or broke the run itself (deadline, GPU, monitor), all of it, and the monitor's kind."""
-    parts: list[str] = []
-    if deadline is not None:
-        parts.append(DEADLINE_REASON if deadline == "expired" else BUDGET_REASON)
-    if gpu_fault is not None:
-        parts.append(f"GPU fault: {gpu_fault}")
-    if monitor_failure is None:
-        return parts, None
-    monitor_kind, monitor_reason = monitor_failure
-    if monitor_kind not in MONITOR_KINDS:
-        raise ValueError(f"unknown monitor failure kind {monitor_kind!r}")
-    parts.append(monitor_reason)
-    return parts, monitor_kind
+def deadline_finding(deadline: DeadlineEnd | None) -> Finding | None:
+    if deadline is None:
+        return None
+    reason = DEADLINE_REASON if deadline == "expired" else BUDGET_REASON
+    return Finding(Classification.DEADLINE_EXHAUSTED, reason, Source.SIDECAR)
 
 
-def _trainer_failure(
+def trainer_end(
     *,
     returncode: int | None,
     duration_s: float,
     min_duration_s: float,
     residuals: Sequence[str],
-    leaks: Sequence[str],
-    out_of_memory: str | None,
-) -> tuple[list[str], Classification | None]:
-    """The first of the trainer-side rules that fails (each only if nothing failed yet)."""
+    leaks: Sequence[Finding],
+    out_of_memory: Finding | None,
+) -> Finding | None:
+    """The first of the trainer-side rules that fails: its death (the first real cause: a missing
+    or abnormal run_summary is its evidence, not its class), a finish too soon to have soaked,
+    survivors, leaks."""
     if returncode != 0:
-        return _trainer_died(returncode, out_of_memory)
+        return _died(returncode, out_of_memory)
     if duration_s < min_duration_s:
-        # The trainer finished too soon to have soaked (kind: see decide).
-        return [
+        reason = (
             f"the trainer finished after {duration_s:.1f} s, before the soak's minimum duration "
             f"(min_duration_seconds={min_duration_s:.1f})"
-        ], None
+        )
+        return Finding(Classification.TRAINER_FAILURE, reason, Source.SIDECAR, provisional=True)
     if residuals:
         named = ", ".join(residuals[:NAMED_RESIDUALS])
         more = len(residuals) - NAMED_RESIDUALS
         named += f" and {more} more" if more > 0 else ""
-        return [f"residual child processes after shutdown: {named}"], Classification.RESOURCE_LEAK
+        reason = f"residual child processes after shutdown: {named}"
+        return Finding(Classification.RESOURCE_LEAK, reason, Source.SIDECAR)
     if leaks:
-        return list(leaks), Classification.RESOURCE_LEAK
-    return [], None
+        return Finding(Classification.RESOURCE_LEAK, "; ".join(leak.reason for leak in leaks), Source.SIDECAR)
+    return None
 
 
-def _trainer_died(
-    returncode: int | None, out_of_memory: str | None
-) -> tuple[list[str], Classification | None]:
+def _died(returncode: int | None, out_of_memory: Finding | None) -> Finding:
     if out_of_memory is not None:
-        return [out_of_memory], Classification.OUT_OF_MEMORY
+        return out_of_memory
     if returncode is None:
-        return ["trainer exit status is unknown"], None
-    # The first real cause: a missing or abnormal run_summary is its evidence, not its class.
-    return [f"trainer exited with returncode {returncode}"], Classification.TRAINER_FAILURE
+        reason = "trainer exit status is unknown"
+        return Finding(Classification.UNKNOWN_FAILURE, reason, Source.LAUNCHER, provisional=True)
+    died = f"trainer exited with returncode {returncode}"
+    return Finding(Classification.TRAINER_FAILURE, died, Source.LAUNCHER)
 
 
 def with_upload_error(verdict: Verdict, upload_error: str) -> Verdict:
     """The verdict once the upload failed: a pass becomes evidence_lost, a failure keeps its kind."""
     if verdict.status == "passed":
         reason = f"soak passed but its artifact was not uploaded: {upload_error}"
-        return _failed(Classification.EVIDENCE_LOST, reason, upload_error)
-    return replace(verdict, evidence_error=upload_error)
+        return _failed(Classification.EVIDENCE_LOST, reason)
+    return verdict

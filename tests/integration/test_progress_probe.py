@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.adapters.progress import DirectoryProgressProbe
+from sidecar.core.classification import Finding, Source
 from sidecar.core.liveness import KIND_STALE, LivenessTracker
 from sidecar.core.ports import ProgressProbe
 from sidecar.core.samples import ProgressSample
@@ -116,7 +117,12 @@ def test_console_log_growth_does_not_hide_a_stale_trainer(tmp_path: Path) -> Non
         os.utime(console, (2_000.0 + now, 2_000.0 + now))
         verdicts.append(tracker.observe(probe.sample(), now))
 
-    assert verdicts == [None, None, None, (KIND_STALE, "training progress did not change for 15.0s")]
+    assert verdicts == [
+        None,
+        None,
+        None,
+        Finding(KIND_STALE, "training progress did not change for 15.0s", Source.SIDECAR),
+    ]
 
 
 # ---------------------------------------------------------------------- the trainer's run_summary

@@ -48,6 +48,8 @@ def test_a_cause_only_the_sidecar_sees_counts_only_when_it_saw_it() -> None:
             Classification.STARTUP_TIMEOUT,
             Classification.RESOURCE_LEAK,
             Classification.OUT_OF_MEMORY,
+            Classification.DEADLINE_EXHAUSTED,
+            Classification.GPU_FAULT,
         }
         == OBSERVED
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.conclusion import DeadlineSeen, RunFacts, SidecarHeartbeat, conclude, deadline_end
 from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
 from sidecar.core.samples import ProcessInfo
@@ -69,7 +70,11 @@ def facts(**fields: Any) -> RunFacts:
         "leaks": (),
         "deadline": DeadlineSeen(),
     }
-    return RunFacts(**{**values, **fields})
+    values.update(fields)
+    failure = values["monitor_failure"]
+    if isinstance(failure, tuple):  # the monitor's (kind, reason), as its check emits it
+        values["monitor_failure"] = Finding(Classification(failure[0]), failure[1], Source.SIDECAR)
+    return RunFacts(**values)
 
 
 def test_a_clean_run_passes() -> None:

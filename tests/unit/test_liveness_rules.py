@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from sidecar.core.classification import Finding, Source
 from sidecar.core.liveness import KIND_STALE, KIND_STARTUP, LivenessTracker
 from sidecar.core.samples import ProgressSample
 
@@ -18,18 +19,20 @@ def test_startup_timeout_fires_only_after_the_timeout() -> None:
     tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=5.0, started_monotonic=100.0)
     assert tracker.observe(NOTHING, 105.0) is None
     assert tracker.observe(NOTHING, 110.0) is None  # the seed's rule is strictly "more than"
-    assert tracker.observe(NOTHING, 110.5) == (
+    assert tracker.observe(NOTHING, 110.5) == Finding(
         KIND_STARTUP,
         "training produced no progress artifact within 10.0s",
+        Source.SIDECAR,
     )
 
 
 def test_empty_files_are_not_progress() -> None:
     tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=5.0, started_monotonic=0.0)
     empty = ProgressSample(file_count=3, bytes_total=0, max_mtime=5.0)
-    assert tracker.observe(empty, 11.0) == (
+    assert tracker.observe(empty, 11.0) == Finding(
         KIND_STARTUP,
         "training produced no progress artifact within 10.0s",
+        Source.SIDECAR,
     )
 
 
@@ -43,9 +46,10 @@ def test_stale_after_progress_is_measured_from_the_last_change() -> None:
     tracker = LivenessTracker(startup_timeout_s=100.0, stale_progress_s=5.0, started_monotonic=0.0)
     assert tracker.observe(progress(10), 1.0) is None
     assert tracker.observe(progress(10), 6.0) is None
-    assert tracker.observe(progress(10), 6.5) == (
+    assert tracker.observe(progress(10), 6.5) == Finding(
         KIND_STALE,
         "training progress did not change for 5.5s",
+        Source.SIDECAR,
     )
 
 
@@ -64,7 +68,9 @@ def test_by_default_any_change_of_the_progress_signature_resets_staleness(change
     assert tracker.observe(changed, 4.0) is None
     assert tracker.observe(changed, 8.0) is None  # 4 s after the change, 8 s after the start
     assert tracker.last_progress_age(8.0) == 4.0
-    assert tracker.observe(changed, 9.5) == (KIND_STALE, "training progress did not change for 5.5s")
+    assert tracker.observe(changed, 9.5) == Finding(
+        KIND_STALE, "training progress did not change for 5.5s", Source.SIDECAR
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,16 +84,19 @@ def test_with_the_seeds_signal_only_a_change_of_bytes_is_progress(same_bytes: Pr
     )
     assert tracker.observe(progress(10), 0.0) is None
     assert tracker.observe(same_bytes, 4.0) is None
-    assert tracker.observe(same_bytes, 5.5) == (KIND_STALE, "training progress did not change for 5.5s")
+    assert tracker.observe(same_bytes, 5.5) == Finding(
+        KIND_STALE, "training progress did not change for 5.5s", Source.SIDECAR
+    )
 
 
 def test_files_back_to_zero_bytes_fall_under_the_startup_rule_like_the_seed() -> None:
     tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0)
     assert tracker.observe(progress(10), 1.0) is None
     assert tracker.observe(NOTHING, 5.0) is None
-    assert tracker.observe(NOTHING, 10.5) == (
+    assert tracker.observe(NOTHING, 10.5) == Finding(
         KIND_STARTUP,
         "training produced no progress artifact within 10.0s",
+        Source.SIDECAR,
     )
 
 
@@ -110,9 +119,10 @@ def test_files_a_resumed_attempt_found_are_not_its_first_progress() -> None:
         startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0, baseline=left
     )
     assert tracker.last_progress_age(5.0) is None and tracker.observe(left, 5.0) is None
-    assert tracker.observe(left, 10.5) == (
+    assert tracker.observe(left, 10.5) == Finding(
         KIND_STARTUP,
         "training produced no progress artifact within 10.0s",
+        Source.SIDECAR,
     )
     resumed = LivenessTracker(
         startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0, baseline=left

@@ -19,6 +19,7 @@ from sidecar.adapters.procfs.memory import (
     shown,
 )
 from sidecar.core.artifact import ResourceSummary, SampleRecorder, leak_failures, shm_finding
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.conclusion import conclude
 from sidecar.core.samples import CgroupMemorySample, MemoryCgroupInfo, ShmFile, ShmLeftovers
 from sidecar.settings import Settings
@@ -141,7 +142,9 @@ def test_files_left_in_dev_shm_are_named_in_a_failed_verdict_and_fail_nothing_th
     assert shm_finding(ShmLeftovers(directory="/dev/shm", uid=1000)) is None
     passed = conclude(facts(shm_left=finding)).verdict
     assert passed.status == "passed" and passed.reason is None
-    failed = conclude(facts(shm_left=finding, leaks=("a leak",))).verdict
+    failed = conclude(
+        facts(shm_left=finding, leaks=(Finding(Classification.RESOURCE_LEAK, "a leak", Source.SIDECAR),))
+    ).verdict
     assert failed.classification == "resource_leak"
     assert failed.reason == f"a leak; {finding}"
 

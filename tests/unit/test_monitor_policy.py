@@ -6,8 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from sidecar.core.classification import Classification
-from sidecar.core.monitor_policy import CONTINUE, MonitorPolicy, MonitorTimings, Observation
+from sidecar.core.classification import Classification, Finding, Source
+from sidecar.core.gpu_health import gpu_fault
+from sidecar.core.monitor_policy import CONTINUE, MonitorPolicy, MonitorTimings, Observation, lock_loss
 from sidecar.core.samples import ProgressSample
 
 TIMINGS = MonitorTimings(
@@ -41,7 +42,7 @@ def test_progress_that_stops_changing_asks_for_a_terminate_once() -> None:
     assert policy.step(11.0, Observation(progress(10))) == CONTINUE  # 10 s idle: not yet over
     action = policy.step(11.5, Observation(progress(10)))
     assert action.stop == "terminate" and "did not change for 10.5s" in action.reason
-    assert policy.failure is not None and policy.failure[0] == "timeout/stale_tick"
+    assert policy.failure is not None and policy.failure.kind == "timeout/stale_tick"
     assert policy.step(12.0, Observation(progress(10))) == CONTINUE  # asked once, then waits
 
 
@@ -50,23 +51,24 @@ def test_a_trainer_that_never_writes_fails_the_startup_timeout() -> None:
     assert policy.step(29.0, Observation(progress(0))) == CONTINUE
     action = policy.step(31.0, Observation(progress(0)))
     assert action.stop == "terminate"
-    assert policy.failure is not None and policy.failure[0] == "timeout/startup"
+    assert policy.failure is not None and policy.failure.kind == "timeout/startup"
 
 
 def test_a_lost_lock_kills_at_once_and_is_the_monitor_failure() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
-    action = policy.step(1.0, Observation(progress(5), lock_lost="lease taken by pod-b"))
+    action = policy.step(1.0, Observation(progress(5), lock_loss=lock_loss("lease taken by pod-b")))
     assert action.stop == "kill" and action.reason == "deadline lock lost: lease taken by pod-b"
-    assert policy.failure == ("monitor_failure", "deadline lock lost: lease taken by pod-b")
+    assert policy.failure == lock_loss("lease taken by pod-b")
+    assert policy.failure.kind == "monitor_failure"
 
 
 def test_a_gpu_fault_is_kept_and_terminates() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
-    action = policy.step(1.0, Observation(progress(5), gpu_fault="Xid 79 on GPU 0"))
+    action = policy.step(1.0, Observation(progress(5), gpu_fault=gpu_fault("Xid 79 on GPU 0")))
     assert action.stop == "terminate" and action.reason == "GPU fault: Xid 79 on GPU 0"
-    assert policy.gpu_fault == "Xid 79 on GPU 0"
-    policy.step(2.0, Observation(progress(6), gpu_fault="Xid 48 on GPU 1"))
-    assert policy.gpu_fault == "Xid 79 on GPU 0"  # the first fault is the one reported
+    assert policy.gpu_fault == gpu_fault("Xid 79 on GPU 0")
+    policy.step(2.0, Observation(progress(6), gpu_fault=gpu_fault("Xid 48 on GPU 1")))
+    assert policy.gpu_fault == gpu_fault("Xid 79 on GPU 0")  # the first fault is the one reported
 
 
 def test_the_deadline_is_the_second_line_behind_the_launcher() -> None:
@@ -79,7 +81,9 @@ def test_the_deadline_is_the_second_line_behind_the_launcher() -> None:
 
 def test_the_first_reason_wins_when_several_arrive_together() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
-    both = Observation(progress(5), gpu_fault="Xid 79", lock_lost="lease gone", deadline_expired=True)
+    both = Observation(
+        progress(5), gpu_fault=gpu_fault("Xid 79"), lock_loss=lock_loss("lease gone"), deadline_expired=True
+    )
     action = policy.step(1.0, both)
     assert action.stop == "kill" and action.reason.startswith("deadline lock lost")
 
@@ -116,8 +120,8 @@ def test_a_stall_asks_for_stacks_and_waits_for_them_before_the_fallback() -> Non
 @pytest.mark.parametrize(
     "seen",
     [
-        Observation(progress(5), gpu_fault="Xid 79"),
-        Observation(progress(5), lock_lost="lease gone"),
+        Observation(progress(5), gpu_fault=gpu_fault("Xid 79")),
+        Observation(progress(5), lock_loss=lock_loss("lease gone")),
         Observation(progress(5), deadline_expired=True),
     ],
 )
@@ -131,8 +135,9 @@ def test_an_interruption_decides_the_failure_over_what_came_before() -> None:
     policy = MonitorPolicy(TIMINGS, started=0.0)
     policy.step(11.0, Observation(progress(0)))
     policy.step(31.0, Observation(progress(0)))
-    policy.interrupted(Classification.EXTERNAL_CANCELLATION, "soak was interrupted")
-    assert policy.failure == ("external_cancellation", "soak was interrupted")
+    cancelled = Finding(Classification.EXTERNAL_CANCELLATION, "soak was interrupted", Source.SIDECAR)
+    policy.interrupted(cancelled)
+    assert policy.failure == cancelled
 
 
 def test_progress_age_counts_from_the_last_change() -> None:

@@ -201,7 +201,6 @@ def test_every_document_yields_an_outcome(
         summary=outcome,
         deadline=None,
         gpu_fault=None,
-        upload_error=None,
     )
     # A stop or a stall the sidecar did not see is not taken from the trainer: its own failure.
     claimed = outcome.classification

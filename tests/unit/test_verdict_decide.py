@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,11 @@ from sidecar.core.classification import (
     MONITOR_KINDS,
     PRE_START_KINDS,
     Classification,
+    Finding,
+    Source,
 )
 from sidecar.core.exitcodes import ExitCode
+from sidecar.core.gpu_health import gpu_fault as gpu_fault_finding
 from sidecar.core.run_summary import (
     SHUTDOWN_CLASSIFICATIONS,
     SUMMARY_CLASSIFICATIONS,
@@ -69,7 +73,32 @@ def run(**overrides: Any) -> Verdict:
         "upload_error": None,
     }
     options.update(overrides)
-    return decide(**options)
+    return facts_verdict(**options)
+
+
+def facts_verdict(
+    *,
+    monitor_failure: tuple[str, str] | None,
+    gpu_fault: str | None,
+    out_of_memory: str | None = None,
+    leaks: Sequence[str] = (),
+    upload_error: str | None,
+    **facts: Any,
+) -> Verdict:
+    """decide on the cases' plain values, as the checks emit them: the monitor's (kind, reason),
+    the GPU rule's and the OOM record's text, the leak checks' messages; then the upload's error."""
+    verdict = decide(
+        monitor_failure=None
+        if monitor_failure is None
+        else Finding(Classification(monitor_failure[0]), monitor_failure[1], Source.SIDECAR),
+        gpu_fault=None if gpu_fault is None else gpu_fault_finding(gpu_fault),
+        out_of_memory=None
+        if out_of_memory is None
+        else Finding(Classification.OUT_OF_MEMORY, out_of_memory, Source.LAUNCHER),
+        leaks=[Finding(Classification.RESOURCE_LEAK, leak, Source.SIDECAR) for leak in leaks],
+        **facts,
+    )
+    return verdict if upload_error is None else with_upload_error(verdict, upload_error)
 
 
 def test_clean_run_passes() -> None:
@@ -227,7 +256,6 @@ def test_seed_precedence(case: str, overrides: dict[str, Any], classification: s
     assert verdict.classification == classification
     assert verdict.reason == reason
     assert verdict.exit_code == CLASSIFICATION_EXIT_CODES[classification]
-    assert verdict.evidence_error is None
 
 
 def test_summary_kind_fills_an_empty_slot_after_a_kindless_failure() -> None:
@@ -379,12 +407,10 @@ def test_upload_failure_only_fails_a_passing_soak() -> None:
     assert verdict.classification == "evidence_lost"
     assert verdict.exit_code == ExitCode.EVIDENCE_LOST
     assert verdict.reason == "soak passed but its artifact was not uploaded: PutObject: 503 SlowDown"
-    assert verdict.evidence_error == "PutObject: 503 SlowDown"
 
     failed = run(returncode=1, upload_error="denied")
     assert failed.classification == "trainer_failure"
     assert failed.reason == "trainer exited with returncode 1"
-    assert failed.evidence_error == "denied"
 
 
 def test_unknown_monitor_kind_is_rejected() -> None:
@@ -502,7 +528,7 @@ def test_decide_is_total_and_consistent(
     gpu: str | None,
     upload: str | None,
 ) -> None:
-    verdict = decide(
+    verdict = facts_verdict(
         monitor_failure=monitor,
         returncode=returncode,
         duration_s=duration,
@@ -515,7 +541,6 @@ def test_decide_is_total_and_consistent(
     )
     assert verdict.exit_code == exit_code_for(verdict.classification)
     assert (verdict.status == "passed") == (verdict.reason is None) == (verdict.classification is None)
-    assert verdict.evidence_error == upload
     if verdict.status == "passed":
         assert summary.passed and returncode == 0 and not residuals
         assert monitor is None and not deadline and gpu is None and upload is None
@@ -553,7 +578,7 @@ def test_leak_checks_report_like_residuals() -> None:
 def test_with_upload_error_after_the_fact() -> None:
     lost = with_upload_error(run(), "timeout")
     assert lost == run(upload_error="timeout")
-    assert lost.classification == "evidence_lost" and lost.evidence_error == "timeout"
+    assert lost.classification == "evidence_lost"
     failed = run(returncode=1)
     assert with_upload_error(failed, "timeout") == run(returncode=1, upload_error="timeout")
     assert with_upload_error(failed, "timeout").classification == "trainer_failure"

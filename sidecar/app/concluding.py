@@ -24,7 +24,7 @@ from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.gpu_trends import correctable_growth
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
-from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary
+from sidecar.core.run_summary import SummaryOutcome, evaluate_run_summary, unreadable
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ShmLeftovers
 from sidecar.core.trends import quantity_bytes
 from sidecar.settings import Settings
@@ -233,12 +233,7 @@ def read_summary(settings: Settings, ports: Ports, started: Started) -> SummaryO
     try:
         found = ports.progress.read_file(sset.file_name, sset.max_bytes)
     except OSError as exc:
-        return SummaryOutcome(
-            present=True,
-            data=None,
-            classification=Classification.INVALID_RUN_SUMMARY,
-            failures=(f"run_summary.json cannot be read: {exc}",),
-        )
+        return unreadable(Classification.INVALID_RUN_SUMMARY, f"run_summary.json cannot be read: {exc}")
     raw, mtime = found if found is not None else (None, None)
     return evaluate_run_summary(
         raw,

@@ -424,7 +424,7 @@ def test_long_values_are_shortened_in_messages() -> None:
 def test_status_other_than_completed_fails(status: object, shown: str) -> None:
     outcome = evaluate_parsed(with_(valid_run_summary(), "status", status), manifest_validator=None)
     assert outcome.failures[0] == f"run_summary status is {shown}, expected 'completed'"
-    assert outcome.status_failure == outcome.failures[0]
+    assert outcome.status_first
     assert not outcome.completed
     # a completed-run shutdown in an abnormal summary is a contract violation
     assert outcome.failures[1] == "abnormal run shutdown classification cannot be normal_completion"

@@ -37,7 +37,13 @@ from sidecar.core.run_summary.contract import (
     SUMMARY_CLASSIFICATIONS,
     clip,
 )
-from sidecar.core.run_summary.evaluate import Profile, SummaryOutcome, evaluate_parsed, evaluate_run_summary
+from sidecar.core.run_summary.evaluate import (
+    Profile,
+    SummaryOutcome,
+    evaluate_parsed,
+    evaluate_run_summary,
+    unreadable,
+)
 from sidecar.core.run_summary.models import AbnormalRunSummary, CompletedRunSummary
 from sidecar.core.run_summary.schema import RunSummary, run_summary_json_schema
 from sidecar.core.run_summary.validator import ManifestValidator, ValidatorUnavailable
@@ -61,4 +67,5 @@ __all__ = [
     "schema_failure",
     "shutdown_contract_failure",
     "shutdown_diagnostics",
+    "unreadable",
 ]

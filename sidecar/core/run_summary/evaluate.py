@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from sidecar.core.classification import Classification
+from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.errors import InvalidRunSummaryError
 from sidecar.core.run_summary.checks import (
     describe_shutdown,
@@ -39,36 +39,46 @@ Profile = Literal["core", "replay"]
 class SummaryOutcome:
     """What ``run_summary.json`` alone says about the run.
 
-    ``failures`` are the checks' messages in their fixed order; ``classification`` is the
-    failure kind had nothing failed before the summary was read. Two rules
-    depend on earlier failures, so ``verdict.decide`` composes them through ``reason_parts`` and
-    ``classification_overrides``: the "status is X, expected 'completed'" message (kept in
-    ``status_failure``, then always ``failures[0]``) is reported only when nothing failed before,
-    and a valid abnormal shutdown classification from the trainer replaces any earlier kind.
+    ``findings`` are the checks' findings in their fixed order: the contract's, checked by the
+    sidecar, and the trainer's own account of its failure (its shutdown record, ``Source.TRAINER``);
+    ``classification`` is the failure kind had nothing failed before the summary was read. Two
+    rules depend on earlier failures, so ``verdict.judge`` composes them through ``reason_parts``
+    and ``classification_overrides``: the "status is X, expected 'completed'" message (then
+    always the first, ``status_first``) is reported only when nothing failed before, and a valid
+    abnormal shutdown classification from the trainer replaces any earlier kind.
     """
 
     present: bool
     data: dict[str, Any] | None
     classification: Classification | None
     shutdown: Mapping[str, Any] | None = None
-    failures: tuple[str, ...] = ()
-    status_failure: str | None = None
+    findings: tuple[Finding, ...] = ()
+    status_first: bool = False
     classification_overrides: bool = False
     completed: bool = False
 
     @property
+    def failures(self) -> tuple[str, ...]:
+        return tuple(found.reason for found in self.findings)
+
+    @property
     def failure_reason(self) -> str | None:
-        return "; ".join(self.failures) if self.failures else None
+        return "; ".join(self.failures) if self.findings else None
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.findings
 
     def reason_parts(self, *, after_failure: bool) -> tuple[str, ...]:
         """The messages to append to a reason; ``after_failure``: something failed already."""
-        if after_failure and self.status_failure is not None:
-            return self.failures[1:]
-        return self.failures
+        return self.failures[1:] if after_failure and self.status_first else self.failures
+
+
+def unreadable(kind: Classification, reason: str, *, present: bool = True) -> SummaryOutcome:
+    """A run_summary that could not be judged at all: missing, stale, unreadable, not JSON."""
+    return SummaryOutcome(
+        present=present, data=None, classification=kind, findings=(Finding(kind, reason, Source.CONTRACT),)
+    )
 
 
 def _utc(epoch: float) -> str:
@@ -93,28 +103,18 @@ def evaluate_run_summary(
     is left over from an earlier attempt. Pass None for either to skip that check (offline).
     """
     if raw is None:
-        return SummaryOutcome(
-            present=False,
-            data=None,
-            classification=Classification.MISSING_RUN_SUMMARY,
-            failures=("trainer did not write run_summary.json",),
-        )
+        missing = "trainer did not write run_summary.json"
+        return unreadable(Classification.MISSING_RUN_SUMMARY, missing, present=False)
     if mtime is not None and run_started_wall is not None and mtime < run_started_wall:
-        return SummaryOutcome(
-            present=True,
-            data=None,
-            classification=Classification.STALE_RUN_SUMMARY,
-            failures=(
-                f"run_summary.json predates this run (written {_utc(mtime)}, run started "
-                f"{_utc(run_started_wall)}): left over from an earlier attempt",
-            ),
+        return unreadable(
+            Classification.STALE_RUN_SUMMARY,
+            f"run_summary.json predates this run (written {_utc(mtime)}, run started "
+            f"{_utc(run_started_wall)}): left over from an earlier attempt",
         )
     try:
         value = load_run_summary(raw, max_bytes=max_bytes)
     except InvalidRunSummaryError as exc:
-        return SummaryOutcome(
-            present=True, data=None, classification=Classification.INVALID_RUN_SUMMARY, failures=(str(exc),)
-        )
+        return unreadable(Classification.INVALID_RUN_SUMMARY, str(exc))
     return evaluate_parsed(value, manifest_validator=manifest_validator, profile=profile)
 
 
@@ -126,18 +126,14 @@ def evaluate_parsed(
 ) -> SummaryOutcome:
     """Judge an already parsed document (its classification, from the summary alone)."""
     if not isinstance(value, dict):
-        return SummaryOutcome(
-            present=True,
-            data=None,
-            classification=Classification.INVALID_RUN_SUMMARY,
-            failures=(f"run_summary must be a JSON object, got {type(value).__name__}",),
-        )
+        not_object = f"run_summary must be a JSON object, got {type(value).__name__}"
+        return unreadable(Classification.INVALID_RUN_SUMMARY, not_object)
     summary: dict[str, Any] = value
     completed = summary.get("status") == "completed"
     shutdown = shutdown_diagnostics(summary)
     found = _Findings()
     schema = schema_failure(summary, completed=completed)
-    found.add(schema, Classification.SCHEMA_VIOLATION)
+    found.add(Classification.SCHEMA_VIOLATION, schema)
     if completed:
         _judge_completed(
             found, summary, shutdown, schema_ok=schema is None, validator=manifest_validator, profile=profile
@@ -147,10 +143,10 @@ def evaluate_parsed(
     return SummaryOutcome(
         present=True,
         data=summary,
-        classification=found.kind or (Classification.UNKNOWN_FAILURE if found.failures else None),
+        classification=found.kind or (Classification.UNKNOWN_FAILURE if found.findings else None),
         shutdown=shutdown,
-        failures=tuple(found.failures),
-        status_failure=found.status_failure,
+        findings=tuple(found.findings),
+        status_first=found.status_first,
         classification_overrides=found.overrides,
         completed=completed,
     )
@@ -160,14 +156,16 @@ def evaluate_parsed(
 class _Findings:
     """What ``evaluate_parsed`` has found so far; the first failure with a kind classifies."""
 
-    failures: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     kind: Classification | None = None
-    status_failure: str | None = None
+    status_first: bool = False
     overrides: bool = False
 
-    def add(self, failure: str | None, kind: Classification | None = None) -> None:
-        if failure is not None:
-            self.failures.append(failure)
+    def add(self, kind: Classification | None, message: str | None, source: Source = Source.CONTRACT) -> None:
+        """A check's message, if it failed; a check that names no class is ``unknown_failure``."""
+        if message is not None:
+            named = Classification.UNKNOWN_FAILURE if kind is None else kind
+            self.findings.append(Finding(named, message, source, provisional=kind is None))
             self.kind = self.kind or kind
 
 
@@ -182,14 +180,14 @@ def _judge_completed(
 ) -> None:
     replay = profile == "replay"
     if schema_ok and replay:
-        found.add(inference_flight_failure(summary), Classification.UNKNOWN_FAILURE)
+        found.add(Classification.UNKNOWN_FAILURE, inference_flight_failure(summary))
     ingress = (replay_ingress_failure(summary) if replay else None) or manifest_contract_failure(
         summary, completed=True, validator=validator
     )
-    found.add(ingress, Classification.SCHEMA_VIOLATION)
+    found.add(Classification.SCHEMA_VIOLATION, ingress)
     found.add(
-        shutdown_contract_failure(shutdown, require_normal_completion=True),
         Classification.SHUTDOWN_CONTRACT_VIOLATION,
+        shutdown_contract_failure(shutdown, require_normal_completion=True),
     )
 
 
@@ -200,17 +198,18 @@ def _judge_abnormal(
     *,
     validator: ManifestValidator | ValidatorUnavailable | None,
 ) -> None:
-    if not found.failures:
-        found.status_failure = f"run_summary status is {show(summary.get('status'))}, expected 'completed'"
-        found.add(found.status_failure)
-    found.add(manifest_contract_failure(summary, completed=False, validator=validator))
+    if not found.findings:
+        found.status_first = True
+        found.add(None, f"run_summary status is {show(summary.get('status'))}, expected 'completed'")
+    found.add(None, manifest_contract_failure(summary, completed=False, validator=validator))
     contract = shutdown_contract_failure(shutdown, require_normal_completion=False)
     if contract is not None:
-        found.add(contract, Classification.SHUTDOWN_CONTRACT_VIOLATION)
+        found.add(Classification.SHUTDOWN_CONTRACT_VIOLATION, contract)
     elif shutdown is not None:
-        found.add(describe_shutdown(shutdown))
-        # the contract held, so the classification is one of the six abnormal ones
-        found.kind = Classification(str(shutdown.get("classification")))
+        # the contract held, so the classification is one of the six abnormal ones: the trainer's
+        claim = Classification(str(shutdown.get("classification")))
+        found.findings.append(Finding(claim, describe_shutdown(shutdown), Source.TRAINER))
+        found.kind = claim
         found.overrides = True
     else:
-        found.add("shutdown diagnostics are unavailable")
+        found.add(None, "shutdown diagnostics are unavailable")

@@ -169,7 +169,9 @@ def _build(settings: S3Settings, session: Any, index: int) -> Sidecar:
         index,
         out,
         answers,
-        S3DeadlineStore(settings, client_factory=factory),
+        S3DeadlineStore(
+            settings, client_factory=factory, on_lock_lost=lambda _: setattr(out, "lease_lost", True)
+        ),
         S3LedgerStore(settings, SystemClock(), client_factory=factory),
     )
 
@@ -232,7 +234,6 @@ def _steps(sidecar: Sidecar, run_id: str, through: Any) -> None:
         out.ledger_s = time.monotonic() - began
         out.ledger_requests = answers.sent - out.start_requests
         through("written")
-        out.lease_lost = store.lock_lost(run_slot(run_id, index)) is not None
 
 
 def _process(server: SeaweedServer, run_id: str, indexes: list[int], conn: Any, queue: Any) -> None:

@@ -219,7 +219,7 @@ class FakeChannel:
         self.launch_id: str | None = None
         self.heartbeats = 0
         self.resets = 0
-        self.first_error: str | None = None  # no simulated heartbeat fails
+        self.unwritten: list[str] = []  # no simulated heartbeat fails
         self.longest_gap_s = 0.0
 
     @contextlib.contextmanager

@@ -9,14 +9,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sidecar.app.artifact import apply_verdict
 from sidecar.app.ledger import LedgerNote, attempt_entry, record_attempt
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.values import RunRequest, RunResult
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact import Artifact, Segment, UploadInfo, dumps_artifact
+from sidecar.core.artifact import Artifact, UploadInfo, dumps_artifact
 from sidecar.core.artifact.objects import ARTIFACT_FILE, SAMPLES_FILE
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.keys import render_key_prefix
@@ -45,9 +45,9 @@ class Delivery:
     deadline_unix: float | None
     index: int | None = None
     indexes: int | None = None
-    # Evidence sent while the trainer ran (sidecar.app.evidence): listed in the final artifact.
-    segments: tuple[Segment, ...] = ()
-    segments_error: str | None = None
+    # Evidence sent while the trainer ran (sidecar.app.evidence), and its first failure: listed in
+    # the final artifact's upload record, which starts from this.
+    sent: UploadInfo = field(default_factory=UploadInfo)
     ledger: LedgerPlace | None = None
 
 
@@ -81,7 +81,7 @@ def _upload(
     delivery: Delivery,
 ) -> verdicts.Verdict:
     """The evidence files first, then the artifact naming their URIs; the local copy follows."""
-    upload = UploadInfo(segments=list(delivery.segments), segments_error=delivery.segments_error)
+    upload = delivery.sent.model_copy(deep=True)
     final = verdict
     evidence = [*files.existing([SAMPLES_FILE]), *files.keep_copies(ports.channel.console_logs())]
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sidecar.app.ports import ArtifactFiles, Publisher, SampleLog
-from sidecar.core.artifact import Artifact, Segment, dumps_artifact, utc_timestamp
+from sidecar.core.artifact import Artifact, Segment, UploadInfo, dumps_artifact, utc_timestamp
 from sidecar.core.artifact.objects import (
     ARTIFACT_FILE,
     CONSOLE_STEM,
@@ -262,11 +262,6 @@ class EvidenceTrail:
         self._closing = False
         self._thread: threading.Thread | None = None
 
-    @property
-    def error(self) -> str | None:
-        """The first upload that failed (later flushes try again; the final upload sends it all)."""
-        return self._outbox.error
-
     def begin(self, provisional: Artifact) -> None:
         """Written here, then uploaded now: the trainer has not started yet. A failure to write
         locally is the caller's (OSError: an unusable directory); an upload failure is kept."""
@@ -293,8 +288,9 @@ class EvidenceTrail:
             self._record_due = True
             self._wake.notify()
 
-    def close(self) -> tuple[Segment, ...]:
-        """Stop the worker; the segments sent so far (the final artifact lists them)."""
+    def close(self) -> UploadInfo:
+        """Stop the worker; the segments sent so far and the first upload that failed (later
+        flushes try again; the final upload sends it all): the final artifact's upload record."""
         with self._wake:
             self._closing = True
             self._wake.notify()
@@ -303,8 +299,8 @@ class EvidenceTrail:
             thread.join(CLOSE_WAIT_S)
             if thread.is_alive():
                 self._outbox.note(f"an upload was still running after {CLOSE_WAIT_S:g}s at the end")
-                return ()
-        return tuple(self._segments.sent)
+                return UploadInfo(segments_error=self._outbox.error)
+        return UploadInfo(segments=list(self._segments.sent), segments_error=self._outbox.error)
 
     def _run(self) -> None:
         clock = self._outbox.clock

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.app.console import Console
@@ -82,9 +82,10 @@ def _read_checkpoint(ports: Ports) -> CheckpointReport | str | None:
 @dataclass
 class SamplerFindings:
     """What the samples found that no record may change: trainer.json's claim disagreeing with the
-    trainer seen, and the first sight of the launcher stopped or traced (the trainer's doing)."""
+    trainer seen (the first disagreement: it is then no longer checked), and the first sight of the
+    launcher stopped or traced (the trainer's doing)."""
 
-    claim_mismatch: str | None = None
+    violations: list[str] = field(default_factory=list)
     launcher_stopped: str | None = None
 
 
@@ -185,12 +186,13 @@ class Sampler:
     def _check_claim(self, trainer: ProcessInfo) -> None:
         """trainer.json against the trainer seen, at every sample until they disagree: the trainer
         can rewrite the file at any time, so a first read that agreed proves nothing later."""
-        if self.found.claim_mismatch is not None:
+        if self.found.violations:
             return
         with contextlib.suppress(LauncherError):
             claim = self._ports.channel.trainer()
             if claim is not None:
-                self.found.claim_mismatch = claim_mismatch(claim.pid, claim.start_ticks, trainer)
+                disagreement = claim_mismatch(claim.pid, claim.start_ticks, trainer)
+                self.found.violations.extend([] if disagreement is None else [disagreement])
 
 
 def watch(
@@ -232,8 +234,7 @@ def watch(
     signals.defer()
     session.reap(session.fallback_after_s)
     record = ports.channel.wait_exit(2.0)
-    mismatch = sampler.found.claim_mismatch
-    violations = [] if mismatch is None else [mismatch]
+    violations = list(sampler.found.violations)
     record, unconfirmed_record = _confirmed(going, session, policy, record, violations)
     sampler.final_look()
     return Watched(

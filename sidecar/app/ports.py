@@ -73,8 +73,8 @@ class LauncherChannel(Protocol):
 
 class HeartbeatStatus(Protocol):
     @property
-    def first_error(self) -> str | None:
-        """The first heartbeat that could not be written, None while all were."""
+    def unwritten(self) -> Sequence[str]:
+        """Why heartbeats could not be written, the first few; empty while all were."""
         ...
 
     @property

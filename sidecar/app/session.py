@@ -179,7 +179,7 @@ class LaunchSession:
         if beat is None:
             return SidecarHeartbeat(resumed=resumed)
         return SidecarHeartbeat(
-            first_error=beat.first_error,
+            unwritten=tuple(beat.unwritten),
             longest_gap_s=beat.longest_gap_s,
             timeout_s=self._settings.heartbeat_timeout_s,
             resumed=resumed,

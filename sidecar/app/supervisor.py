@@ -30,7 +30,7 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact import LostAttempt, SampleRecorder
+from sidecar.core.artifact import LostAttempt, SampleRecorder, UploadInfo
 from sidecar.core.artifact.lost import describe_lost, lost_attempts
 from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.classification import Classification
@@ -339,7 +339,7 @@ class Supervisor:
         artifact = build_artifact(settings, ports, files, evidence, verdict=verdict, recorder=recorder)
         attempt = self._started.attempt
         trail = self._trail
-        segments = trail.close() if trail is not None else ()
+        sent = UploadInfo() if trail is None else trail.close()
         return deliver(
             self._ports,
             files,
@@ -353,8 +353,7 @@ class Supervisor:
                 deadline_unix=None if evidence.preflight is None else evidence.preflight.record.deadline_unix,
                 index=self._started.request.index,
                 indexes=None if self._started.request.index is None else self._started.request.indexes,
-                segments=segments,
-                segments_error=None if trail is None else trail.error,
+                sent=sent,
                 ledger=self._ledger_place(evidence),
             ),
         )

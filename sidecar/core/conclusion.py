@@ -24,8 +24,8 @@ class SidecarHeartbeat:
     whether it was lost. The launcher's heartbeat_lost says only that the launcher saw no change
     in time; a trainer that stops or starves the launcher, or removes the file, causes that too."""
 
-    # The first heartbeat that could not be written into the run dir (the trainer can break it).
-    first_error: str | None = None
+    # Why heartbeats could not be written into the run dir (the trainer can break it), the first few.
+    unwritten: tuple[str, ...] = ()
     # The longest time between two heartbeats that landed, by the sidecar's clock.
     longest_gap_s: float = 0.0
     # The launcher's heartbeat timeout (go.json).
@@ -177,11 +177,11 @@ def _lost_sidecar(record: ExitRecord, heartbeat: SidecarHeartbeat, launcher_stop
     if launcher_stopped is not None:
         reason = f"the launcher reported the sidecar lost, but {launcher_stopped}"
         return Finding(Classification.TRAINER_FAILURE, reason, Source.SIDECAR)
-    if heartbeat.first_error is not None:
+    if heartbeat.unwritten:
         # The heartbeat could not land: the run dir broke (the trainer can write it), not the sidecar.
         return Finding(
             Classification.MONITOR_FAILURE,
-            f"the sidecar's heartbeat could not be written into the run dir ({heartbeat.first_error}): "
+            f"the sidecar's heartbeat could not be written into the run dir ({heartbeat.unwritten[0]}): "
             "the launcher lost it and killed the trainer",
             Source.SIDECAR,
         )

@@ -25,7 +25,9 @@ _PROCESS_LISTS: tuple[tuple[ProcessKind, str, Callable[[Any], list[Any]]], ...] 
 )
 
 
-class _DeviceFaultError(Exception):
+class DeviceFaultError(Exception):
+    """A device lost or needing a reset (``FAULTS``): ``text`` says which."""
+
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self.text = text
@@ -41,7 +43,8 @@ class Device:
     handle: Any
     memory_total_mib: float | None
     unsupported: set[str] = field(default_factory=set)
-    fault: str | None = None
+    # The fault that lost the device (reads then stop): every later sample names it.
+    fault: DeviceFaultError | None = None
     # Slow-cadence figures, carried between process-list queries.
     processes: list[tuple[int, float | None, ProcessKind]] = field(default_factory=list)
     process_problem: str | None = None
@@ -60,10 +63,10 @@ def sample_device(dev: Device, slow_due: bool) -> GpuDevice:
             _read_clock_reasons(dev, record)
             if slow_due:
                 _read_slow(dev, record)
-        except _DeviceFaultError as fault:
-            dev.fault = fault.text
+        except DeviceFaultError as fault:
+            dev.fault = fault
             dev.processes = []
-    record.fault = dev.fault
+    record.fault = None if dev.fault is None else dev.fault.text
     record.ecc_uncorrected = dev.ecc_uncorrected
     record.retired_pages = dev.retired_pages
     for name, value in dev.health.items():
@@ -79,7 +82,7 @@ def _query(dev: Device, record: GpuDevice, metric: str, call: Callable[[], T]) -
         return call()
     except pynvml.NVMLError as exc:
         if exc.value in FAULTS:
-            raise _DeviceFaultError(FAULTS[exc.value]) from exc
+            raise DeviceFaultError(FAULTS[exc.value]) from exc
         if exc.value in UNSUPPORTED:
             dev.unsupported.add(metric)
         else:

@@ -45,7 +45,6 @@ class EventWatcher:
         self._thread: threading.Thread | None = None
         self._set: Any = None
         self.unavailable: str | None = None
-        self.wait_error: str | None = None
         self._start(devices)
 
     def _start(self, devices: Sequence[tuple[int, str, Any]]) -> None:
@@ -84,8 +83,8 @@ class EventWatcher:
                 data = pynvml.nvmlEventSetWait_v2(self._set, WAIT_MS)
             except pynvml.NVMLError as exc:
                 if exc.value != pynvml.NVML_ERROR_TIMEOUT:
-                    # A lost GPU or a driver problem: noted, and no busy loop while it lasts.
-                    self.wait_error = describe(exc)
+                    # A lost GPU or a driver problem (the samples find the device's fault):
+                    # no busy loop while it lasts.
                     self._stop.wait(WAIT_MS / 1000.0)
                 continue
             self._received(data)

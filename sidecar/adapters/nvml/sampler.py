@@ -9,7 +9,7 @@ from typing import Literal
 
 import pynvml
 
-from sidecar.adapters.nvml.device import Device, sample_device
+from sidecar.adapters.nvml.device import Device, DeviceFaultError, sample_device
 from sidecar.adapters.nvml.errors import FAULTS, describe
 from sidecar.adapters.nvml.events import EventWatcher
 from sidecar.core.errors import GpuUnavailableError
@@ -108,7 +108,7 @@ class NvmlGpuBackend:
             fault = FAULTS.get(exc.value)
             if fault is None:
                 raise
-            return Device(index, "unknown", "unknown", None, None, fault=fault)
+            return Device(index, "unknown", "unknown", None, None, fault=DeviceFaultError(fault))
         # Memory is left to the samples: exactly one memory query per device per sample.
         return Device(index, uuid, name, handle, None)
 

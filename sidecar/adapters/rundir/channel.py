@@ -305,13 +305,17 @@ class RunDir:
         return Heartbeat(self, interval_s)
 
 
+# The failed heartbeats a Heartbeat keeps the messages of: the first explains the rest.
+UNWRITTEN_KEPT = 4
+
+
 class Heartbeat:
     """Beats the run dir every interval_s on a daemon thread while the context is open.
 
     The first beat happens synchronously on entry (and raises if the run dir is unwritable);
-    later failures are kept in ``last_error``: the launcher then fails closed on its own.
-    ``first_error`` keeps the first of them: the trainer can break the run dir (a directory where
-    the heartbeat goes), and the verdict must then not blame a lost sidecar.
+    later failures are kept in ``unwritten`` (the first ``UNWRITTEN_KEPT``): the launcher then
+    fails closed on its own, and the trainer can break the run dir (a directory where the heartbeat
+    goes), so the verdict must then not blame a lost sidecar.
     """
 
     def __init__(self, run_dir: RunDir, interval_s: float) -> None:
@@ -320,8 +324,7 @@ class Heartbeat:
         self.run_dir = run_dir
         self.interval_s = interval_s
         self.beats = 0
-        self.last_error: str | None = None
-        self.first_error: str | None = None
+        self.unwritten: list[str] = []
         # The longest time between two heartbeats that landed (the sidecar's own clock): a gap the
         # launcher's timeout could see as a lost sidecar. A stopped or starved sidecar shows it here.
         self.longest_gap_s = 0.0
@@ -362,8 +365,7 @@ class Heartbeat:
             try:
                 self.run_dir.beat()
                 self.beats += 1
-                self.last_error = None
                 self._landed()
             except LauncherError as exc:
-                self.last_error = str(exc)
-                self.first_error = self.first_error or self.last_error
+                if len(self.unwritten) < UNWRITTEN_KEPT:
+                    self.unwritten.append(str(exc))

@@ -55,7 +55,8 @@ class _Lease:
     acquired_unix: float
     last_ok_sent: float  # monotonic send time of the last successful write
     seq: int = 0
-    lost: str | None = None
+    # Taken over or not renewed in time (reported once through on_lock_lost): no longer ours.
+    lost: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -77,11 +78,6 @@ class LeaseLock:
         self._clock = clock
         self._on_lock_lost = on_lock_lost
         self._leases: dict[str, _Lease] = {}
-
-    def lost(self, slot: str) -> str | None:
-        """Why the lease of a held lock was lost, or None while it is held."""
-        lease = self._leases.get(slot)
-        return None if lease is None else lease.lost
 
     @contextlib.contextmanager
     def lock(self, slot: str, key: str) -> Iterator[None]:
@@ -236,13 +232,13 @@ class LeaseLock:
                 return
 
     def _lose(self, lease: _Lease, reason: str) -> None:
-        lease.lost = reason
+        lease.lost = True
         log.error("supervisor lock lost: %s", reason)
         if self._on_lock_lost is not None:
             self._on_lock_lost(reason)
 
     def _release(self, lease: _Lease) -> None:
-        if lease.lost is not None:
+        if lease.lost:
             return  # not ours any more: deleting would remove the new owner's lease
         try:
             self._client.delete_object(Bucket=self._bucket, Key=lease.key, IfMatch=lease.etag)

@@ -74,10 +74,6 @@ class S3DeadlineStore:
     def lock_key(self, slot: str) -> str:
         return f"{self._prefix}/{parse_slot(slot)}.lock"
 
-    def lock_lost(self, slot: str) -> str | None:
-        """Why the lease of a held lock was lost, or None while it is held."""
-        return self._leases.lost(slot)
-
     # -- records ------------------------------------------------------------------------------
 
     def load(self, run_id: str) -> bytes | None:

@@ -53,6 +53,10 @@ class Device:
     health: dict[str, Any] = field(default_factory=dict)  # GpuDevice health fields, slow cadence
     nvlink_links: int | None = None  # links the device has, once scanned
 
+    @property
+    def fault_text(self) -> str | None:
+        return None if self.fault is None else self.fault.text
+
 
 def sample_device(dev: Device, slow_due: bool) -> GpuDevice:
     """One sample of ``dev``; ``slow_due``: its process lists and counters are read again too."""
@@ -66,7 +70,7 @@ def sample_device(dev: Device, slow_due: bool) -> GpuDevice:
         except DeviceFaultError as fault:
             dev.fault = fault
             dev.processes = []
-    record.fault = None if dev.fault is None else dev.fault.text
+    record.fault = dev.fault_text
     record.ecc_uncorrected = dev.ecc_uncorrected
     record.retired_pages = dev.retired_pages
     for name, value in dev.health.items():

@@ -120,7 +120,7 @@ class NvmlGpuBackend:
                 uuid=d.uuid,
                 name=d.name,
                 memory_total_mib=d.memory_total_mib,
-                fault=d.fault,
+                fault=d.fault_text,
             )
             for d in self._devices
         ]

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.app.ports import Ports
+from sidecar.app.values import RunRequest
 from sidecar.core.artifact import Artifact
+from sidecar.core.artifact.lost import describe_lost, lost_attempts
 from sidecar.core.artifact.models import LostAttempt
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.ledger.budget import RunBudget
@@ -121,3 +123,23 @@ def earlier_budget(ports: Ports, *, run_id: str, runs_prefix: str, until: float)
         if found is not None:
             return found.budget(until)
     return None
+
+
+def earlier_lost(ports: Ports, request: RunRequest, attempt: int, *, prefix: str) -> tuple[LostAttempt, ...]:
+    """Earlier attempts of this slot (under the run's ``prefix``) that ended without a verdict: told
+    now, kept in the artifact. Looking never stops the run."""
+    if attempt == 1:
+        return ()  # none before it: no listing of the run's prefix (every index of a soak starts here)
+    lost: dict[int, LostAttempt] = {}
+    for history in ports.histories:
+        try:
+            found = history.find(request.run_id, prefix)
+            for each in lost_attempts(found, run_id=request.run_id, index=request.index, before=attempt):
+                lost.setdefault(each.attempt, each)
+        except Exception as exc:  # others can write what is read here: a record nothing foresaw
+            why = sanitize(f"{type(exc).__name__}: {exc}", 1024)
+            print(f"soak-sidecar: earlier attempts not all checked: {why}", file=sys.stderr)
+    ordered = tuple(lost[number] for number in sorted(lost))
+    for each in ordered:
+        print(f"soak-sidecar: {describe_lost(each)}", file=sys.stderr)
+    return ordered

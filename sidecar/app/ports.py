@@ -34,6 +34,7 @@ from sidecar.core.publication import Publication
 from sidecar.core.redaction import RedactionRules
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
 from sidecar.core.samples import ProcessInfo
+from sidecar.core.store_features import StoreFeatures
 from sidecar.launcher.protocol.exit import ExitRecord
 from sidecar.launcher.protocol.go import GoRequest
 from sidecar.launcher.protocol.records import LauncherInfo, TrainerInfo
@@ -218,6 +219,13 @@ class Strays(Protocol):
         ...
 
 
+class StoreCheck(Protocol):
+    def check(self, slot: str) -> StoreFeatures:
+        """What the store honours (sidecar.core.store_features); raises ConfigError for a store the
+        run cannot rely on, TransientError when it cannot be asked."""
+        ...
+
+
 class LockLoss:
     """Set by a deadline store whose lock (an S3 lease) was lost while the run was going."""
 
@@ -256,6 +264,8 @@ class Ports:
     # The trainer image's digest, part of the run identity in a pod.
     image_digest: Callable[[], str | None] = _no_image_digest
     lock_loss: LockLoss = field(default_factory=LockLoss)
+    # The S3 store's features, checked before the first lock or claim (None: no S3 store).
+    store_check: StoreCheck | None = None
     # A clock outside the node (the apiserver's, in a pod) that bounds the deadline too.
     reference_clock: ReferenceClock | None = None
     # The sidecar's pod and Job as the API says (pod mode): why a stop came, how the trainer's

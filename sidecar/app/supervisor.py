@@ -10,7 +10,6 @@ A run that cannot start still ends in a verdict with an artifact (``_unstarted``
 from __future__ import annotations
 
 import contextlib
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,7 +21,7 @@ from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, LedgerPlace, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
-from sidecar.app.ledger import earlier_budget, lost_entry
+from sidecar.app.ledger import earlier_budget, earlier_lost, lost_entry
 from sidecar.app.monitoring import Sampler, cancellation, found_at_start, stop_signal, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
@@ -30,8 +29,7 @@ from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
 from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact import LostAttempt, SampleRecorder, UploadInfo
-from sidecar.core.artifact.lost import describe_lost, lost_attempts
+from sidecar.core.artifact import SampleRecorder, UploadInfo
 from sidecar.core.artifact.objects import SAMPLES_FILE
 from sidecar.core.classification import Classification
 from sidecar.core.errors import (
@@ -48,9 +46,9 @@ from sidecar.core.gpu_health import GpuHealthTracker
 from sidecar.core.monitor_policy import monitor_failed
 from sidecar.core.pod_facts import PodMoments
 from sidecar.core.ports import GpuBackend, TrainerMemory
-from sidecar.core.publication import sanitize
 from sidecar.core.sample_lines import SampleLines
 from sidecar.core.samples import GpuDevice
+from sidecar.core.store_features import StoreFeatures
 from sidecar.settings import Settings
 
 TRAINER_FAILED_WHILE_RUNNING = "soak-sidecar failed while the trainer was running"
@@ -75,6 +73,7 @@ class Supervisor:
         self._console = Console(ports.status_stream, settings.monitor.status_line)
         self._signals = DeferredSignals()
         self._trail: EvidenceTrail | None = None
+        self._store: StoreFeatures | None = None
 
     def run(self) -> RunResult:
         """The pipeline inside its guards: one sidecar per run dir, the store's lock from before the
@@ -86,6 +85,7 @@ class Supervisor:
             with contextlib.ExitStack() as held:
                 self._hold_run_dir(held)
                 try:
+                    self._check_store()
                     held.enter_context(self._ports.store.lock(self._started.request.slot))
                     held.callback(self._session.reap, self._unstarted_reap_s)
                     return self._pipeline()
@@ -113,6 +113,12 @@ class Supervisor:
                 self._trail.close()
             self._signals.restore()
             self._console.close()
+
+    def _check_store(self) -> None:
+        """The S3 store must honour conditional writes (and confirm checksums, unless accepted)
+        before the first lock or claim: a refusal is configuration (exit 64)."""
+        if self._ports.store_check is not None:
+            self._store = self._ports.store_check.check(self._started.request.slot)
 
     def _pipeline(self) -> RunResult:
         try:
@@ -166,12 +172,15 @@ class Supervisor:
         """Numbered once the deadline record exists and the run may start: a run refused or unable
         to start uses no attempt, and the ledger never holds a claim without a record. The
         provisional artifact follows at once, before the trainer starts."""
-        attempt = self._ports.store.claim_attempt(self._started.request.slot)
+        request = self._started.request
+        attempt = self._ports.store.claim_attempt(request.slot)
         self._started = replace(
             self._started,
             attempt=attempt,
             artifact_dir=self._artifact_dir(attempt),
-            lost_attempts=self._lost_attempts(attempt),
+            lost_attempts=earlier_lost(
+                self._ports, request, attempt, prefix=runs_prefix(self._settings, request)
+            ),
         )
         files = self._ports.artifact_files(self._started.artifact_dir)
         files.create()
@@ -214,26 +223,6 @@ class Supervisor:
         if status is None or self._started.already_going:
             return None
         return status.moments()
-
-    def _lost_attempts(self, attempt: int) -> tuple[LostAttempt, ...]:
-        """Earlier attempts of this slot that ended without a verdict: told now, kept in the artifact.
-        Looking never stops the run."""
-        if attempt == 1:
-            return ()  # none before it: no listing of the run's prefix (every index of a soak starts here)
-        request = self._started.request
-        lost: dict[int, LostAttempt] = {}
-        for history in self._ports.histories:
-            try:
-                found = history.find(request.run_id, runs_prefix(self._settings, request))
-                for each in lost_attempts(found, run_id=request.run_id, index=request.index, before=attempt):
-                    lost.setdefault(each.attempt, each)
-            except Exception as exc:  # others can write what is read here: a record nothing foresaw
-                why = sanitize(f"{type(exc).__name__}: {exc}", 1024)
-                print(f"soak-sidecar: earlier attempts not all checked: {why}", file=sys.stderr)
-        ordered = tuple(lost[number] for number in sorted(lost))
-        for each in ordered:
-            print(f"soak-sidecar: {describe_lost(each)}", file=sys.stderr)
-        return ordered
 
     def _hold_run_dir(self, held: contextlib.ExitStack) -> None:
         # Before anything touches the run dir: a second sidecar must not reset or abort the first
@@ -340,6 +329,7 @@ class Supervisor:
         attempt = self._started.attempt
         trail = self._trail
         sent = UploadInfo() if trail is None else trail.close()
+        sent.checksums_unverified = self._store is not None and not self._store.checksums_confirmed
         return deliver(
             self._ports,
             files,

@@ -19,7 +19,7 @@ from sidecar.adapters.rundir.channel import RunDir
 from sidecar.adapters.rundir.local import LocalLauncherSpawner
 from sidecar.adapters.validators import resolve_manifest_validator
 from sidecar.adapters.workdirs import LocalWorkDirs
-from sidecar.app.ports import AttemptHistory, LockLoss, Ports, Strays
+from sidecar.app.ports import AttemptHistory, LockLoss, Ports, StoreCheck, Strays
 from sidecar.core.disruption import StopEvidence
 from sidecar.core.errors import (
     ConfigError,
@@ -83,6 +83,7 @@ def build_ports(settings: Settings, *, pod: bool, status_stream: IO[str] | None 
         sink=_artifact_sink(settings),
         manifest_validator=resolve_manifest_validator(settings.summary.manifest_validator),
         lock_loss=lock_loss,
+        store_check=_store_check(settings),
         status_stream=status_stream,
         metrics=_metrics(settings, pod=pod),
         histories=_histories(settings),
@@ -176,6 +177,14 @@ def _deadline_store(settings: Settings, lock_loss: LockLoss) -> DeadlineStore:
 
         return S3DeadlineStore(settings.s3, on_lock_lost=lock_loss)
     return FileDeadlineStore(settings.deadline.store_dir)
+
+
+def _store_check(settings: Settings) -> StoreCheck | None:
+    if not settings.s3.bucket:
+        return None
+    from sidecar.adapters.s3_store.probe import S3StoreCheck
+
+    return S3StoreCheck(settings.s3)
 
 
 def _histories(settings: Settings) -> tuple[AttemptHistory, ...]:

@@ -128,6 +128,12 @@ class S3Settings(Group):
     sse: str | None = Field(None, description="ServerSideEncryption (AES256, aws:kms). Default none.")
     sse_kms_key_id: str | None = Field(None, description="KMS key id for aws:kms. Default none.")
     storage_class: str | None = Field(None, description="Storage class. Default bucket default.")
+    accept_unverified_checksums: bool = Field(
+        False,
+        description="Use a store that does not check and echo the SHA-256 sent with each upload "
+        "(x-amz-checksum-sha256): every upload is then recorded as unverified in the artifact and "
+        "the report. Default false: such a store is refused before the trainer starts.",
+    )
     checksum_when_required: bool = Field(
         False,
         description="Send integrity headers only when required (for stores that reject boto3's "

@@ -17,16 +17,17 @@ Lock semantics. S3 has no locks, so the lock is a lease object:
 - hold: a daemon thread renews every ``lock_renew_interval_s`` with ``If-Match`` on the last
   ETag. A 412 (taken over) or no successful renewal for ``lock_lease_s`` counted from the send
   time of the last good one (a waiter may take over from then on) means the lease is lost:
-  ``on_lock_lost`` is called once and ``lock_lost`` says why; the caller must stop the trainer.
+  ``on_lock_lost`` is called once with the reason; the caller must stop the trainer.
 - release: DeleteObject ``If-Match: <our ETag>``; a failure leaves a lease that the next
   supervisor takes over after ``lock_lease_s``.
 
 Limits: correctness needs a store that honours ``If-None-Match``/``If-Match`` on PutObject and
-DeleteObject (AWS S3, SeaweedFS); a store that silently ignores them gives no mutual exclusion.
+DeleteObject (AWS S3, SeaweedFS); a store that silently ignores them gives no mutual exclusion, so
+``probe`` checks that before the first lock and the run refuses such a store.
 Time spent paused (SIGSTOP, VM freeze) beyond the lease is indistinguishable from a crash.
 
-``records`` holds the store (records, ledger, the server's clock), ``lease`` the lock, ``objects``
-what both share.
+``records`` holds the store (records, ledger, the server's clock), ``lease`` the lock, ``probe``
+what the store honours, ``objects`` what they share.
 """
 
 from sidecar.adapters.s3_store.records import S3DeadlineStore

@@ -237,6 +237,11 @@ class UploadInfo(_Model):
         default_factory=list,
         description="The evidence uploaded in segments every evidence.flush_s while the trainer ran.",
     )
+    checksums_unverified: bool = Field(
+        False,
+        description="The store does not check and echo the SHA-256 sent with each upload "
+        "(s3.accept_unverified_checksums): these digests are the sidecar's own, unconfirmed.",
+    )
     segments_error: str | None = Field(
         default=None,
         description="The first failure of a segment or provisional upload (later flushes try again).",

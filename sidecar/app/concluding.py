@@ -202,7 +202,7 @@ def _gpu_fault(settings: Settings, recorder: SampleRecorder, left: GpuLeftover) 
     """A GPU fault a health rule found after the last sample; else a device left dirty, or whose
     correctable errors grow, as a GPU fault (retried on another node): each only when the user
     opted in."""
-    if recorder.summary.gpu_fault is not None:
+    if recorder.summary.gpu_fault:
         return gpu_fault(recorder.summary.gpu_fault)
     if settings.gpu.fail_on_dirty_gpu and left.on_device:
         return gpu_fault(f"GPU left dirty: {'; '.join(left.on_device)}")

@@ -371,9 +371,7 @@ def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Obse
         sample = sampler.take(now, going.started)
         # A lost GPU, or a health rule (XID, row remap, ECC, ...) on what the samples showed.
         fault = sample.gpu.fault or sampler.recorder.summary.gpu_fault
-        return Observation(
-            sample.progress, None if fault is None else gpu_fault(fault), lock, expired
-        ), sample
+        return Observation(sample.progress, gpu_fault(fault) if fault else None, lock, expired), sample
     progress = ports.progress.sample() if due == "liveness" else None
     return Observation(progress, None, lock, expired), None
 

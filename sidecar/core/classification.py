@@ -2,12 +2,13 @@
 
 ``Classification`` holds the wire strings (the artifact's ``failure_classification``, the pod
 annotations). ``RULES`` gives, per classification: its exit code; its rank (the README's order of
-causes: the lower rank names the first real cause, ``sidecar.core.verdict.decide`` applies it);
-who establishes it (``Source``: the sidecar's observation, the platform, the launcher's record, the
-run_summary contract, or the trainer's claim); whether the trainer may claim it in its
-run_summary's shutdown record, and then what the sidecar must have seen for the claim to count;
-and its description. The README's exit-code table, ``soak-sidecar exit-codes`` and the chart's
-podFailurePolicy lists are generated from it and from ``ExitCode``.
+causes: the lower rank names the first real cause, ``sidecar.core.verdict.judge`` applies it);
+whether the trainer may claim it in its run_summary's shutdown record, and then what the sidecar
+must have seen for the claim to count; whether the sidecar observed it (no claim replaces it); and
+its description. Each ``Finding`` says who established it (``Source``): the sidecar's observation,
+the platform, the launcher's record, the run_summary contract, or the trainer's claim. The README's
+exit-code table, ``soak-sidecar exit-codes`` and the chart's podFailurePolicy lists are generated
+from it and from ``ExitCode``.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class Finding:
     kind: Classification
     reason: str
     source: Source
-    # The check could not name the cause (an unknown exit status, a trainer that ended too
-    # soon): the run_summary's own class, any, takes its place.
+    # The check could not name the cause (an unknown exit status, a trainer that ended too soon,
+    # a run_summary check without a class of its own): the run_summary's class, any, takes its place.
     provisional: bool = False
     standing: Standing = Standing.CAUSE
 
@@ -102,7 +103,6 @@ class Finding:
 class Rule:
     exit_code: ExitCode
     rank: int
-    source: Source
     description: str
     # The trainer may name it in its run_summary's shutdown record ...
     claimable: bool = False
@@ -144,15 +144,15 @@ PRE_START_KINDS = frozenset({C.REFUSED, C.INSUFFICIENT_BUDGET, C.TRANSIENT_INFRA
 
 
 def _cancel(description: str, exit_code: ExitCode = ExitCode.CANCELLED) -> Rule:
-    return Rule(exit_code, 3, Source.PLATFORM, description, observed=True)
+    return Rule(exit_code, 3, description, observed=True)
 
 
 def _claim(description: str) -> Rule:
-    return Rule(ExitCode.TRAINER_FAILED, 4, Source.TRAINER, description, claimable=True)
+    return Rule(ExitCode.TRAINER_FAILED, 4, description, claimable=True)
 
 
 def _contract(description: str) -> Rule:
-    return Rule(ExitCode.CONTRACT_VIOLATION, 6, Source.CONTRACT, description)
+    return Rule(ExitCode.CONTRACT_VIOLATION, 6, description)
 
 
 RULES: Mapping[Classification, Rule] = MappingProxyType(
@@ -160,20 +160,14 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
         C.DEADLINE_EXHAUSTED: Rule(
             ExitCode.DEADLINE_EXHAUSTED,
             1,
-            Source.SIDECAR,
             "the deadline ran out: its stop explains the rest",
             observed=True,
         ),
-        C.GPU_FAULT: Rule(
-            ExitCode.GPU_FAULT, 2, Source.SIDECAR, "a GPU was lost or needs a reset", observed=True
-        ),
-        C.STARTUP_TIMEOUT: Rule(
-            ExitCode.STALLED, 3, Source.SIDECAR, "no progress before the startup timeout", observed=True
-        ),
+        C.GPU_FAULT: Rule(ExitCode.GPU_FAULT, 2, "a GPU was lost or needs a reset", observed=True),
+        C.STARTUP_TIMEOUT: Rule(ExitCode.STALLED, 3, "no progress before the startup timeout", observed=True),
         C.STALE_PROGRESS: Rule(
             ExitCode.STALLED,
             3,
-            Source.SIDECAR,
             "progress went stale",
             claimable=True,
             seen_as=STALLED,
@@ -182,7 +176,6 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
         C.EXTERNAL_CANCELLATION: Rule(
             ExitCode.CANCELLED,
             3,
-            Source.SIDECAR,
             "a stop signal to the sidecar with no other cause known (Ctrl-C, SIGTERM, ...)",
             claimable=True,
             seen_as=STOPPED_FROM_OUTSIDE,
@@ -197,25 +190,20 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
         C.PREEMPTED: _cancel("the pod was preempted"),
         C.NODE_DISRUPTION: _cancel("the node was disrupted"),
         C.POD_DELETED: _cancel("the pod was deleted"),
-        C.MONITOR_FAILURE: Rule(
-            ExitCode.INTERNAL, 3, Source.SIDECAR, "the sidecar failed: a lost lock, a bug"
-        ),
-        C.LAUNCHER_MISSING: Rule(ExitCode.TRAINER_NOT_STARTED, 3, Source.SIDECAR, "no launcher appeared"),
+        C.MONITOR_FAILURE: Rule(ExitCode.INTERNAL, 3, "the sidecar failed: a lost lock, a bug"),
+        C.LAUNCHER_MISSING: Rule(ExitCode.TRAINER_NOT_STARTED, 3, "no launcher appeared"),
         C.TRAINER_NOT_STARTED: Rule(
-            ExitCode.TRAINER_NOT_STARTED, 3, Source.LAUNCHER, "the trainer command could not be started"
+            ExitCode.TRAINER_NOT_STARTED, 3, "the trainer command could not be started"
         ),
-        C.SUPERVISOR_LOST: Rule(
-            ExitCode.SUPERVISOR_LOST, 3, Source.LAUNCHER, "the launcher lost the sidecar's heartbeat"
-        ),
+        C.SUPERVISOR_LOST: Rule(ExitCode.SUPERVISOR_LOST, 3, "the launcher lost the sidecar's heartbeat"),
         C.OUT_OF_MEMORY: Rule(
             ExitCode.OUT_OF_MEMORY,
             4,
-            Source.SIDECAR,
             "the OOM killer killed a process of the trainer's, which failed",
             observed=True,
         ),
         C.TRAINER_FAILURE: Rule(
-            ExitCode.TRAINER_FAILED, 4, Source.SIDECAR, "the trainer exited non-zero or died of a signal"
+            ExitCode.TRAINER_FAILED, 4, "the trainer exited non-zero or died of a signal"
         ),
         C.LEARNER_FAILURE: _claim("the trainer says its learner failed"),
         C.COLLECTOR_FAILURE: _claim("the trainer says its collector failed"),
@@ -224,7 +212,6 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
         C.RESOURCE_LEAK: Rule(
             ExitCode.RESOURCE_LEAK,
             5,
-            Source.SIDECAR,
             "survivors of the trainer, or a leak",
             observed=True,
         ),
@@ -233,17 +220,14 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
         C.STALE_RUN_SUMMARY: _contract("run_summary.json predates the attempt"),
         C.SCHEMA_VIOLATION: _contract("run_summary.json breaks its schema"),
         C.SHUTDOWN_CONTRACT_VIOLATION: _contract("run_summary.json breaks the shutdown contract"),
-        C.EVIDENCE_LOST: Rule(
-            ExitCode.EVIDENCE_LOST, 7, Source.SIDECAR, "the soak passed but its artifact was not uploaded"
-        ),
-        C.REFUSED: Rule(ExitCode.REFUSED, 0, Source.SIDECAR, "refused before the trainer started"),
+        C.EVIDENCE_LOST: Rule(ExitCode.EVIDENCE_LOST, 7, "the soak passed but its artifact was not uploaded"),
+        C.REFUSED: Rule(ExitCode.REFUSED, 0, "refused before the trainer started"),
         C.INSUFFICIENT_BUDGET: Rule(
-            ExitCode.INSUFFICIENT_BUDGET, 0, Source.SIDECAR, "less than the checkpoint margin was left"
+            ExitCode.INSUFFICIENT_BUDGET, 0, "less than the checkpoint margin was left"
         ),
         C.TRANSIENT_INFRA: Rule(
             ExitCode.TRANSIENT_INFRA,
             0,
-            Source.SIDECAR,
             "the store or API was unreachable at the start",
         ),
     }

@@ -60,7 +60,8 @@ class DeadlineSeen:
 class RunFacts:
     """What the monitor, the launcher and the trainer's files say once the trainer has ended."""
 
-    # The monitor's failure and the GPU fault it saw (core.monitor_policy, core.gpu_health).
+    # The monitor's failure (core.monitor_policy), and the first GPU fault the monitor or the checks
+    # after the run found (core.gpu_health.gpu_fault).
     monitor_failure: Finding | None
     gpu_fault: Finding | None
     exit_record: ExitRecord | None
@@ -130,22 +131,18 @@ def _notes(facts: RunFacts) -> list[Finding]:
     if facts.shm_left is not None:
         found.append(_note(Classification.RESOURCE_LEAK, facts.shm_left))
     if facts.fallback_kill is not None:
-        found.append(
-            Finding(Classification.MONITOR_FAILURE, facts.fallback_kill, Source.SIDECAR, standing=AFTER)
-        )
+        found.append(_after(Classification.MONITOR_FAILURE, facts.fallback_kill))
     if facts.launcher_stopped is not None:
-        stopped = Finding(
-            Classification.TRAINER_FAILURE, facts.launcher_stopped, Source.SIDECAR, standing=AFTER
-        )
-        found.append(stopped)
+        found.append(_after(Classification.TRAINER_FAILURE, facts.launcher_stopped))
     return found
-
-
-AFTER = Standing.AFTER
 
 
 def _note(kind: Classification, reason: str) -> Finding:
     return Finding(kind, reason, Source.SIDECAR, standing=Standing.NOTE)
+
+
+def _after(kind: Classification, reason: str) -> Finding:
+    return Finding(kind, reason, Source.SIDECAR, standing=Standing.AFTER)
 
 
 def _monitor_failure(facts: RunFacts) -> Finding | None:

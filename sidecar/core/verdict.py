@@ -5,16 +5,16 @@ established it. ``judge`` composes the failure reason (``; ``-joined) in this or
 
 1. the causes (``Standing.CAUSE``), by their rank in ``RULES``: the deadline (it explains the
    rest), a GPU fault, the monitor's failure (a stall, a stop from outside, a lost lock, a lost
-   launcher or sidecar), then the trainer's own end (``decide`` keeps only the first of: its death,
-   an OOM kill, an unknown exit status, a finish before ``min_duration_seconds``, survivors, leaks;
-   and only when nothing above was found: a trainer that died after the sidecar stopped it did
-   not cause the stop);
+   launcher or sidecar, a launcher the trainer stopped), then the trainer's own end (``decide``
+   keeps only the first of: an OOM kill of a trainer that failed, else its death or an unknown exit
+   status, a finish before ``min_duration_seconds``, survivors, leaks; and only when the run
+   itself found nothing: a trainer that died after the sidecar stopped it did not cause the stop);
 2. the run_summary's messages (``SummaryOutcome.reason_parts``): the trainer's account, after
    what the sidecar established;
-3. the notes (``Standing.NOTE``): named only in a failure's reason (XIDs the trainer caused, files
-   it left in /dev/shm);
-4. the sidecar's own findings that never pass (``Standing.AFTER``): its kill of the trainer, a
-   launcher seen stopped; the class only when nothing else failed.
+3. the notes (``Standing.NOTE``), in the order given: named only in a failure's reason (XIDs the
+   trainer caused, files it left in /dev/shm);
+4. the sidecar's own findings that never pass (``Standing.AFTER``), in the order given: its kill of
+   the trainer, a launcher seen stopped; the class only when nothing else failed.
 
 The class is the first cause's, weighed against the trainer's claim (its run_summary's shutdown
 classification):
@@ -153,21 +153,23 @@ def decide(
 
 
 def judge(findings: Sequence[Finding], summary: SummaryOutcome) -> Verdict:
-    """One pass over the findings in rank order (see the module docstring)."""
-    ordered = sorted(findings, key=lambda found: (_STANDING_ORDER[found.standing], found.rank))
-    causes = [found for found in ordered if found.standing is Standing.CAUSE]
+    """One pass over the findings: the causes in rank order, then the notes and the sidecar's own
+    findings in the order given (see the module docstring). The trainer's account comes only
+    through ``summary``, weighed as a claim: never as a cause of its own."""
+    claimed = [found for found in findings if found.source in (Source.TRAINER, Source.CONTRACT)]
+    if claimed:
+        raise ValueError(f"the run_summary's findings are weighed through the summary: {claimed[0]!r}")
+    causes = sorted((found for found in findings if found.standing is Standing.CAUSE), key=lambda f: f.rank)
     parts = [found.reason for found in causes]
     parts.extend(summary.reason_parts(after_failure=bool(causes)))
     kind = _weighed(causes, summary, parts) if parts else None
-    for found in ordered[len(causes) :]:
-        if found.standing is Standing.NOTE and kind is None:
-            continue
-        parts.append(found.reason)
-        kind = kind or found.kind
+    for standing in (Standing.NOTE, Standing.AFTER):
+        for found in (each for each in findings if each.standing is standing):
+            if standing is Standing.NOTE and kind is None:
+                continue
+            parts.append(found.reason)
+            kind = kind or found.kind
     return PASSED if kind is None else _failed(kind, "; ".join(parts))
-
-
-_STANDING_ORDER = {Standing.CAUSE: 0, Standing.NOTE: 1, Standing.AFTER: 2}
 
 
 def _weighed(causes: Sequence[Finding], summary: SummaryOutcome, parts: list[str]) -> Classification:
@@ -222,7 +224,7 @@ def trainer_end(
         named += f" and {more} more" if more > 0 else ""
         reason = f"residual child processes after shutdown: {named}"
         return Finding(Classification.RESOURCE_LEAK, reason, Source.SIDECAR)
-    if leaks:
+    if leaks:  # every leak check's finding, named together
         return Finding(Classification.RESOURCE_LEAK, "; ".join(leak.reason for leak in leaks), Source.SIDECAR)
     return None
 

@@ -112,7 +112,8 @@ def test_the_deadline_core_creates_then_resumes_the_same_record(
 
 
 def test_a_record_that_reads_back_differently_fails_closed(seaweedfs: SeaweedServer, run_id: str) -> None:
-    """A store that changes bytes after our write (here: another writer) is caught on read-back."""
+    """Another writer's bytes under a create the store answered with success (here: written right
+    after ours) are caught on read-back, and named as the store not keeping the condition."""
     settings = _settings(seaweedfs)
     vandal = seaweedfs.client()
     key = f"{settings.deadline_prefix}/{run_id}.json"
@@ -126,7 +127,9 @@ def test_a_record_that_reads_back_differently_fails_closed(seaweedfs: SeaweedSer
         return client
 
     store = S3DeadlineStore(settings, client_factory=factory)
-    with pytest.raises(DeadlineRecordError, match="reads back differently"):
+    with pytest.raises(
+        DeadlineRecordError, match=r"with success, but the key holds other bytes .*honour conditional"
+    ):
         store.create(run_id, b"original")
 
 

@@ -120,10 +120,14 @@ class S3DeadlineStore:
         except botocore.exceptions.BotoCoreError as exc:
             raise self._error(exc, f"cannot create deadline record {uri}") from exc
         stored = self.load(run_id)
+        if stored is None:
+            raise DeadlineRecordError(f"deadline record {uri} was created but cannot be read back")
         if stored != payload:
+            # Another writer's bytes under a create the store said was ours: the condition was not kept.
             raise DeadlineRecordError(
-                f"deadline record {uri} reads back differently from what was written "
-                f"({len(payload)} bytes written, {None if stored is None else len(stored)} read)"
+                f"the store answered the conditional create (If-None-Match: *) of {uri} with success, "
+                f"but the key holds other bytes ({len(payload)} written, {len(stored)} read): it does not "
+                "honour conditional writes, and one supervisor per run cannot be promised on it"
             )
 
     def _put_new(self, key: str, data: bytes) -> None:

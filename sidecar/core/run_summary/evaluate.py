@@ -45,7 +45,8 @@ class SummaryOutcome:
     rules depend on earlier failures, so ``verdict.judge`` composes them through ``reason_parts``
     and ``classification_overrides``: the "status is X, expected 'completed'" message (then
     always the first, ``status_first``) is reported only when nothing failed before, and a valid
-    abnormal shutdown classification from the trainer replaces any earlier kind.
+    abnormal shutdown classification from the trainer is its claim, weighed against what the
+    sidecar established (``sidecar.core.verdict``).
     """
 
     present: bool
@@ -161,11 +162,11 @@ class _Findings:
     status_first: bool = False
     overrides: bool = False
 
-    def add(self, kind: Classification | None, message: str | None, source: Source = Source.CONTRACT) -> None:
-        """A check's message, if it failed; a check that names no class is ``unknown_failure``."""
+    def add(self, kind: Classification | None, message: str | None) -> None:
+        """A contract check's message, if it failed; a check that names no class is ``unknown_failure``."""
         if message is not None:
             named = Classification.UNKNOWN_FAILURE if kind is None else kind
-            self.findings.append(Finding(named, message, source, provisional=kind is None))
+            self.findings.append(Finding(named, message, Source.CONTRACT, provisional=kind is None))
             self.kind = self.kind or kind
 
 

@@ -12,6 +12,7 @@ from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import ConfigError, SoakError
 
 if TYPE_CHECKING:
+    from sidecar.adapters.report_source import Source
     from sidecar.adapters.report_source.runs import RunSources
 
 
@@ -64,13 +65,22 @@ def run(args: argparse.Namespace) -> int:
         target = args.output or directory / "report.html"
         return _run_page(open_local_run(directory), directory, target, make_dirs=False)
     source = open_source(args.path, load_settings().s3)
-    page = render_report(source.artifact, source.samples(), source.console_tail())
+    page = render_report(source.artifact, source.samples(), source.console_tail(), source.mismatched.copy)
     default = source.directory / "report.html" if isinstance(source, LocalSource) else Path("report.html")
     output: Path = args.output or default
     write_page(output, page)
     note = f" ({source.skipped_lines} unreadable sample lines skipped)" if source.skipped_lines else ""
     print(f"soak-sidecar: report {output} ({len(page.encode()) / 1024:.0f} KiB){note}", file=sys.stderr)
+    _tell_integrity(source)
     return 0
+
+
+def _tell_integrity(source: Source) -> None:
+    """One line per object whose bytes differ from its artifact's record, and unverified uploads."""
+    for line in source.mismatched:
+        print(f"soak-sidecar: {line}", file=sys.stderr)
+    if source.artifact.checksums_unverified:
+        print("soak-sidecar: the store did not confirm the uploads' SHA-256 (unverified)", file=sys.stderr)
 
 
 def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) -> int:
@@ -87,8 +97,11 @@ def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) ->
         try:
             if make_dirs:
                 folder.mkdir(parents=True, exist_ok=True)
-            page = render_report(source.artifact, source.samples(), source.console_tail())
+            page = render_report(
+                source.artifact, source.samples(), source.console_tail(), source.mismatched.copy
+            )
             write_page(folder / "report.html", page)
+            _tell_integrity(source)
         except (SoakError, OSError) as exc:  # one damaged attempt leaves the others their page
             run.skipped.append(f"{name} ({exc})")
             continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 import html
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -323,10 +323,25 @@ def _partial(artifact: ReportArtifact) -> list[str]:
     ]
 
 
+def _integrity(artifact: ReportArtifact, mismatched: Sequence[str]) -> list[str]:
+    """Evidence that does not match its artifact, and uploads the store never confirmed."""
+    shown = [f'<p class="failed">EVIDENCE NOT MATCHING: {html.escape(line)}</p>' for line in mismatched]
+    if artifact.checksums_unverified:
+        shown.append(
+            "<p>uploads unverified: the store did not confirm their SHA-256 "
+            "(s3.accept_unverified_checksums)</p>"
+        )
+    return shown
+
+
 def render_report(
-    artifact: ReportArtifact, samples: Iterable[ReportSample], console_tail: str | None = None
+    artifact: ReportArtifact,
+    samples: Iterable[ReportSample],
+    console_tail: str | None = None,
+    mismatched: Callable[[], Sequence[str]] = tuple,
 ) -> str:
-    """The report page of one attempt; ``console_tail``: the last lines of the trainer's console."""
+    """The report page of one attempt; ``console_tail``: the last lines of the trainer's console;
+    ``mismatched``: asked once the samples are read, evidence that differs from its record."""
     plots, t0, last = _plots(artifact, samples)
     status, marks = artifact.status, _marks(artifact)
     body = [
@@ -347,6 +362,7 @@ def render_report(
         ),
         f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
         *_partial(artifact),
+        *_integrity(artifact, mismatched()),
         *(f"<p>{html.escape(line)}</p>" for line in artifact.lost_attempts),
         *_time_spent(artifact),
         "<h2>Over time</h2>",

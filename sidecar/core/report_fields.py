@@ -70,3 +70,25 @@ def got(value: object) -> str:
     if isinstance(value, str):
         return repr(clip(value))
     return clip(repr(value))
+
+
+def recorded_sha256(doc: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """Object name -> SHA-256 hex, as the artifact recorded them (bad entries are left out: they
+    verify nothing, and the rest of the report stands)."""
+    upload = as_object(doc.get("upload"), "upload")
+    found: dict[str, str] = {}
+    samples = as_object(doc.get("samples"), "samples")
+    if isinstance(samples.get("samples_file"), str) and isinstance(samples.get("samples_sha256"), str):
+        found[str(samples["samples_file"])] = str(samples["samples_sha256"])
+    for name, digest in as_object(upload.get("sha256"), "upload.sha256").items():
+        if isinstance(digest, str):
+            found[name] = digest
+    for n, item in enumerate(as_list(upload.get("segments"), "upload.segments")):
+        segment = as_object(item, f"upload.segments[{n}]")
+        if isinstance(segment.get("name"), str) and isinstance(segment.get("sha256"), str):
+            found[str(segment["name"])] = str(segment["sha256"])
+    return tuple(sorted((name, digest.lower()) for name, digest in found.items() if _is_sha256(digest)))
+
+
+def _is_sha256(digest: str) -> bool:
+    return len(digest) == 64 and all(c in "0123456789abcdefABCDEF" for c in digest)

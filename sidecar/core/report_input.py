@@ -27,6 +27,7 @@ from sidecar.core.report_fields import (
     number,
     optional_number,
     optional_text,
+    recorded_sha256,
     text,
 )
 
@@ -116,6 +117,14 @@ class ReportArtifact:
     checkpoint_note: str | None = None
     # When the newest piece of a partial attempt's evidence was written (set by the source).
     last_evidence_unix: float | None = None
+    # The SHA-256 (hex) the artifact recorded of each object it names: the uploaded files, their
+    # segments, the samples file; what a reader compares the bytes it reads with.
+    recorded_sha256: tuple[tuple[str, str], ...] = ()
+    # The store did not confirm the checksums of the uploads (s3.accept_unverified_checksums).
+    checksums_unverified: bool = False
+
+    def sha256_of(self, name: str) -> str | None:
+        return dict(self.recorded_sha256).get(name)
 
     @property
     def partial(self) -> bool:
@@ -238,6 +247,8 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         lost_attempts=tuple(
             _lost(item, n) for n, item in enumerate(as_list(doc.get("lost_attempts", []), "lost_attempts"))
         ),
+        recorded_sha256=recorded_sha256(doc),
+        checksums_unverified=as_object(doc.get("upload"), "upload").get("checksums_unverified") is True,
     )
 
 

@@ -3,17 +3,20 @@ and where the page goes.
 
 Both are untrusted input: the artifact is read up to ARTIFACT_LIMIT bytes, samples are streamed
 line by line, each read up to LINE_LIMIT bytes (a line the report cannot draw is skipped and
-counted), regular files only, parsed by :mod:`sidecar.core.report_input`. The page is written
-through no link: the path must be absent or a regular file of one name.
+counted), regular files only, parsed by :mod:`sidecar.core.report_input`. Every object read whole is
+hashed as it streams and compared with the SHA-256 the artifact recorded of it: what differs is
+named in ``Source.mismatched``. The page is written through no link: the path must be absent or a
+regular file of one name.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,9 +46,20 @@ LINE_LIMIT = 4 * 1024 * 1024
 class Source:
     artifact: ReportArtifact
     skipped_lines: int = 0
+    # The objects read whose bytes differ from the SHA-256 the artifact recorded, one line each.
+    mismatched: list[str] = field(default_factory=list)
 
     def samples(self) -> Iterator[ReportSample]:
         raise NotImplementedError
+
+    def verify(self, name: str, where: str, read_sha256: str) -> None:
+        """Compare the bytes read of ``name`` (all of them) with what the artifact recorded."""
+        recorded = self.artifact.sha256_of(name)
+        if recorded is not None and recorded != read_sha256:
+            self.mismatched.append(
+                f"{where} does not match the SHA-256 its artifact recorded (read {read_sha256[:16]}..., "
+                f"recorded {recorded[:16]}...): changed or corrupted since it was uploaded"
+            )
 
     def console_tail(self) -> str | None:
         """The last lines of the trainer's console kept beside the artifact; None when there is none."""
@@ -53,6 +67,16 @@ class Source:
 
 
 def _lines(stream: io.BufferedIOBase, source: Source) -> Iterator[ReportSample]:
+    """The samples of a gzip stream, then the rest of the stream read (its bytes are verified whole)."""
+    yield from _parsed(stream, source)
+    while stream.read(_DRAIN_BYTES):
+        pass
+
+
+_DRAIN_BYTES = 1 << 20
+
+
+def _parsed(stream: io.BufferedIOBase, source: Source) -> Iterator[ReportSample]:
     try:
         with gzip.GzipFile(fileobj=stream) as unzipped:
             while line := unzipped.readline(LINE_LIMIT + 1):
@@ -83,8 +107,10 @@ class LocalSource(Source):
             raise ConfigError(f"{path}: {exc}") from exc
         except OSError as exc:
             raise ConfigError(f"cannot read the samples beside the artifact: {exc}") from exc
-        with os.fdopen(fd, "rb") as stream:
+        name = self.artifact.samples_file
+        with os.fdopen(fd, "rb") as file, io.BufferedReader(_Hashed(file)) as stream:
             yield from _lines(stream, self)
+            self.verify(name, str(path), stream.raw.hexdigest())
 
     def console_tail(self) -> str | None:
         if self.artifact.console_file is None:
@@ -132,12 +158,38 @@ def open_local(path: Path) -> LocalSource:
     return LocalSource(artifact, directory=file.parent)
 
 
-class _Concatenated(io.RawIOBase):
-    """The objects ``keys`` read one after the other, as one stream (a file's segments)."""
+class _Hashed(io.RawIOBase):
+    """A binary file read through, hashed as it goes."""
 
-    def __init__(self, client: Any, bucket: str, keys: list[str]) -> None:
+    def __init__(self, file: io.BufferedIOBase | io.RawIOBase | Any) -> None:
+        self._file = file
+        self._sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._file.read(len(buffer))
+        buffer[: len(data)] = data
+        self._sha.update(data)
+        return len(data)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+class _Concatenated(io.RawIOBase):
+    """The objects ``keys`` read one after the other, as one stream (a file's segments); each
+    object's SHA-256 goes to ``read_whole(key, hex)`` once it has been read to its end."""
+
+    def __init__(
+        self, client: Any, bucket: str, keys: list[str], read_whole: Callable[[str, str], None] | None = None
+    ) -> None:
         self._client, self._bucket, self._keys = client, bucket, list(keys)
         self._body: Any = None
+        self._key = ""
+        self._sha = hashlib.sha256()
+        self._read_whole = read_whole
 
     def readable(self) -> bool:
         return True
@@ -147,13 +199,18 @@ class _Concatenated(io.RawIOBase):
             if self._body is None:
                 if not self._keys:
                     return 0
-                self._body = self._client.get_object(Bucket=self._bucket, Key=self._keys.pop(0))["Body"]
+                self._key = self._keys.pop(0)
+                self._sha = hashlib.sha256()
+                self._body = self._client.get_object(Bucket=self._bucket, Key=self._key)["Body"]
             data = self._body.read(len(buffer))
             if data:
                 buffer[: len(data)] = data
+                self._sha.update(data)
                 return len(data)
             self._body.close()
             self._body = None
+            if self._read_whole is not None:
+                self._read_whole(self._key, self._sha.hexdigest())
 
     def close(self) -> None:
         if self._body is not None:
@@ -180,8 +237,12 @@ class S3Source(Source):
                 if name.startswith(f"{SAMPLES_FILE}{SEGMENT_MARK}")
             ]
         where = f"s3://{self.bucket}/{keys[0] if keys else self.prefix}"
+
+        def read_whole(key: str, read_sha256: str) -> None:
+            self.verify(key.removeprefix(self.prefix), f"s3://{self.bucket}/{key}", read_sha256)
+
         try:
-            with io.BufferedReader(_Concatenated(self.client, self.bucket, keys)) as stream:
+            with io.BufferedReader(_Concatenated(self.client, self.bucket, keys, read_whole)) as stream:
                 yield from _lines(stream, self)
         except SoakError:
             raise

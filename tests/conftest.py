@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.kube",
     "tests.fixtures.nvml",
     "tests.fixtures.helm",
+    "tests.fixtures.s3_servers",  # imports tests.fixtures.helm
 ]
 
 # SOAK_* variables that steer the test harness, not the product's settings.
@@ -28,6 +29,7 @@ HARNESS_VARIABLES = frozenset(
         "SOAK_E2E_KEEP",
         "SOAK_KUBE_CACHE",
         "SOAK_HELM_BIN",
+        "SOAK_S3RVER_BIN",
         "SOAK_KUBECTL_BIN",
         "SOAK_TRAINER_PYTHON",
         "SOAK_REQUIRE_ALL",

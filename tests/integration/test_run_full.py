@@ -7,11 +7,13 @@ and GPUs through the real pynvml against the mock libnvidia-ml.so.1 (attribution
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import pytest
 
 from tests.cluster.system import free_ports
 from tests.fixtures.s3 import REGION, SeaweedServer
+from tests.fixtures.s3_proxy import S3Proxy
 
 pytestmark = pytest.mark.integration
 
@@ -105,10 +108,33 @@ def test_the_report_of_an_uploaded_attempt_reads_it_back_from_s3(
 
 
 @pytest.mark.s3
-def test_a_store_that_is_down_loses_the_evidence_of_a_pass(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
+def test_a_store_that_is_down_at_the_start_is_transient_before_the_trainer_starts(
+    tmp_path: Path, seaweedfs: SeaweedServer
+) -> None:
     (closed,) = free_ports(1)
     env = s3_env(seaweedfs, endpoint=f"http://127.0.0.1:{closed}")
     code, artifact, _ = run_cli(tmp_path, *trainer(), env=env)
+    assert (code, artifact["failure_classification"]) == (151, "transient_infra")
+    assert (
+        "cannot probe the S3 store" in artifact["failure_reason"]
+        and str(closed) in artifact["failure_reason"]
+    )
+    assert artifact["samples"]["samples_file"] is None  # the trainer never ran
+
+
+@contextlib.contextmanager
+def down_after_the_start(server: SeaweedServer) -> Iterator[str]:
+    """An endpoint that answers the store probe and then nothing (503): a store gone mid-run."""
+    with S3Proxy(server.endpoint, "probe_only", credentials=(server.access_key, server.secret_key)) as proxy:
+        yield proxy.endpoint
+
+
+@pytest.mark.s3
+def test_a_store_that_goes_down_loses_the_evidence_of_a_pass(
+    tmp_path: Path, seaweedfs: SeaweedServer
+) -> None:
+    with down_after_the_start(seaweedfs) as endpoint:
+        code, artifact, _ = run_cli(tmp_path, *trainer(), env=s3_env(seaweedfs, endpoint=endpoint))
     assert (code, artifact["failure_classification"]) == (16, "evidence_lost")
     assert "127.0.0.1" in artifact["upload"]["error"]
     assert artifact["failure_reason"].startswith("soak passed but its artifact was not uploaded")
@@ -116,9 +142,8 @@ def test_a_store_that_is_down_loses_the_evidence_of_a_pass(tmp_path: Path, seawe
 
 @pytest.mark.s3
 def test_a_failed_upload_never_hides_the_soaks_own_verdict(tmp_path: Path, seaweedfs: SeaweedServer) -> None:
-    (closed,) = free_ports(1)
-    env = s3_env(seaweedfs, endpoint=f"http://127.0.0.1:{closed}")
-    code, artifact, _ = run_cli(tmp_path, *trainer("--crash"), env=env)
+    with down_after_the_start(seaweedfs) as endpoint:
+        code, artifact, _ = run_cli(tmp_path, *trainer("--crash"), env=s3_env(seaweedfs, endpoint=endpoint))
     assert (code, artifact["failure_classification"]) == (10, "learner_failure")
     assert artifact["upload"]["error"]
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import botocore.exceptions
+
 from sidecar.adapters.fsutil import write_fsync
 from sidecar.adapters.s3_client import is_not_found, make_s3_client
 from sidecar.core.artifact.objects import (
@@ -52,13 +54,18 @@ class Source:
     def samples(self) -> Iterator[ReportSample]:
         raise NotImplementedError
 
-    def verify(self, name: str, where: str, read_sha256: str) -> None:
-        """Compare the bytes read of ``name`` (all of them) with what the artifact recorded."""
+    def verify(self, name: str, where: str, read_sha256: str, *, store_disagrees: bool = False) -> None:
+        """Compare the bytes read of ``name`` (all of them) with what the artifact recorded;
+        ``store_disagrees``: they did not match the checksum the store holds for the object either."""
         recorded = self.artifact.sha256_of(name)
         if recorded is not None and recorded != read_sha256:
             self.mismatched.append(
                 f"{where} does not match the SHA-256 its artifact recorded (read {read_sha256[:16]}..., "
                 f"recorded {recorded[:16]}...): changed or corrupted since it was uploaded"
+            )
+        elif store_disagrees:
+            self.mismatched.append(
+                f"{where} does not match the checksum the store holds for it: corrupted on the way back"
             )
 
     def console_tail(self) -> str | None:
@@ -183,7 +190,11 @@ class _Concatenated(io.RawIOBase):
     object's SHA-256 goes to ``read_whole(key, hex)`` once it has been read to its end."""
 
     def __init__(
-        self, client: Any, bucket: str, keys: list[str], read_whole: Callable[[str, str], None] | None = None
+        self,
+        client: Any,
+        bucket: str,
+        keys: list[str],
+        read_whole: Callable[[str, str, bool], None] | None = None,
     ) -> None:
         self._client, self._bucket, self._keys = client, bucket, list(keys)
         self._body: Any = None
@@ -202,7 +213,13 @@ class _Concatenated(io.RawIOBase):
                 self._key = self._keys.pop(0)
                 self._sha = hashlib.sha256()
                 self._body = self._client.get_object(Bucket=self._bucket, Key=self._key)["Body"]
-            data = self._body.read(len(buffer))
+            try:
+                data = self._body.read(len(buffer))
+                store_disagrees = False
+            except botocore.exceptions.FlexibleChecksumError:
+                # botocore checked the bytes against the store's own checksum at their end: the
+                # object's bytes have all been delivered, and they differ from what it holds.
+                data, store_disagrees = b"", True
             if data:
                 buffer[: len(data)] = data
                 self._sha.update(data)
@@ -210,7 +227,7 @@ class _Concatenated(io.RawIOBase):
             self._body.close()
             self._body = None
             if self._read_whole is not None:
-                self._read_whole(self._key, self._sha.hexdigest())
+                self._read_whole(self._key, self._sha.hexdigest(), store_disagrees)
 
     def close(self) -> None:
         if self._body is not None:
@@ -238,8 +255,9 @@ class S3Source(Source):
             ]
         where = f"s3://{self.bucket}/{keys[0] if keys else self.prefix}"
 
-        def read_whole(key: str, read_sha256: str) -> None:
-            self.verify(key.removeprefix(self.prefix), f"s3://{self.bucket}/{key}", read_sha256)
+        def read_whole(key: str, read_sha256: str, store_disagrees: bool) -> None:
+            name, where = key.removeprefix(self.prefix), f"s3://{self.bucket}/{key}"
+            self.verify(name, where, read_sha256, store_disagrees=store_disagrees)
 
         try:
             with io.BufferedReader(_Concatenated(self.client, self.bucket, keys, read_whole)) as stream:

@@ -45,6 +45,7 @@ from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ledger.record import (
     LEDGER_FILE,
     LEDGER_LIMIT_BYTES,
+    LEDGER_PIECES,
     Ledger,
     dumps_ledger,
     parse_ledger,
@@ -55,7 +56,7 @@ from sidecar.launcher.protocol.files import UnsafeFileError, open_regular, read_
 from sidecar.settings import S3Settings
 
 Change = Callable[[Ledger | None], Ledger]
-PIECES = "ledger.d/"
+PIECES = f"{LEDGER_PIECES}/"
 # One attempt's piece is a few KiB; anything larger is not one of ours and is passed over. All the
 # pieces one read takes are bounded like one ledger: anyone who can write the bucket can plant them.
 PIECE_LIMIT_BYTES = 64 * 1024

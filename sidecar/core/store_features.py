@@ -13,7 +13,7 @@ a store that neither checks it nor says it did is refused too, unless the operat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,3 @@ def store_refusal(found: StoreFeatures, *, accept_unverified: bool) -> str | Non
         f"on the way would be recorded as verified; set {ACCEPT_SETTING}=true to use it anyway, "
         "and every upload is then recorded as unverified"
     )
-
-
-def feature_names() -> list[str]:
-    """The probed features, as the artifact and the docs name them."""
-    skipped = {"endpoint", "bucket", "requests", "elapsed_ms"}
-    return [field.name for field in fields(StoreFeatures) if field.name not in skipped]

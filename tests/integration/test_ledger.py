@@ -245,6 +245,7 @@ def test_two_real_attempts_of_one_run_share_one_ledger_and_one_page(
         check=False,
     )
     assert page.returncode == 0, page.stderr
+    assert "skipped" not in page.stderr, page.stderr  # the ledger's pieces are no attempt
     html = (out / "report.html").read_text()
     links = re.findall(r'href="([^"]+)"', html)
     assert links == ["./attempts/1-local/report.html", "./attempts/2-local/report.html"], links

@@ -24,7 +24,7 @@ from sidecar.adapters.report_source import (
 from sidecar.adapters.s3_client import make_s3_client
 from sidecar.core.artifact.objects import ARTIFACT_FILE, newest_provisional
 from sidecar.core.errors import SoakError
-from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES
+from sidecar.core.ledger.record import LEDGER_FILE, LEDGER_LIMIT_BYTES, LEDGER_PIECES
 from sidecar.core.publication import sanitize
 from sidecar.launcher.protocol.files import read_regular
 from sidecar.settings import S3Settings
@@ -92,7 +92,8 @@ def open_s3_run(uri: str, settings: S3Settings) -> RunSources:
     )
     if LEDGER_FILE in names:
         run.ledger = get_bounded(client, bucket, prefix + LEDGER_FILE)
-    for folder in folders[:RUN_ATTEMPTS_LIMIT]:
+    # The ledger's pieces are no attempt (the ledger itself is read above).
+    for folder in [name for name in folders if name != LEDGER_PIECES][:RUN_ATTEMPTS_LIMIT]:
         if not SAFE_NAME.fullmatch(folder):
             run.skipped.append(f"{sanitize(folder, 200)} (not a name a local folder may have)")
             continue

@@ -29,6 +29,8 @@ from sidecar.core.report_fields import (
 )
 
 LEDGER_FILE = "ledger.json"
+# Beside it in the bucket: the pieces each attempt adds before they are folded into it.
+LEDGER_PIECES = "ledger.d"
 LEDGER_SCHEMA = "soak-sidecar/ledger/1"
 LEDGER_LIMIT_BYTES = 16 * 1024 * 1024
 LEDGER_ENTRIES_LIMIT = 20_000

@@ -81,6 +81,10 @@ class S3Stats:
         client.meta.events.register("before-call.s3", self._on_call)
         client.meta.events.register("before-send.s3", self._on_send)
 
+    def detach(self, client: S3Client) -> None:
+        client.meta.events.unregister("before-call.s3", self._on_call)
+        client.meta.events.unregister("before-send.s3", self._on_send)
+
 
 ClientFactory = Callable[[S3Settings], "S3Client"]
 

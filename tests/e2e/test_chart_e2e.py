@@ -576,7 +576,7 @@ EARLY_EXITS: dict[str, tuple[dict[str, Any], ExitCode]] = {
 
 EARLY_REASONS = {
     "badsettings": "soak-sidecar: error: invalid settings",
-    "storedown": "cannot take the supervisor lock",  # a verdict of its own (transient_infra)
+    "storedown": "cannot probe the S3 store",  # a verdict of its own (transient_infra)
 }
 
 

@@ -94,12 +94,13 @@ def probed(client: S3Client, settings: S3Settings, key_prefix: str) -> StoreFeat
     with _cache_lock:
         known = _cache.get(place)
         if known is None:
-            known = _probe(client, settings, key_prefix)
+            known = probe_store(client, settings, key_prefix)
             _cache[place] = known
     return known
 
 
-def _probe(client: S3Client, settings: S3Settings, key_prefix: str) -> StoreFeatures:
+def probe_store(client: S3Client, settings: S3Settings, key_prefix: str) -> StoreFeatures:
+    """One probe, its requests counted and timed (``probed`` keeps the first per endpoint and bucket)."""
     bucket = settings.bucket or ""
     key = f"{key_prefix}probe-{secrets.token_hex(8)}"
     stats = S3Stats()
@@ -110,7 +111,7 @@ def _probe(client: S3Client, settings: S3Settings, key_prefix: str) -> StoreFeat
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError, OSError) as exc:
         raise store_error(exc, f"cannot probe the S3 store at s3://{bucket}/{key}", settings) from exc
     finally:
-        _detach(client, stats)
+        stats.detach(client)
     return StoreFeatures(
         endpoint=settings.endpoint_url or "AWS",
         bucket=bucket,
@@ -118,11 +119,6 @@ def _probe(client: S3Client, settings: S3Settings, key_prefix: str) -> StoreFeat
         elapsed_ms=(time.monotonic() - began) * 1000,
         **features,
     )
-
-
-def _detach(client: S3Client, stats: S3Stats) -> None:
-    client.meta.events.unregister("before-call.s3", stats._on_call)
-    client.meta.events.unregister("before-send.s3", stats._on_send)
 
 
 class _Probe:

@@ -106,7 +106,9 @@ def _run_page(run: RunSources, pages: Path, target: Path, *, make_dirs: bool) ->
             run.skipped.append(f"{name} ({exc})")
             continue
         link = os.path.relpath(folder / "report.html", target.parent)
-        attempts.append(RunAttempt(name, source.artifact, f"./{Path(link).as_posix()}"))
+        attempts.append(
+            RunAttempt(name, source.artifact, f"./{Path(link).as_posix()}", bool(source.mismatched))
+        )
     attempts.sort(
         key=lambda a: (a.artifact.index if a.artifact.index is not None else -1, a.artifact.attempt or 0)
     )

@@ -39,6 +39,8 @@ class RunAttempt:
     name: str
     artifact: ReportArtifact
     page: str
+    # Its evidence read back differs from the SHA-256 its artifact recorded (named on its page).
+    evidence_mismatched: bool = False
 
 
 def entry_of(attempt: RunAttempt) -> AttemptEntry | None:
@@ -136,7 +138,7 @@ def _row(attempt: RunAttempt, entry: AttemptEntry | None) -> list[str]:
     return [
         "-" if found.attempt is None else str(found.attempt),
         "-" if found.index is None else str(found.index),
-        found.status,
+        f"{found.status} (evidence not matching)" if attempt.evidence_mismatched else found.status,
         found.classification or "-",
         (claimed_utc(entry.start) if entry else None) or found.started_at or "-",
         duration_text(entry.end - entry.start) if entry else "-",

@@ -237,3 +237,26 @@ def test_a_runs_page_shows_the_attempts_only_its_ledger_lists() -> None:
     assert "ledger:" not in render_run_report(
         "r", [attempt], Ledger("r", T0, (same,))
     )  # its artifact is here
+
+
+def test_evidence_that_does_not_match_its_artifact_is_marked_on_both_pages() -> None:
+    digest = "ab" * 32
+    doc = {
+        **artifact(),
+        "samples": {"samples_file": "samples.jsonl.gz", "samples_sha256": digest.upper()},
+        "upload": {
+            "sha256": {"console.log": "cd" * 32, "bad": "not a digest"},
+            "segments": [{"name": "samples.jsonl.gz.seg-000001", "sha256": "ef" * 32}],
+            "checksums_unverified": True,
+        },
+    }
+    found = parse_artifact(json.dumps(doc).encode(), "a")
+    assert found.sha256_of("samples.jsonl.gz") == digest  # recorded digests compare in lower case
+    assert found.sha256_of("samples.jsonl.gz.seg-000001") == "ef" * 32
+    assert found.sha256_of("bad") is None and found.checksums_unverified
+    line = "s3://b/k/samples.jsonl.gz does not match the SHA-256 its artifact recorded"
+    page = render_report(found, [], None, lambda: [line])
+    assert f"EVIDENCE NOT MATCHING: {line}" in page and "uploads unverified" in page
+    assert "EVIDENCE NOT MATCHING" not in render_report(found, [], None)
+    marked = RunAttempt("attempt-1", found, "attempt-1/report.html", evidence_mismatched=True)
+    assert "failed (evidence not matching)" in render_run_report("r", [marked])

@@ -7,7 +7,9 @@ Each round uses a fresh S3 client (a sidecar process probes once, with its first
 Prints the probe's requests and milliseconds (median and max over the rounds), the baseline's,
 and the ratio.
 
-    python bench/store_probe.py [--rounds 20]
+    python bench/store_probe.py [--rounds 20] [--smoke]
+
+``--smoke``: 2 rounds, a check that the benchmark still runs.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--smoke", action="store_true", help="2 rounds: a check that it still runs")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 2
     with tempfile.TemporaryDirectory() as scratch, run_seaweedfs(Path(scratch)) as server:
         probes = [_probe_once(server) for _ in range(args.rounds)]
         starts = [_start_once(server) for _ in range(args.rounds)]

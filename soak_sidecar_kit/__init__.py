@@ -83,6 +83,7 @@ class Soak:
         agree: Agree | None = None,
         handle_signal: bool = True,
         progress_interval_s: float = 1.0,
+        total_steps: int | None = None,
     ) -> None:
         env = os.environ if environ is None else environ
         progress = env.get("SOAK_PROGRESS_DIR") or ""
@@ -100,6 +101,8 @@ class Soak:
         self.checkpoint_dir: str | None = directory or None
         self._agree = agree
         self._interval_s = progress_interval_s
+        # The step the run ends at, when known: the sidecar estimates the finish from it.
+        self.total_steps = total_steps
         self._requested = threading.Event()
         self._agreed = False
         self._signum = _signal_number(env.get("SOAK_SOFT_STOP_SIGNAL", "SIGUSR1"))
@@ -147,6 +150,7 @@ class Soak:
         ``should_stop`` (a collective under torch.distributed); on the stop, ``save(path)`` runs on
         every rank (the framework decides who writes), the checkpoint is recorded as the step to go
         on from, and the loop ends. The summary is the ``with`` block's."""
+        self.total_steps = self.total_steps or stop
         for step in range(start, stop):
             if self.should_stop():
                 if save is not None and path is not None:
@@ -220,6 +224,8 @@ class Soak:
             return
         self._last_line = now
         line: dict[str, Any] = {"t": round(now, 3), "step": int(step), "phase": self._phase}
+        if self.total_steps:
+            line["total_steps"] = int(self.total_steps)
         line.update((k, _finite(v)) for k, v in (("samples", samples), ("tokens", tokens)) if v is not None)
         if loss is not None:
             line["loss"] = _finite(loss)

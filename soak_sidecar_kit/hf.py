@@ -34,6 +34,10 @@ class SoakTrainerCallback(TrainerCallback):  # type: ignore[misc]
         self._save_started: float | None = None
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        max_steps = getattr(state, "max_steps", 0)  # the Trainer's own total, epochs included
+        self.soak.total_steps = self.soak.total_steps or (
+            max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+        )
         self.soak.progress(int(state.global_step))
         if not self._stopped and self.soak.should_stop():
             self._stopped = True

@@ -62,6 +62,11 @@ class SoakCallback(pl.Callback):  # type: ignore[misc]
         self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         step = int(trainer.global_step)
+        # Lightning's max_steps is -1 when the run is bounded by epochs instead: no total then.
+        max_steps = getattr(trainer, "max_steps", -1)
+        self.soak.total_steps = self.soak.total_steps or (
+            max_steps if isinstance(max_steps, int) and max_steps > 0 else None
+        )
         loss = _loss_of(outputs) if self.soak.progress_due() else None
         self.soak.progress(step, loss=loss)
         self._record_model_checkpoint(trainer, step)

@@ -98,6 +98,7 @@ class _Hook:
         result = original(*args, **kwargs)
         self.record_finished_save()
         trainer = self.trainer
+        self.kit.total_steps = self.kit.total_steps or _training_steps(trainer)
         self.kit.progress(int(trainer.step), tokens=getattr(trainer, "ntokens_seen", None), loss=self.loss)
         return result
 
@@ -243,3 +244,10 @@ def _float_or_none(value: Any) -> float | None:
 
 if __name__ == "__main__":
     main()
+
+
+def _training_steps(trainer: Any) -> int | None:
+    """The run's total steps from the trainer's config (``training.steps``), where it has one."""
+    config = getattr(trainer, "config", None) or getattr(trainer, "job_config", None)
+    steps = getattr(getattr(config, "training", None), "steps", None)
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None

@@ -67,8 +67,15 @@ class Console:
         terminal = stream is not None and (mode == "tty" or (mode == "auto" and stream.isatty()))
         self.terminal = TerminalStatus(stream) if terminal and stream is not None else None
 
-    def report(self, sample: Sample, *, budget_left_s: float, progress_age_s: float | None) -> None:
-        figures = {"budget_left_s": budget_left_s, "progress_age_s": progress_age_s}
+    def report(
+        self,
+        sample: Sample,
+        *,
+        budget_left_s: float,
+        progress_age_s: float | None,
+        eta_s: float | None = None,
+    ) -> None:
+        figures = {"budget_left_s": budget_left_s, "progress_age_s": progress_age_s, "eta_s": eta_s}
         if self.terminal is not None:
             width = shutil.get_terminal_size().columns
             self.terminal.status(status_line(sample, **figures, width=width))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.app.console import Console
+from sidecar.app.estimate import estimate_finish
 from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
@@ -21,6 +22,7 @@ from sidecar.core.artifact import SampleRecorder
 from sidecar.core.classification import Finding
 from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
 from sidecar.core.errors import ConfigError, LauncherError
+from sidecar.core.eta import StepRate
 from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.ledger.checkpoint import (
     CHECKPOINT_FILE,
@@ -130,6 +132,8 @@ class Sampler:
         # (None once the files changed: from then on every sample shows this attempt's progress.)
         self.baseline = None if found is None else found.progress
         self.moments = ProgressMoments(inherited=None if found is None else found.checkpoint)
+        # The trainer's step rate from its progress records, by the sidecar's clock (the ETA's).
+        self.rate = StepRate()
 
     def take(self, now: float, started: Started) -> Sample:
         tree = self._ports.processes.sample(self._launcher_pid)
@@ -211,6 +215,12 @@ def watch(
         sample_interval_s=mset.sample_interval_s,
         startup_timeout_s=mset.startup_timeout_s,
         stale_progress_s=mset.stale_progress_s,
+        phase_stale_s={
+            "eval": mset.stale_eval_s,
+            "checkpoint": mset.stale_checkpoint_s,
+            "data": mset.stale_data_s,
+            "compile": mset.stale_compile_s,
+        },
         progress_signal=mset.progress_signal,
         fallback_after_s=session.fallback_after_s,
         stack_capture_s=mset.stack_capture_s,
@@ -352,7 +362,8 @@ def _loop(
             last_seen[:] = sample.process.processes
         action = policy.step(now, seen)
         if sample is not None:
-            _report(going, console, sample, policy.progress_age(now), sampler.duration_s)
+            eta = estimate_finish(going, sampler.recorder, sampler.rate, sample.progress, now)
+            _report(going, console, sample, policy.progress_age(now), duration_s=sampler.duration_s, eta=eta)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)
         if action.kill_remembered:
@@ -376,12 +387,16 @@ def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Obse
     return Observation(progress, None, lock, expired), None
 
 
-def _report(going: Going, console: Console, sample: Sample, age: float | None, duration_s: float) -> None:
+def _report(
+    going: Going, console: Console, sample: Sample, age: float | None, *, duration_s: float, eta: float | None
+) -> None:
     ports = going.ports
     clock = ports.clock
     if ports.publisher is not None:
         ports.publisher.progress("running", clock.wall(), clock.monotonic())
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
-    console.report(sample, budget_left_s=left, progress_age_s=age)
+    console.report(sample, budget_left_s=left, progress_age_s=age, eta_s=eta)
     if ports.metrics is not None:
-        ports.metrics.observe(sample, budget_left_s=left, progress_age_s=age, duration_s=duration_s)
+        ports.metrics.observe(
+            sample, budget_left_s=left, progress_age_s=age, duration_s=duration_s, eta_s=eta
+        )

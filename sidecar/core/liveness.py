@@ -16,6 +16,7 @@ After that, what counts as progress is the ``signal``:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from sidecar.core.classification import Classification, Finding, Source
@@ -44,6 +45,8 @@ class LivenessTracker:
         started_monotonic: float,
         signal: ProgressSignal = "any",
         baseline: ProgressSample | None = None,
+        *,
+        phase_stale_s: Mapping[str, float] | None = None,
     ) -> None:
         self._signal: ProgressSignal = signal
         # What the progress dir held when the attempt started; None or empty: nothing to tell apart.
@@ -52,6 +55,8 @@ class LivenessTracker:
         )
         self._startup_timeout_s = startup_timeout_s
         self._stale_progress_s = stale_progress_s
+        # The stale timeout of each phase but train, as the trainer's last progress record names it.
+        self._phase_stale_s = dict(phase_stale_s or {})
         self._started = started_monotonic
         self._last_signature: tuple[int, int, float | None] | None = None
         self._last_change: float | None = None
@@ -65,10 +70,10 @@ class LivenessTracker:
                 self._last_change = now_monotonic
                 self._last_signature = signature
             idle = now_monotonic - self._last_change
-            if idle > self._stale_progress_s:
-                return Finding(
-                    KIND_STALE, f"training progress did not change for {idle:.1f}s", Source.SIDECAR
-                )
+            phase = progress.phase or "train"
+            timeout = self._phase_stale_s.get(phase, self._stale_progress_s)
+            if idle > timeout:
+                return Finding(KIND_STALE, _stale_reason(idle, phase, timeout), Source.SIDECAR)
         elif now_monotonic - self._started > self._startup_timeout_s:
             reason = f"training produced no progress artifact within {self._startup_timeout_s:.1f}s"
             return Finding(KIND_STARTUP, reason, Source.SIDECAR)
@@ -79,3 +84,12 @@ class LivenessTracker:
         if self._last_change is None:
             return None
         return now_monotonic - self._last_change
+
+
+def _stale_reason(idle: float, phase: str, timeout: float) -> str:
+    """A stall in train names no phase; in any other, the phase and its own timeout."""
+    if phase == "train":
+        return f"training progress did not change for {idle:.1f}s"
+    return (
+        f"training progress did not change for {idle:.1f}s in phase {phase} (its stale timeout: {timeout:g}s)"
+    )

@@ -8,7 +8,8 @@ does not act on a stop request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sidecar.core.classification import Classification, Finding, Source
@@ -34,6 +35,8 @@ class MonitorTimings:
     fallback_after_s: float
     # How long a stall's stop may wait for the trainer's stacks (0: none are taken).
     stack_capture_s: float = 0.0
+    # The stale timeout of each phase but train (monitor.stale_<phase>_s).
+    phase_stale_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def liveness_interval_s(self) -> float:
@@ -78,7 +81,12 @@ class MonitorPolicy:
         self._timings = timings
         # baseline: the progress dir as the attempt found it (an earlier attempt's files).
         self._liveness = LivenessTracker(
-            timings.startup_timeout_s, timings.stale_progress_s, started, timings.progress_signal, baseline
+            timings.startup_timeout_s,
+            timings.stale_progress_s,
+            started,
+            timings.progress_signal,
+            baseline,
+            phase_stale_s=timings.phase_stale_s,
         )
         self._next_sample = self._next_liveness = started
         self._stop_by: float | None = None

@@ -121,7 +121,13 @@ class MetricsSink(Protocol):
     """Live metrics of the run (Prometheus), fed once per sample and told the verdict."""
 
     def observe(
-        self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
+        self,
+        sample: Sample,
+        *,
+        budget_left_s: float | None,
+        progress_age_s: float | None,
+        duration_s: float,
+        eta_s: float | None = None,
     ) -> None: ...
     def run_budget(self, goodput: float, used_s: Mapping[str, float]) -> None:
         """The run's goodput and the seconds spent by cause ("productive" among them), all attempts."""

@@ -104,6 +104,16 @@ class ProgressSample(_Model):
     file_count: int = 0
     bytes_total: int = 0
     max_mtime: float | None = None
+    # The newest structured progress record (sidecar.core.progress_records) seen so far: the
+    # trainer's claim of where it is, timed by the sample that saw it.
+    step: int | None = None
+    phase: str | None = None
+    total_steps: int | None = None
+    samples: float | None = None
+    tokens: float | None = None
+    loss: float | None = None
+    # progress.jsonl lines refused by the parser so far.
+    records_refused: int = 0
 
 
 class GpuDevice(_Model):

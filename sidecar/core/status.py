@@ -17,9 +17,10 @@ def _duration(seconds: float | None) -> str:
 
 
 def status_fields(
-    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, eta_s: float | None = None
 ) -> dict[str, object]:
     proc = sample.process
+    progress = sample.progress
     gpu = sample.gpu.used_memory_mib_total
     return {
         "event": "sample",
@@ -32,11 +33,20 @@ def status_fields(
         "gpu_used_mib": None if gpu is None else round(gpu, 1),
         "gpu_attribution": sample.gpu.attribution,
         "progress_age_s": None if progress_age_s is None else round(progress_age_s, 1),
+        "step": progress.step,
+        "total_steps": progress.total_steps,
+        "phase": progress.phase,
+        "eta_s": None if eta_s is None else round(eta_s, 1),
     }
 
 
 def status_line(
-    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, width: int = 200
+    sample: Sample,
+    *,
+    budget_left_s: float | None,
+    progress_age_s: float | None,
+    eta_s: float | None = None,
+    width: int = 200,
 ) -> str:
     """One line of at most ``width - 1`` characters (a full line would wrap and repeat on every
     redraw); the least important fields go first when it does not fit."""
@@ -48,6 +58,7 @@ def status_line(
     fields = [
         f"elapsed {_duration(sample.elapsed_s)}",
         f"budget left {_duration(budget_left_s)}",
+        *_steps(sample, eta_s),
         progress,
         f"rss {proc.rss_kib_total / 1024:.0f} MiB",
         f"procs {proc.process_count}",
@@ -60,5 +71,21 @@ def status_line(
     return "  ".join(fields)[:room]
 
 
-def status_json(sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None) -> str:
-    return json.dumps(status_fields(sample, budget_left_s=budget_left_s, progress_age_s=progress_age_s))
+def _steps(sample: Sample, eta_s: float | None) -> list[str]:
+    """Where the trainer's progress records put it: its step (of its declared total), its phase when
+    not training, and the estimated finish."""
+    progress = sample.progress
+    if progress.step is None:
+        return []
+    of = "" if progress.total_steps is None else f"/{progress.total_steps}"
+    phase = "" if progress.phase in (None, "train") else f" ({progress.phase})"
+    shown = [f"step {progress.step}{of}{phase}"]
+    return shown if eta_s is None else [*shown, f"eta {_duration(eta_s)}"]
+
+
+def status_json(
+    sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, eta_s: float | None = None
+) -> str:
+    return json.dumps(
+        status_fields(sample, budget_left_s=budget_left_s, progress_age_s=progress_age_s, eta_s=eta_s)
+    )

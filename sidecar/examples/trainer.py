@@ -161,7 +161,10 @@ def _train_step(args: argparse.Namespace, step: int, leaked: list[Any]) -> None:
         leaked.append(bytearray(args.leak_rss * 1024 * 1024))
     if not args.hang or step == 1:
         with (args.progress_dir / "progress.jsonl").open("a", encoding="utf-8") as log:
-            log.write(json.dumps({"step": step, "t": time.time()}) + "\n")
+            # A structured progress record (sidecar.core.progress_records): its declared total lets
+            # the sidecar estimate the finish against the deadline.
+            record = {"step": step, "phase": "train", "total_steps": args.steps, "t": time.time()}
+            log.write(json.dumps(record) + "\n")
     print(f"step {step}/{args.steps}", flush=True)
     time.sleep(args.step_s)
 

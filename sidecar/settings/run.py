@@ -30,7 +30,36 @@ class MonitorSettings(Group):
         120.0,
         gt=0,
         le=MAX_SECONDS,
-        description="Seconds without any progress change before the soak fails. Default 120.",
+        description="Seconds without any progress change before the soak fails, while the trainer's "
+        "last progress record (progress.jsonl) says phase train, or there is none. Default 120.",
+    )
+    stale_eval_s: float = Field(
+        1800.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="The stale-progress timeout while the last progress record says phase eval, "
+        "seconds. Default 1800.",
+    )
+    stale_checkpoint_s: float = Field(
+        1800.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="The stale-progress timeout while the last progress record says phase checkpoint, "
+        "seconds. Default 1800.",
+    )
+    stale_data_s: float = Field(
+        600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="The stale-progress timeout while the last progress record says phase data, "
+        "seconds. Default 600.",
+    )
+    stale_compile_s: float = Field(
+        3600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="The stale-progress timeout while the last progress record says phase compile, "
+        "seconds. Default 3600.",
     )
     stack_capture_s: float = Field(
         10.0,

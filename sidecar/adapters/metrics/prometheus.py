@@ -36,6 +36,12 @@ GAUGES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ),
     ("soak_budget_remaining_seconds", "Seconds left before the total-job deadline.", ()),
     ("soak_progress_age_seconds", "Seconds since the trainer last made progress.", ()),
+    ("soak_step", "The trainer's step, as its last progress record says.", ()),
+    (
+        "soak_eta_seconds",
+        "Seconds until the trainer's declared total_steps at its recent step rate (sidecar.core.eta).",
+        (),
+    ),
     (
         "soak_goodput_ratio",
         "Productive share of the wall time since the deadline's start, all attempts (the run's ledger).",
@@ -94,10 +100,17 @@ class PrometheusMetrics:
         self._gauges[name].labels(**self._labels, **extra).set(value)
 
     def observe(
-        self, sample: Sample, *, budget_left_s: float | None, progress_age_s: float | None, duration_s: float
+        self,
+        sample: Sample,
+        *,
+        budget_left_s: float | None,
+        progress_age_s: float | None,
+        duration_s: float,
+        eta_s: float | None = None,
     ) -> None:
         try:
             self._observe(sample, budget_left_s, progress_age_s, duration_s)
+            self._progress(sample, eta_s)
         except ValueError as exc:  # a metric the sample cannot fill must not stop the soak
             print(f"soak-sidecar: metrics not updated: {exc}", file=sys.stderr)
 
@@ -122,6 +135,12 @@ class PrometheusMetrics:
             self._set("soak_progress_age_seconds", progress_age_s)
         self._on(self._samples).inc()
         self._on(self._duration).observe(duration_s)
+
+    def _progress(self, sample: Sample, eta_s: float | None) -> None:
+        if sample.progress.step is not None:
+            self._set("soak_step", sample.progress.step)
+        if eta_s is not None:
+            self._set("soak_eta_seconds", eta_s)
 
     def _gpu_processes(self, sample: Sample) -> None:
         index = {device.uuid: device.index for device in sample.gpu.devices}

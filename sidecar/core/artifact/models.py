@@ -85,8 +85,26 @@ class DeviceSummary(_Model):
         return self.last_used_mib - self.first_used_mib
 
 
+class ProgressInfo(_Model):
+    """Where the trainer's structured progress records (progress.jsonl) last put it, and the finish
+    they let the sidecar estimate (sidecar.core.eta)."""
+
+    step: int | None = None
+    total_steps: int | None = Field(None, description="The total the trainer declared.")
+    phase: str | None = None
+    steps_per_s: float | None = Field(None, description="Over the last 10 minutes, by the sidecar's clock.")
+    eta_s: float | None = Field(None, description="Seconds until total_steps at that rate.")
+    finish_note: str | None = Field(
+        None, description="Said once when, at that rate, the run would pass the deadline's soft stop."
+    )
+    records_refused: int = Field(0, description="progress.jsonl lines the parser refused.")
+
+
 class ResourceSummary(_Model):
     """Maxima and growth over the whole run, GPU figures, and figures from the run_summary."""
+
+    # The trainer's structured progress, when it writes any.
+    progress: ProgressInfo | None = None
 
     sample_count: int = 0
     max_process_count: int | None = None

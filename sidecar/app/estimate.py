@@ -1,0 +1,41 @@
+"""The finish against the deadline, from the trainer's structured progress records (sidecar.core.eta):
+kept in the artifact, shown in the status line and on /metrics, and said once when, at the recent
+rate, the run would pass the deadline's soft stop."""
+
+from __future__ import annotations
+
+import sys
+
+from sidecar.app.values import Going
+from sidecar.core.artifact import SampleRecorder
+from sidecar.core.artifact.models import ProgressInfo
+from sidecar.core.eta import StepRate, eta_s, finish_note
+from sidecar.core.samples import ProgressSample
+
+
+def estimate_finish(
+    going: Going, recorder: SampleRecorder, rate: StepRate, progress: ProgressSample, now: float
+) -> float | None:
+    """The trainer's structured progress into the artifact, the finish estimated from it (seconds),
+    and said once when, at this rate, it would pass the deadline's soft stop."""
+    if progress.step is None and not progress.records_refused:
+        return None
+    rate.observe(now, progress.step)
+    per_s = rate.per_s()
+    eta = eta_s(progress.step, progress.total_steps, per_s)
+    clock = going.ports.clock
+    left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
+    before = recorder.summary.progress
+    note = before.finish_note if before is not None else None
+    if note is None and (note := finish_note(eta, left - going.settings.deadline.checkpoint_margin_s)):
+        print(f"soak-sidecar: {note}", file=sys.stderr, flush=True)
+    recorder.summary.progress = ProgressInfo(
+        step=progress.step,
+        total_steps=progress.total_steps,
+        phase=progress.phase,
+        steps_per_s=per_s,
+        eta_s=eta,
+        finish_note=note,
+        records_refused=progress.records_refused,
+    )
+    return eta

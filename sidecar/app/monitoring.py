@@ -161,8 +161,13 @@ class Sampler:
         return sample
 
     def final_look(self) -> None:
-        """Once the trainer has exited: a checkpoint it wrote after the last sample (on a soft stop)."""
+        """Once the trainer has exited: a checkpoint it wrote after the last sample (on a soft stop),
+        and the progress records it wrote last."""
         self.moments.observe_checkpoint(self._ports.clock.wall(), self._checkpoint())
+        last, known = self._ports.progress.sample(), self.recorder.summary.progress
+        if known is not None and last.step is not None:
+            update = {"step": last.step, "phase": last.phase, "total_steps": last.total_steps}
+            self.recorder.summary.progress = known.model_copy(update=update)
 
     def _checkpoint(self) -> CheckpointReport | str | None:
         return _read_checkpoint(self._ports)

@@ -1,0 +1,83 @@
+"""Structured progress through the real CLI: a checkpoint phase longer than the train timeout is no
+stall, a hang inside it is one within the phase's own timeout, and the finish is estimated from the
+declared total (the status's JSON lines, the artifact)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.core.exitcodes import ExitCode
+
+pytestmark = pytest.mark.integration
+
+TRAINER = """
+import json, os, sys, time
+path = os.path.join(os.environ["SOAK_PROGRESS_DIR"], "progress.jsonl")
+def record(step, phase="train"):
+    with open(path, "a") as out:
+        out.write(json.dumps({"step": step, "phase": phase, "total_steps": 40}) + "\\n")
+for step in range(1, 6):
+    record(step)
+    time.sleep(0.2)
+record(5, "checkpoint")
+time.sleep(float(sys.argv[1]))  # the checkpoint's save: no record meanwhile
+if sys.argv[2] == "hang":
+    time.sleep(3600)
+record(6)
+"""
+
+
+def soak(
+    tmp: Path, checkpoint_s: float, how: str, **env: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    settings = {
+        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
+        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
+        "SOAK_MONITOR__STALE_PROGRESS_S": "1.5",
+        "SOAK_MONITOR__STACK_CAPTURE_S": "0",
+        "SOAK_MONITOR__STATUS_LINE": "json",
+        **env,
+    }
+    argv = [
+        sys.executable, "-m", "sidecar.cli", "run", "--local", "--gpu-backend", "none", "--budget", "600",
+        "--checkpoint-margin", "10", "--", sys.executable, "-c", TRAINER, str(checkpoint_s), how,
+    ]  # fmt: skip
+    proc = subprocess.run(
+        argv,
+        cwd=tmp,
+        env={**os.environ, **settings},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    (path,) = (tmp / "soak-output" / "runs").glob("*/*/artifact.json")
+    return proc, json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_a_checkpoint_longer_than_the_train_timeout_is_not_a_stall(tmp_path: Path) -> None:
+    done, artifact = soak(tmp_path, 7.0, "finish", SOAK_MONITOR__STALE_CHECKPOINT_S="30")
+    # No stall: the only failure is the run_summary this plain trainer does not write.
+    assert artifact["failure_classification"] == "missing_run_summary", artifact["failure_reason"]
+    progress = artifact["resource_summary"]["progress"]
+    assert (progress["step"], progress["total_steps"], progress["records_refused"]) == (6, 40, 0)
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith('{"event": "sample"')]
+    assert any(line["phase"] == "checkpoint" for line in lines)
+    assert any(line["eta_s"] is not None and line["total_steps"] == 40 for line in lines)
+
+
+def test_a_hang_inside_the_checkpoint_is_a_stall_within_the_phases_own_timeout(tmp_path: Path) -> None:
+    began = time.monotonic()
+    done, artifact = soak(tmp_path, 0.0, "hang", SOAK_MONITOR__STALE_CHECKPOINT_S="3")
+    assert done.returncode == ExitCode.STALLED, done.stderr
+    assert artifact["failure_classification"] == "timeout/stale_tick"
+    assert "in phase checkpoint (its stale timeout: 3s)" in artifact["failure_reason"]
+    assert time.monotonic() - began < 60

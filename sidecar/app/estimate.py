@@ -13,15 +13,27 @@ from sidecar.core.eta import StepRate, eta_s, finish_note
 from sidecar.core.samples import ProgressSample
 
 
-def estimate_finish(
-    going: Going, recorder: SampleRecorder, rate: StepRate, progress: ProgressSample, now: float
+class FinishEstimate:
+    """The trainer's step rate over the samples of one attempt, by the sidecar's clock."""
+
+    def __init__(self) -> None:
+        self._rate = StepRate()
+
+    def update(
+        self, going: Going, recorder: SampleRecorder, progress: ProgressSample, now: float
+    ) -> float | None:
+        """The trainer's structured progress into the artifact; the finish estimated from it
+        (seconds), said once when, at this rate, it would pass the deadline's soft stop."""
+        if progress.step is None and not progress.records_refused:
+            return None
+        self._rate.observe(now, progress.step)
+        return _estimated(going, recorder, progress, self._rate.per_s())
+
+
+def _estimated(
+    going: Going, recorder: SampleRecorder, progress: ProgressSample, per_s: float | None
 ) -> float | None:
-    """The trainer's structured progress into the artifact, the finish estimated from it (seconds),
-    and said once when, at this rate, it would pass the deadline's soft stop."""
-    if progress.step is None and not progress.records_refused:
-        return None
-    rate.observe(now, progress.step)
-    per_s = rate.per_s()
+    """The ETA at ``per_s`` (None without a total or a rate), kept in the artifact with the note."""
     eta = eta_s(progress.step, progress.total_steps, per_s)
     clock = going.ports.clock
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.app.console import Console
-from sidecar.app.estimate import estimate_finish
+from sidecar.app.estimate import FinishEstimate
 from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
@@ -22,7 +22,6 @@ from sidecar.core.artifact import SampleRecorder
 from sidecar.core.classification import Finding
 from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
 from sidecar.core.errors import ConfigError, LauncherError
-from sidecar.core.eta import StepRate
 from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.ledger.checkpoint import (
     CHECKPOINT_FILE,
@@ -132,8 +131,6 @@ class Sampler:
         # (None once the files changed: from then on every sample shows this attempt's progress.)
         self.baseline = None if found is None else found.progress
         self.moments = ProgressMoments(inherited=None if found is None else found.checkpoint)
-        # The trainer's step rate from its progress records, by the sidecar's clock (the ETA's).
-        self.rate = StepRate()
 
     def take(self, now: float, started: Started) -> Sample:
         tree = self._ports.processes.sample(self._launcher_pid)
@@ -220,12 +217,7 @@ def watch(
         sample_interval_s=mset.sample_interval_s,
         startup_timeout_s=mset.startup_timeout_s,
         stale_progress_s=mset.stale_progress_s,
-        phase_stale_s={
-            "eval": mset.stale_eval_s,
-            "checkpoint": mset.stale_checkpoint_s,
-            "data": mset.stale_data_s,
-            "compile": mset.stale_compile_s,
-        },
+        phase_stale_s=mset.phase_stale_s(),
         progress_signal=mset.progress_signal,
         fallback_after_s=session.fallback_after_s,
         stack_capture_s=mset.stack_capture_s,
@@ -360,6 +352,7 @@ def _loop(
     last_seen: list[ProcessInfo],
 ) -> None:
     clock = going.ports.clock
+    finish = FinishEstimate()
     while not session.exited():
         now = clock.monotonic()
         seen, sample = _observe(going, sampler, policy.due(now), now)
@@ -367,7 +360,7 @@ def _loop(
             last_seen[:] = sample.process.processes
         action = policy.step(now, seen)
         if sample is not None:
-            eta = estimate_finish(going, sampler.recorder, sampler.rate, sample.progress, now)
+            eta = finish.update(going, sampler.recorder, sample.progress, now)
             _report(going, console, sample, policy.progress_age(now), duration_s=sampler.duration_s, eta=eta)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)

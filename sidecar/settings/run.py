@@ -61,6 +61,16 @@ class MonitorSettings(Group):
         description="The stale-progress timeout while the last progress record says phase compile, "
         "seconds. Default 3600.",
     )
+
+    def phase_stale_s(self) -> dict[str, float]:
+        """The stale timeout of each phase but train (a progress record's phase)."""
+        return {
+            "eval": self.stale_eval_s,
+            "checkpoint": self.stale_checkpoint_s,
+            "data": self.stale_data_s,
+            "compile": self.stale_compile_s,
+        }
+
     stack_capture_s: float = Field(
         10.0,
         ge=0,

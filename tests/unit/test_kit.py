@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.core.progress_records import parse_record, read_records
 from sidecar.core.run_summary.evaluate import SummaryOutcome, evaluate_run_summary
 from soak_sidecar_kit import PROGRESS_MAX_BYTES, Soak
 
@@ -64,6 +65,24 @@ def test_progress_is_one_line_a_second_and_a_phase_change_at_once(tmp_path: Path
     lines = [json.loads(line) for line in (tmp_path / "progress" / "progress.jsonl").read_text().splitlines()]
     assert [(line["step"], line["phase"]) for line in lines] == [(1, "train"), (49, "eval"), (49, "train")]
     assert lines[0]["loss"] is None and lines[0]["loss_nonfinite"] is True
+
+
+def test_every_line_the_kit_writes_is_a_record_the_sidecar_reads_with_its_total(
+    tmp_path: Path, restore_usr1: None
+) -> None:
+    with Soak(environ=env(tmp_path), progress_interval_s=0) as soak:
+        for step in soak.steps(0, 5):
+            soak.progress(
+                step, samples=step * 4, tokens=step * 1024.0, loss=float("inf") if step == 2 else 1.0
+            )
+        with soak.phase("checkpoint"):
+            pass
+    raw = (tmp_path / "progress" / "progress.jsonl").read_bytes()
+    found = read_records(raw)
+    assert found.refused == 0 and found.newest is not None
+    records = [parse_record(line) for line in raw.splitlines()]
+    assert {record.total_steps for record in records} == {5}
+    assert [r.phase for r in records][-2:] == ["checkpoint", "train"] and records[2].loss is None
 
 
 def test_progress_is_bounded_on_disk(tmp_path: Path, restore_usr1: None) -> None:

@@ -38,11 +38,13 @@ def _plots(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> tuple[l
     rss, fds = Plot("Process tree resident memory", "MiB"), Plot("Open file descriptors by class", "fds")
     procs, gpu = Plot("Processes", "count"), Plot("GPU memory per device", "MiB")
     progress, budget = Plot("Progress written", "bytes"), Plot("Budget left", "s")
+    steps, rate = Plot("Training step (progress records)", "step"), Plot("Throughput", "steps/s")
     end = artifact.deadline_unix
     # Plain appends per sample (a long soak has tens of thousands).
     rss_line = rss.series.setdefault("RSS", [])
     proc_line, zombie_line = procs.series.setdefault("processes", []), procs.series.setdefault("zombies", [])
     progress_line, budget_line = progress.series.setdefault("bytes", []), budget.series.setdefault("left", [])
+    step_line, rate_line = steps.series.setdefault("step", []), rate.series.setdefault("steps/s", [])
     first = last = math.nan
     for sample in samples:
         t = sample.t_wall
@@ -57,11 +59,18 @@ def _plots(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> tuple[l
         for device, used in sample.gpu_used_mib:
             gpu.series.setdefault(device, []).append((t, used))
         progress_line.append((t, sample.progress_bytes))
+        if sample.step is not None:
+            if step_line and t > step_line[-1][0] and sample.step >= step_line[-1][1]:
+                rate_line.append((t, (sample.step - step_line[-1][1]) / (t - step_line[-1][0])))
+            step_line.append((t, sample.step))
         if end is not None:
             budget_line.append((t, max(0.0, end - t)))
-    for plot in (rss, fds, procs, gpu, progress, budget):
+    plots = [rss, fds, procs, gpu, progress, budget]
+    # A trainer that writes progress records gets its steps and its throughput drawn too.
+    plots += [steps, rate] if step_line else []
+    for plot in plots:
         plot.series = {name: points for name, points in sorted(plot.series.items()) if points}
-    return [rss, fds, procs, gpu, progress, budget], first, last
+    return plots, first, last
 
 
 def _thin(

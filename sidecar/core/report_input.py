@@ -143,6 +143,8 @@ class ReportSample:
     zombies: float
     gpu_used_mib: tuple[tuple[str, float], ...]  # (device label, memory used)
     progress_bytes: float
+    # The trainer's step, as its last progress record said (None: it writes none).
+    step: float | None = None
 
 
 def _refuse_constant(token: str) -> float:
@@ -196,6 +198,7 @@ def parse_sample(line: bytes) -> ReportSample:
         progress_bytes=number(
             as_object(doc.get("progress"), "progress").get("bytes_total", 0), "bytes_total"
         ),
+        step=optional_number(as_object(doc.get("progress"), "progress").get("step"), "progress.step"),
     )
 
 

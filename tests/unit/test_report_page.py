@@ -12,7 +12,7 @@ import pytest
 from sidecar.core.errors import ConfigError
 from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
 from sidecar.core.report import console_tail, describe_end, render_report
-from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact
+from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact, parse_sample
 from sidecar.core.run_page import RunAttempt, render_run_report
 
 T0 = 1_700_000_000.0
@@ -260,3 +260,16 @@ def test_evidence_that_does_not_match_its_artifact_is_marked_on_both_pages() -> 
     assert "EVIDENCE NOT MATCHING" not in render_report(found, [], None)
     marked = RunAttempt("attempt-1", found, "attempt-1/report.html", evidence_mismatched=True)
     assert "failed (evidence not matching)" in render_run_report("r", [marked])
+
+
+def test_a_trainer_that_writes_progress_records_gets_its_steps_and_throughput_drawn() -> None:
+    doc = parse_artifact(json.dumps(artifact()).encode(), "a")
+    plain = [ReportSample(T0 + t, 1024.0, (), 2.0, 0.0, (), 10.0 * t) for t in range(0, 100, 5)]
+    stepped = [replace(sample, step=float(2 * n)) for n, sample in enumerate(plain)]
+    page = render_report(doc, stepped)
+    assert "Training step (progress records)" in page and "Throughput" in page and "steps/s" in page
+    without = render_report(doc, plain)
+    assert "Training step" not in without and "Throughput" not in without
+    assert parse_sample(json.dumps({"t_wall": T0, "progress": {"step": 7}}).encode()).step == 7.0
+    with pytest.raises(ConfigError, match=r"progress\.step"):
+        parse_sample(json.dumps({"t_wall": T0, "progress": {"step": -1}}).encode())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 WINDOW_S = 600.0
-MIN_SPAN_S = 5.0
+MIN_SPAN_S = 2.0
 # Points kept at most (a sample every 0.1 s for the whole window).
 MAX_POINTS = 6_000
 

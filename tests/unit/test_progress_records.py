@@ -160,7 +160,7 @@ def test_the_rate_follows_the_recent_window_and_starts_again_when_steps_go_back(
     rate = StepRate(window_s=60.0)
     assert rate.per_s() is None
     rate.observe(0.0, 0)
-    rate.observe(2.0, 4)
+    rate.observe(1.0, 2)
     assert rate.per_s() is None  # less than MIN_SPAN_S apart: not yet a rate
     for t in range(3, 121):
         rate.observe(float(t), 2 * t if t < 60 else 120 + (t - 60))  # 2 steps/s, then 1 step/s

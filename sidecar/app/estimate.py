@@ -9,15 +9,22 @@ import sys
 from sidecar.app.values import Going
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.artifact.models import ProgressInfo
-from sidecar.core.eta import StepRate, eta_s, finish_note
+from sidecar.core.eta import StepRate, StepTimes, eta_s, finish_note
 from sidecar.core.samples import ProgressSample
+from sidecar.core.trends import LeakTrend
+
+# The step-time trend is a pairwise fit over up to 256 points: once every this many seconds.
+TREND_EVERY_S = 30.0
 
 
 class FinishEstimate:
-    """The trainer's step rate over the samples of one attempt, by the sidecar's clock."""
+    """The trainer's step rate and step times over the samples of one attempt, by the sidecar's clock."""
 
     def __init__(self) -> None:
         self._rate = StepRate()
+        self._step_times = StepTimes()
+        self._trend_at = -TREND_EVERY_S
+        self._trend: LeakTrend | None = None
 
     def update(
         self, going: Going, recorder: SampleRecorder, progress: ProgressSample, now: float
@@ -27,7 +34,13 @@ class FinishEstimate:
         if progress.step is None and not progress.records_refused:
             return None
         self._rate.observe(now, progress.step)
-        return _estimated(going, recorder, progress, self._rate.per_s())
+        self._step_times.observe(now, progress.step)
+        eta = _estimated(going, recorder, progress, self._rate.per_s())
+        if now - self._trend_at >= TREND_EVERY_S:
+            self._trend_at, self._trend = now, self._step_times.trend()
+        if recorder.summary.progress is not None:  # _estimated has just set it
+            recorder.summary.progress.step_time_trend = self._trend
+        return eta
 
 
 def _estimated(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from sidecar.core.trends import LeakTrend, TrendWindow
+
 WINDOW_S = 600.0
 MIN_SPAN_S = 2.0
 # Points kept at most (a sample every 0.1 s for the whole window).
@@ -39,6 +41,31 @@ class StepRate:
         if t1 - t0 < MIN_SPAN_S:
             return None
         return (s1 - s0) / (t1 - t0)
+
+
+class StepTimes:
+    """Seconds per step between samples whose step advanced, over the whole attempt (evenly thinned,
+    ``TrendWindow``): their Theil-Sen trend per hour, with its 95 % interval, says whether
+    training slows down. A step count that goes back starts them again."""
+
+    def __init__(self) -> None:
+        self._window = TrendWindow()
+        self._last: tuple[float, int] | None = None
+
+    def observe(self, t: float, step: int | None) -> None:
+        if step is None:
+            return
+        last, self._last = self._last, (t, step)
+        if last is None or step < last[1]:
+            if last is not None:
+                self._window = TrendWindow()
+            return
+        if step > last[1] and t > last[0]:
+            self._window.add(t, {"step_time_s": (t - last[0]) / (step - last[1])})
+
+    def trend(self) -> LeakTrend | None:
+        slope = self._window.slope("step_time_s")
+        return None if slope is None else LeakTrend.of("step time", "s", slope)
 
 
 def eta_s(step: int | None, total_steps: int | None, steps_per_s: float | None) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from sidecar.adapters.progress import MAX_RECORDS_READ, DirectoryProgressProbe, RecordTail
 from sidecar.core.errors import ConfigError
-from sidecar.core.eta import StepRate, eta_s, finish_note
+from sidecar.core.eta import StepRate, StepTimes, eta_s, finish_note
 from sidecar.core.liveness import LivenessTracker
 from sidecar.core.progress_records import RECORD_LINE_LIMIT, ProgressRecord, parse_record, read_records
 from sidecar.core.samples import ProgressSample
@@ -178,3 +179,34 @@ def test_the_eta_and_the_one_line_when_the_run_would_pass_the_soft_stop() -> Non
     assert finish_note(3 * 3600 + 600, 2 * 3600 + 2400) == (
         "at this rate the run needs 3 h 10 min more; 2 h 40 min remain before the deadline's soft stop"
     )
+
+
+def simulated_step_times(growth_per_hour: float, minutes: float, seed: int) -> StepTimes:
+    """A trainer sampled every 5 s for ``minutes``, its step time 0.5 s growing by
+    ``growth_per_hour`` (0.2: 20 % an hour), each step's time jittered by 10 %."""
+    rng = random.Random(seed)
+    times, t, step, next_sample = StepTimes(), 0.0, 0, 5.0
+    while t < minutes * 60:
+        t += 0.5 * (1 + growth_per_hour * t / 3600) * rng.uniform(0.9, 1.1)
+        step += 1
+        if t >= next_sample:
+            times.observe(t, step)
+            next_sample += 5.0
+    return times
+
+
+def test_a_step_time_growing_20_percent_an_hour_is_seen_within_30_minutes_and_clean_runs_are_not() -> None:
+    slowing = simulated_step_times(0.2, 30, seed=1).trend()
+    assert slowing is not None and slowing.low_per_hour > 0 and slowing.unit == "s"
+    assert slowing.per_hour == pytest.approx(0.1, rel=0.3)  # 20 % of 0.5 s an hour
+    for seed in range(10):
+        clean = simulated_step_times(0.0, 30, seed=seed).trend()
+        assert clean is not None and clean.low_per_hour <= 0 <= clean.high_per_hour, (seed, clean)
+
+
+def test_step_times_start_again_when_the_step_goes_back() -> None:
+    times = StepTimes()
+    for t in range(10):
+        times.observe(float(t), 10 * t)
+    times.observe(11.0, 3)  # a resumed attempt counting again
+    assert times.trend() is None

@@ -98,6 +98,11 @@ class ProgressInfo(_Model):
         None, description="Said once when, at that rate, the run would pass the deadline's soft stop."
     )
     records_refused: int = Field(0, description="progress.jsonl lines the parser refused.")
+    step_time_trend: LeakTrend | None = Field(
+        None,
+        description="Seconds per step, its Theil-Sen trend per hour with the 95 % interval: a low end "
+        "above zero is a slowdown the samples show beyond doubt.",
+    )
 
 
 class ResourceSummary(_Model):

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sidecar.core.artifact.models import claimed_utc
 from sidecar.core.classification import STALLED
 from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
+from sidecar.core.report_notes import integrity_notes, partial_note
 
 WIDTH, HEIGHT = 900, 200
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 24, 30
@@ -318,31 +318,6 @@ def _time_spent(artifact: ReportArtifact) -> list[str]:
     return ["<h2>Where the time went</h2>", html_table(["phase", "time", "share"], rows), note]
 
 
-def _partial(artifact: ReportArtifact) -> list[str]:
-    """A provisional artifact's marker: no verdict, and how far the evidence goes."""
-    if not artifact.partial:
-        return []
-    last = artifact.last_evidence_unix
-    shown = claimed_utc(last)
-    when = "" if shown is None else f" (last evidence at {shown})"
-    return [
-        f'<p class="partial">PARTIAL: no verdict{html.escape(when)}. The attempt is still running, or it '
-        "ended without one (its sidecar killed, its node lost): what follows is its evidence up to its "
-        "last flush.</p>"
-    ]
-
-
-def _integrity(artifact: ReportArtifact, mismatched: Sequence[str]) -> list[str]:
-    """Evidence that does not match its artifact, and uploads the store never confirmed."""
-    shown = [f'<p class="failed">EVIDENCE NOT MATCHING: {html.escape(line)}</p>' for line in mismatched]
-    if artifact.checksums_unverified:
-        shown.append(
-            "<p>uploads unverified: the store did not confirm their SHA-256 "
-            "(s3.accept_unverified_checksums)</p>"
-        )
-    return shown
-
-
 def render_report(
     artifact: ReportArtifact,
     samples: Iterable[ReportSample],
@@ -370,8 +345,8 @@ def render_report(
             ],
         ),
         f"<p>command: <code>{html.escape(' '.join(artifact.command) or '-')}</code></p>",
-        *_partial(artifact),
-        *_integrity(artifact, mismatched()),
+        *partial_note(artifact),
+        *integrity_notes(artifact, mismatched()),
         *(f"<p>{html.escape(line)}</p>" for line in artifact.lost_attempts),
         *_time_spent(artifact),
         "<h2>Over time</h2>",

@@ -242,12 +242,12 @@ def _float_or_none(value: Any) -> float | None:
         return None
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _training_steps(trainer: Any) -> int | None:
     """The run's total steps from the trainer's config (``training.steps``), where it has one."""
     config = getattr(trainer, "config", None) or getattr(trainer, "job_config", None)
     steps = getattr(getattr(config, "training", None), "steps", None)
     return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,11 @@
-"""How soon the step-time trend (sidecar.core.eta.StepTimes: Theil-Sen per hour with its 95 %
-interval) sees a trainer slowing down, and how often it sees one that is not: a trainer sampled
+"""How soon the throughput rule (sidecar.core.throughput on sidecar.core.eta.StepTimes: the
+step-time trend, Theil-Sen per hour with its 95 % interval) finds a trainer slowing down, and how
+often it finds one that is not: a trainer sampled
 every 5 s, its step time 0.5 s jittered by 10 % per step, growing ``--growth`` per hour; and
 ``--clean`` runs of the same trainer that does not slow down.
 
-Prints the detection time (the first sample at which the interval's low end is above zero, and
-stays so) against the 30-minute target, and the false positives among the clean runs.
+Prints the detection time (the first check at which the rule's finding, a note without a limit,
+is raised, and stays so) against the 30-minute target, and the false positives among the clean runs.
 
     python bench/throughput_trend.py [--growth 0.2] [--clean 10] [--minutes 60] [--smoke]
 """
@@ -19,13 +20,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sidecar.core.eta import StepTimes
+from sidecar.core.throughput import ThroughputLimit, throughput_finding
 
 TARGET_S = 30 * 60.0
 CHECK_EVERY_S = 30.0  # as often as the sidecar fits the trend (sidecar.app.estimate)
 
 
 def detection_s(growth: float, minutes: float, seed: int) -> float | None:
-    """When the trend's low end went above zero for good; None if never within ``minutes``."""
+    """When the finding came for good; None if never within ``minutes``."""
     rng = random.Random(seed)
     times, t, step, next_sample, next_check = StepTimes(), 0.0, 0, 5.0, CHECK_EVERY_S
     seen: float | None = None
@@ -36,8 +38,7 @@ def detection_s(growth: float, minutes: float, seed: int) -> float | None:
             times.observe(t, step)
             next_sample += 5.0
         if t >= next_check:
-            trend = times.trend()
-            above = trend is not None and trend.low_per_hour > 0
+            above = throughput_finding(times.pace(t), ThroughputLimit()) is not None
             seen = (seen or t) if above else None
             next_check += CHECK_EVERY_S
     return seen

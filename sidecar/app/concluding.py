@@ -117,6 +117,7 @@ def conclude_run(
             peak_rss_kib=recorder.summary.max_process_rss_kib,
             container_oom_killed=_container_oom_killed(ports, watched),
             shm_left=None if shm_left is None else shm_finding(shm_left),
+            progress=recorder.summary.progress,
         )
     )
     recorder.summary.residual_process_count = len(conclusion.residual_pids)

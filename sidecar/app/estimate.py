@@ -1,30 +1,46 @@
 """The finish against the deadline, from the trainer's structured progress records (sidecar.core.eta):
 kept in the artifact, shown in the status line and on /metrics, and said once when, at the recent
-rate, the run would pass the deadline's soft stop."""
+rate, the run would pass the deadline's soft stop; and the throughput rule (sidecar.core.throughput)
+on the step times, judged as often as the trend is fitted."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 from sidecar.app.values import Going
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.artifact.models import ProgressInfo
-from sidecar.core.eta import StepRate, StepTimes, eta_s, finish_note
+from sidecar.core.classification import Finding, Standing
+from sidecar.core.eta import Pace, StepRate, StepTimes, eta_s, finish_note
 from sidecar.core.samples import ProgressSample
-from sidecar.core.trends import LeakTrend
+from sidecar.core.throughput import (
+    ThroughputLimit,
+    drop_per_hour_pct,
+    drop_since_first_hour_pct,
+    throughput_finding,
+)
 
-# The step-time trend is a pairwise fit over up to 256 points: once every this many seconds.
+# The step-time trend is a pairwise fit over up to 256 points (some milliseconds): once every this
+# many seconds, or every TREND_EVERY_SAMPLES samples when they come more often than that.
 TREND_EVERY_S = 30.0
+TREND_EVERY_SAMPLES = 6
 
 
 class FinishEstimate:
-    """The trainer's step rate and step times over the samples of one attempt, by the sidecar's clock."""
+    """The trainer's step rate and step times over the samples of one attempt, by the sidecar's clock,
+    and what the throughput rule makes of them (sidecar.core.throughput)."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: ThroughputLimit, sample_interval_s: float) -> None:
+        self._limit = limit
+        self._trend_every_s = min(TREND_EVERY_S, TREND_EVERY_SAMPLES * sample_interval_s)
         self._rate = StepRate()
         self._step_times = StepTimes()
-        self._trend_at = -TREND_EVERY_S
-        self._trend: LeakTrend | None = None
+        self._trend_at = -math.inf
+        self._pace: Pace | None = None
+        # The throughput rule's cause once its limit is passed; a slowdown's note otherwise.
+        self.dropped: Finding | None = None
+        self.slowing: Finding | None = None
 
     def update(
         self, going: Going, recorder: SampleRecorder, progress: ProgressSample, now: float
@@ -36,11 +52,27 @@ class FinishEstimate:
         self._rate.observe(now, progress.step)
         self._step_times.observe(now, progress.step)
         eta = _estimated(going, recorder, progress, self._rate.per_s())
-        if now - self._trend_at >= TREND_EVERY_S:
-            self._trend_at, self._trend = now, self._step_times.trend()
-        if recorder.summary.progress is not None:  # _estimated has just set it
-            recorder.summary.progress.step_time_trend = self._trend
+        if now - self._trend_at >= self._trend_every_s:
+            self._trend_at, self._pace = now, self._step_times.pace(now)
+            self._judge(self._pace)
+        if recorder.summary.progress is not None and self._pace is not None:  # _estimated has just set it
+            info = recorder.summary.progress
+            info.step_time_trend = self._pace.trend
+            info.drop_per_hour_pct = _rounded(drop_per_hour_pct(self._pace))
+            info.drop_since_first_hour_pct = _rounded(drop_since_first_hour_pct(self._pace))
+            info.slowdown = None if self.slowing is None else self.slowing.reason
         return eta
+
+    def _judge(self, pace: Pace) -> None:
+        found = throughput_finding(pace, self._limit)
+        if found is not None and found.standing is Standing.CAUSE:
+            self.dropped = self.dropped or found
+        else:
+            self.slowing = found
+
+
+def _rounded(percent: float | None) -> float | None:
+    return None if percent is None else round(percent, 3)
 
 
 def _estimated(

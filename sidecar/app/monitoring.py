@@ -7,8 +7,7 @@ progress), reports, and acts on the launcher. Time and sleep come from the ports
 from __future__ import annotations
 
 import contextlib
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sidecar.app.console import Console
@@ -17,10 +16,9 @@ from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ports import Ports
 from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
+from sidecar.app.stopping import stop_on_cancellation, stop_signal
 from sidecar.app.values import Going, Launched, Started, Watched
 from sidecar.core.artifact import SampleRecorder
-from sidecar.core.classification import Finding
-from sidecar.core.disruption import INTERRUPTED_REASON, StopEvidence, cause_of_stop, decisive_cause
 from sidecar.core.errors import ConfigError, LauncherError
 from sidecar.core.gpu_health import gpu_fault
 from sidecar.core.ledger.checkpoint import (
@@ -42,28 +40,6 @@ from sidecar.core.ports import GpuBackend, TrainerMemory
 from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.launcher.protocol.exit import ExitRecord
-
-CAUSE_POLL_S = 0.5
-
-
-def cancellation(ports: Ports, signal: str | None) -> Finding:
-    """Why the sidecar was stopped (sidecar.core.disruption): in a pod, what the pod and its Job
-    say, asked until a decisive cause shows or ``cause_wait_s`` passed; else the signal."""
-    status = ports.pod_status
-    if status is None:
-        return cause_of_stop(StopEvidence(signal))
-    end = ports.clock.monotonic() + status.cause_wait_s
-    while True:
-        evidence = status.stop_evidence(signal)
-        if decisive_cause(evidence) is not None or ports.clock.monotonic() >= end:
-            return cause_of_stop(evidence)
-        ports.sleep(CAUSE_POLL_S)
-
-
-def stop_signal(stop: BaseException) -> str:
-    """The signal behind a KeyboardInterrupt (SIGINT) or a Cancelled."""
-    return str(stop) if isinstance(stop, Cancelled) else "SIGINT"
-
 
 ZOMBIE = "zombie"
 
@@ -229,7 +205,7 @@ def watch(
         _loop(going, session=session, sampler=sampler, console=console, policy=policy, last_seen=last_seen)
     except (KeyboardInterrupt, Cancelled) as stop:
         signals.defer()
-        _stop_on_cancellation(going, session, policy, signals, stop_signal(stop), trail=trail)
+        stop_on_cancellation(going, session, policy, signals, stop_signal(stop), trail=trail)
         session.await_exit(session.fallback_after_s, last_seen)
     except Exception as exc:
         signals.defer()
@@ -301,47 +277,6 @@ def stall_stacks(ports: Ports) -> dict[str, Any]:
     return record.to_json()
 
 
-def _stop_on_cancellation(
-    going: Going,
-    session: LaunchSession,
-    policy: MonitorPolicy,
-    signals: DeferredSignals,
-    signal: str,
-    *,
-    trail: EvidenceTrail | None,
-) -> None:
-    """The soft stop first, so the trainer can checkpoint and keep its evidence; SIGTERM after
-    launcher.stop_grace_s (or at once when asked again to stop), then the usual escalation. The
-    cause goes into the provisional artifact before the grace: a SIGKILL during it keeps the cause."""
-    ports, grace = going.ports, going.settings.launcher.stop_grace_s
-    asked = signals.noted
-    requested = ports.clock.monotonic()
-    # First: the cause can wait, the trainer not.
-    session.request_stop("soft_stop" if grace > 0 else "terminate", INTERRUPTED_REASON)
-    print(stop_notice(signal, grace), file=sys.stderr, flush=True)
-    cause = cancellation(ports, signal)
-    policy.interrupted(cause)
-    if trail is not None:
-        trail.stopping(cause.kind, cause.reason)
-    if grace > 0:
-        session.await_soft_exit(requested + grace, lambda: signals.noted > asked)
-        if signals.noted > asked:
-            print(
-                "soak-sidecar: asked again: stopping the trainer now (SIGTERM)", file=sys.stderr, flush=True
-            )
-        session.request_stop("terminate", INTERRUPTED_REASON)
-
-
-def stop_notice(signal: str, grace_s: float) -> str:
-    """The one line a stop from outside prints at once: what happens next and how to hurry it."""
-    if grace_s <= 0:
-        return f"soak-sidecar: {signal}: stopping the trainer now (SIGTERM; launcher.stop_grace_s is 0)"
-    return (
-        f"soak-sidecar: {signal}: soft stop sent; the trainer has {grace_s:g}s to checkpoint and exit "
-        f"(--stop-grace, SOAK_LAUNCHER__STOP_GRACE_S) before SIGTERM; stop again to end it now"
-    )
-
-
 def _loop(
     going: Going,
     *,
@@ -352,15 +287,18 @@ def _loop(
     last_seen: list[ProcessInfo],
 ) -> None:
     clock = going.ports.clock
-    finish = FinishEstimate()
+    mset = going.settings.monitor
+    finish = FinishEstimate(mset.throughput_limit(), mset.sample_interval_s)
     while not session.exited():
         now = clock.monotonic()
         seen, sample = _observe(going, sampler, policy.due(now), now)
+        eta = None
         if sample is not None:
             last_seen[:] = sample.process.processes
+            eta = finish.update(going, sampler.recorder, sample.progress, now)
+            seen = replace(seen, throughput_drop=finish.dropped)
         action = policy.step(now, seen)
         if sample is not None:
-            eta = finish.update(going, sampler.recorder, sample.progress, now)
             _report(going, console, sample, policy.progress_age(now), duration_s=sampler.duration_s, eta=eta)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)

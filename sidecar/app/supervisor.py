@@ -22,11 +22,12 @@ from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, LedgerPlace, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
 from sidecar.app.ledger import earlier_budget, earlier_lost, lost_entry
-from sidecar.app.monitoring import Sampler, cancellation, found_at_start, stop_signal, watch
+from sidecar.app.monitoring import Sampler, found_at_start, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
 from sidecar.app.session import LaunchSession
 from sidecar.app.signals import Cancelled, DeferredSignals
+from sidecar.app.stopping import cancellation, stop_signal
 from sidecar.app.values import Going, Launched, Preflight, RunRequest, RunResult, Started, Watched
 from sidecar.core import verdict as verdicts
 from sidecar.core.artifact import SampleRecorder, UploadInfo

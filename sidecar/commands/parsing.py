@@ -127,6 +127,18 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         int,
         "fail when the tree's fd count grows more",
     ),
+    "max_throughput_drop": (
+        "--max-throughput-drop",
+        "monitor.max_throughput_drop_pct",
+        float,
+        "fail when the throughput drops more, percent an hour (or see --throughput-drop-basis)",
+    ),
+    "throughput_drop_basis": (
+        "--throughput-drop-basis",
+        "monitor.throughput_drop_basis",
+        str,
+        "what --max-throughput-drop is against: per_hour (the trend) or first_hour",
+    ),
     "summary_profile": (
         "--summary-profile",
         "summary.profile",

@@ -28,6 +28,7 @@ class Classification(str, Enum):
     GPU_FAULT = "gpu_fault"
     STARTUP_TIMEOUT = "timeout/startup"
     STALE_PROGRESS = "timeout/stale_tick"
+    THROUGHPUT_DROPPED = "throughput_dropped"
     EXTERNAL_CANCELLATION = "external_cancellation"
     JOB_FAILED = "job_failed"
     JOB_SUSPENDED = "job_suspended"
@@ -135,6 +136,7 @@ MONITOR_KINDS = (
         C.LAUNCHER_MISSING,
         C.TRAINER_NOT_STARTED,
         C.SUPERVISOR_LOST,
+        C.THROUGHPUT_DROPPED,
         # the sidecar's own record shows the trainer at fault (it stopped or starved its launcher)
         C.TRAINER_FAILURE,
     }
@@ -171,6 +173,12 @@ RULES: Mapping[Classification, Rule] = MappingProxyType(
             "progress went stale",
             claimable=True,
             seen_as=STALLED,
+            observed=True,
+        ),
+        C.THROUGHPUT_DROPPED: Rule(
+            ExitCode.THROUGHPUT_DROPPED,
+            3,
+            "the step time grew past monitor.max_throughput_drop_pct",
             observed=True,
         ),
         C.EXTERNAL_CANCELLATION: Rule(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.core import verdict as verdicts
+from sidecar.core.artifact.models import ProgressInfo
 from sidecar.core.classification import Classification, Finding, Source, Standing
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess
@@ -89,6 +90,9 @@ class RunFacts:
     # Files the trainer's UID left in /dev/shm (core.artifact.shm_finding): named in a failed
     # verdict's reason, a finding that fails nothing by itself (the cgroup leak rule judges the memory).
     shm_left: str | None = None
+    # Where the trainer's progress records left it: a slowdown or a finish past the deadline that
+    # its step times showed are named in a failed verdict's reason.
+    progress: ProgressInfo | None = None
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,25 @@ def _notes(facts: RunFacts) -> list[Finding]:
         found.append(_note(Classification.TRAINER_FAILURE, f"the trainer caused {caused}"))
     if facts.shm_left is not None:
         found.append(_note(Classification.RESOURCE_LEAK, facts.shm_left))
+    found.extend(_progress_notes(facts))
     if facts.fallback_kill is not None:
         found.append(_after(Classification.MONITOR_FAILURE, facts.fallback_kill))
     if facts.launcher_stopped is not None:
         found.append(_after(Classification.TRAINER_FAILURE, facts.launcher_stopped))
     return found
+
+
+def _progress_notes(facts: RunFacts) -> list[Finding]:
+    progress, failure = facts.progress, facts.monitor_failure
+    if progress is None:
+        return []
+    dropped = failure is not None and failure.kind is Classification.THROUGHPUT_DROPPED
+    notes = []
+    if progress.slowdown is not None and not dropped:
+        notes.append(_note(Classification.THROUGHPUT_DROPPED, progress.slowdown))
+    if progress.finish_note is not None:
+        notes.append(_note(Classification.DEADLINE_EXHAUSTED, progress.finish_note))
+    return notes
 
 
 def _note(kind: Classification, reason: str) -> Finding:

@@ -8,14 +8,18 @@ count that goes back (a resumed attempt starting over) starts the window again.
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
+from dataclasses import dataclass
 
-from sidecar.core.trends import LeakTrend, TrendWindow
+from sidecar.core.trends import WINDOW_POINTS, LeakTrend, Thinned, TrendWindow
 
 WINDOW_S = 600.0
 MIN_SPAN_S = 2.0
 # Points kept at most (a sample every 0.1 s for the whole window).
 MAX_POINTS = 6_000
+# What the throughput rule's first-hour basis compares the recent step time with.
+FIRST_HOUR_S = 3600.0
 
 
 class StepRate:
@@ -43,14 +47,33 @@ class StepRate:
         return (s1 - s0) / (t1 - t0)
 
 
+@dataclass(frozen=True)
+class Pace:
+    """The step times of one attempt, as the throughput rule weighs them (sidecar.core.throughput)."""
+
+    trend: LeakTrend | None
+    # Medians (seconds per step): robust to the one long step a checkpoint or an eval leaves.
+    median_s: float | None
+    first_hour_s: float | None  # over the first hour, once it is over
+    recent_s: float | None  # over the last WINDOW_S
+
+
 class StepTimes:
     """Seconds per step between samples whose step advanced, over the whole attempt (evenly thinned,
     ``TrendWindow``): their Theil-Sen trend per hour, with its 95 % interval, says whether
-    training slows down. A step count that goes back starts them again."""
+    training slows down; the first hour's and the recent medians say by how much since it began.
+    A step count that goes back starts them again."""
 
-    def __init__(self) -> None:
-        self._window = TrendWindow()
+    def __init__(self, first_hour_s: float = FIRST_HOUR_S) -> None:
+        self._first_hour_s = first_hour_s
         self._last: tuple[float, int] | None = None
+        self._restart()
+
+    def _restart(self) -> None:
+        self._window = TrendWindow()
+        self._first: Thinned[float] = Thinned(WINDOW_POINTS)
+        self._recent: deque[tuple[float, float]] = deque(maxlen=MAX_POINTS)
+        self._began: float | None = None
 
     def observe(self, t: float, step: int | None) -> None:
         if step is None:
@@ -58,14 +81,36 @@ class StepTimes:
         last, self._last = self._last, (t, step)
         if last is None or step < last[1]:
             if last is not None:
-                self._window = TrendWindow()
+                self._restart()
             return
         if step > last[1] and t > last[0]:
-            self._window.add(t, {"step_time_s": (t - last[0]) / (step - last[1])})
+            seconds = (t - last[0]) / (step - last[1])
+            self._window.add(t, {"step_time_s": seconds})
+            self._began = last[0] if self._began is None else self._began
+            if t - self._began <= self._first_hour_s:
+                self._first.add(seconds)
+            self._recent.append((t, seconds))
+            while t - self._recent[0][0] > WINDOW_S:
+                self._recent.popleft()
 
     def trend(self) -> LeakTrend | None:
         slope = self._window.slope("step_time_s")
         return None if slope is None else LeakTrend.of("step time", "s", slope)
+
+    def pace(self, now: float) -> Pace:
+        """The trend and the medians at ``now`` (the first hour's once an hour has passed)."""
+        window = [values["step_time_s"] for _, values in self._window.points]
+        hour_over = self._began is not None and now - self._began >= self._first_hour_s
+        return Pace(
+            trend=self.trend(),
+            median_s=_median(window),
+            first_hour_s=_median(self._first.items) if hour_over else None,
+            recent_s=_median([seconds for _, seconds in self._recent]),
+        )
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def eta_s(step: int | None, total_steps: int | None, steps_per_s: float | None) -> float | None:

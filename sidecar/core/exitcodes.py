@@ -23,6 +23,7 @@ class ExitCode(IntEnum):
     INSUFFICIENT_BUDGET = 18
     TRAINER_NOT_STARTED = 19
     OUT_OF_MEMORY = 20
+    THROUGHPUT_DROPPED = 21
     USAGE = 64
     INTERNAL = 70
     GPU_FAULT = 150
@@ -60,6 +61,9 @@ EXIT_CODE_DESCRIPTIONS: dict[ExitCode, str] = {
     "started (not found, not executable)",
     ExitCode.OUT_OF_MEMORY: "the kernel's OOM killer killed the trainer or one of its processes at "
     "the trainer's memory limit, and the trainer failed",
+    ExitCode.THROUGHPUT_DROPPED: "the trainer's throughput dropped more than --max-throughput-drop "
+    "(percent an hour, or against the first hour; monitor.max_throughput_drop_pct): the sidecar "
+    "stopped it",
     ExitCode.USAGE: "usage or configuration error",
     ExitCode.INTERNAL: "internal error of soak-sidecar (monitor failure)",
     ExitCode.GPU_FAULT: "a GPU was lost or needs a reset (retryable on another node)",

@@ -2,8 +2,8 @@
 
 The monitoring loop (sidecar.app.monitoring) asks ``due(now)`` what to observe, observes it, and
 carries out the ``Action`` that ``step(now, observation)`` returns. Every rule of the watch loop
-lives here: liveness, lock loss, GPU fault, deadline, and the kill fallback when the launcher
-does not act on a stop request.
+lives here: liveness, lock loss, GPU fault, the throughput rule, deadline, and the kill fallback
+when the launcher does not act on a stop request.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class Observation:
     gpu_fault: Finding | None = None
     lock_loss: Finding | None = None
     deadline_expired: bool = False
+    # The throughput rule's cause (core.throughput), once the step times pass its limit.
+    throughput_drop: Finding | None = None
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,8 @@ class MonitorPolicy:
         return CONTINUE
 
     def _first_stop(self, now: float, seen: Observation, stale: Finding | None) -> Action:
-        """At most one stop request: the first of lock loss, GPU fault, staleness, deadline."""
+        """At most one stop request: the first of lock loss, GPU fault, staleness, a throughput drop,
+        the deadline."""
         if seen.lock_loss is not None:
             # Another supervisor may take the run over: ours must stop now (fail closed).
             self.failure = self.failure or seen.lock_loss
@@ -144,6 +147,10 @@ class MonitorPolicy:
         if stale is not None:
             # Where the trainer hangs is the stall's evidence: its stacks first, then the TERM.
             return self._stop(now, "terminate", stale.reason, stacks_timeout_s=self._timings.stack_capture_s)
+        if seen.throughput_drop is not None:
+            # Slow, not hung: the TERM lets a trainer that handles it checkpoint on the way out.
+            self.failure = self.failure or seen.throughput_drop
+            return self._stop(now, "terminate", seen.throughput_drop.reason)
         if seen.deadline_expired:
             # The launcher enforces the deadline itself; this is the second line.
             return self._stop(now, "kill", "total-job deadline expired")

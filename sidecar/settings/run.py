@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from sidecar.core.samples import SAMPLE_COMMAND_BYTES, SAMPLE_PROCESSES
+from sidecar.core.throughput import ThroughputLimit
 from sidecar.core.trends import quantity_bytes
 from sidecar.launcher.protocol.fields import signal_number
 from sidecar.launcher.protocol.stacks import MAX_STACKS_TIMEOUT_S
@@ -122,6 +123,20 @@ class MonitorSettings(Group):
         le=10_000_000,
         description="Fail (resource_leak) when the tree's fd count grows more than this. Default off.",
     )
+    max_throughput_drop_pct: float | None = Field(
+        None,
+        gt=0,
+        le=100,
+        description="Fail (throughput_dropped, exit 21), stopping the trainer, when its throughput drops "
+        "more than this many percent: an hour on at the step-time trend's 95 % low end (per_hour), "
+        "or against the first hour (first_hour); from its progress records (docs/trainers.md). "
+        "Default off: a slowdown beyond doubt is then only noted.",
+    )
+    throughput_drop_basis: Literal["per_hour", "first_hour"] = Field(
+        "per_hour",
+        description="What max_throughput_drop_pct is against: per_hour (the trend) or first_hour (the "
+        "median step time of the last 10 minutes against the first hour's). Default per_hour.",
+    )
     memory_limit: str | None = Field(
         None,
         description="The trainer's memory limit, a Kubernetes quantity (8Gi, 512M) or bytes: the artifact "
@@ -166,6 +181,10 @@ class MonitorSettings(Group):
         if self.max_cgroup_memory_growth_mib is not None:
             return self.max_cgroup_memory_growth_mib
         return None if shared_with_sidecar else self.max_rss_growth_mib
+
+    def throughput_limit(self) -> ThroughputLimit:
+        """The throughput rule (sidecar.core.throughput): max_throughput_drop_pct and its basis."""
+        return ThroughputLimit(self.max_throughput_drop_pct, self.throughput_drop_basis)
 
     @field_validator("memory_limit")
     @classmethod

@@ -50,6 +50,7 @@ def test_a_cause_only_the_sidecar_sees_counts_only_when_it_saw_it() -> None:
             Classification.OUT_OF_MEMORY,
             Classification.DEADLINE_EXHAUSTED,
             Classification.GPU_FAULT,
+            Classification.THROUGHPUT_DROPPED,
         }
         == OBSERVED
     )

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.app.monitoring import stop_notice
 from sidecar.app.ports import Ports
 from sidecar.app.session import go_ahead
+from sidecar.app.stopping import stop_notice
 from sidecar.app.supervisor import Supervisor
 from sidecar.app.values import Launched, Preflight, RunRequest, RunResult, Started
 from sidecar.core.boot import BootClock

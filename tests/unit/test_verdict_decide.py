@@ -468,6 +468,7 @@ EXPECTED_TABLE = {
     "gpu_fault": 150,
     "transient_infra": 151,
     "supervisor_lost": 152,
+    "throughput_dropped": 21,
 }
 
 

@@ -103,6 +103,13 @@ class ProgressInfo(_Model):
         description="Seconds per step, its Theil-Sen trend per hour with the 95 % interval: a low end "
         "above zero is a slowdown the samples show beyond doubt.",
     )
+    drop_per_hour_pct: float | None = Field(
+        None, description="How much lower the throughput is an hour on at the trend's low end, percent."
+    )
+    drop_since_first_hour_pct: float | None = Field(
+        None, description="The last 10 minutes' throughput against the first hour's: percent lower."
+    )
+    slowdown: str | None = Field(None, description="A slowdown the step times show beyond doubt, in words.")
 
 
 class ResourceSummary(_Model):

@@ -1,0 +1,121 @@
+"""The throughput rule (sidecar.core.throughput) on simulated step times: a slowdown beyond doubt
+is a note, a drop past monitor.max_throughput_drop_pct the cause throughput_dropped (exit 21),
+per hour or against the first hour; clean runs and one long checkpoint step raise nothing."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sidecar.core.classification import Classification, Finding, Source, Standing
+from sidecar.core.eta import StepTimes
+from sidecar.core.exitcodes import ExitCode
+from sidecar.core.monitor_policy import MonitorPolicy, MonitorTimings, Observation
+from sidecar.core.samples import ProgressSample
+from sidecar.core.throughput import (
+    ThroughputLimit,
+    drop_per_hour_pct,
+    drop_since_first_hour_pct,
+    throughput_finding,
+)
+from sidecar.core.verdict import exit_code_for
+
+PER_HOUR_20 = ThroughputLimit(max_drop_pct=20.0)
+FIRST_HOUR_20 = ThroughputLimit(max_drop_pct=20.0, basis="first_hour")
+
+
+def simulated(
+    growth_per_hour: float, minutes: float, seed: int, *, checkpoint_every_s: float = 0.0
+) -> StepTimes:
+    """A trainer sampled every 5 s, its step time 0.5 s growing ``growth_per_hour`` (0.2: 20 % an
+    hour), jittered by 10 %; a 60 s checkpoint every ``checkpoint_every_s`` (0: none)."""
+    rng = random.Random(seed)
+    times, t, step, next_sample, next_checkpoint = (
+        StepTimes(),
+        0.0,
+        0,
+        5.0,
+        checkpoint_every_s or float("inf"),
+    )
+    while t < minutes * 60:
+        t += 0.5 * (1 + growth_per_hour * t / 3600) * rng.uniform(0.9, 1.1)
+        if t >= next_checkpoint:
+            t, next_checkpoint = t + 60.0, next_checkpoint + checkpoint_every_s
+        step += 1
+        if t >= next_sample:
+            times.observe(t, step)
+            next_sample = t + 5.0
+    return times
+
+
+def judged(times: StepTimes, minutes: float, limit: ThroughputLimit) -> Finding | None:
+    return throughput_finding(times.pace(minutes * 60), limit)
+
+
+def test_a_step_time_growing_20_percent_an_hour_is_a_note_within_30_minutes() -> None:
+    found = judged(simulated(0.2, 30, seed=1), 30, ThroughputLimit())
+    assert found is not None and found.standing is Standing.NOTE and found.source is Source.SIDECAR
+    assert found.kind is Classification.THROUGHPUT_DROPPED
+    assert found.reason.startswith("training slows down: the step time grows ")
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_ten_clean_runs_raise_nothing_even_with_checkpoints(seed: int) -> None:
+    for times in (simulated(0.0, 30, seed), simulated(0.0, 90, seed, checkpoint_every_s=600)):
+        assert judged(times, 90, PER_HOUR_20) is None
+        assert judged(times, 90, ThroughputLimit()) is None
+
+
+def test_a_drop_past_the_limit_per_hour_is_the_cause_and_exits_21() -> None:
+    times = simulated(1.0, 30, seed=2)  # the step time doubles in an hour: half the throughput
+    pace = times.pace(1800.0)
+    drop = drop_per_hour_pct(pace)
+    assert drop is not None and 20.0 < drop < 50.0, drop  # the low end: never more than the truth
+    found = throughput_finding(pace, PER_HOUR_20)
+    assert found is not None and found.standing is Standing.CAUSE
+    assert "more than monitor.max_throughput_drop_pct 20 % an hour" in found.reason
+    assert exit_code_for(found.kind) is ExitCode.THROUGHPUT_DROPPED == 21
+    # Under a limit it does not reach, the same slowdown is only a note.
+    below = throughput_finding(pace, ThroughputLimit(max_drop_pct=60.0))
+    assert below is not None and below.standing is Standing.NOTE
+
+
+def test_against_the_first_hour_only_once_it_is_over() -> None:
+    times = simulated(0.5, 100, seed=3)
+    assert drop_since_first_hour_pct(times.pace(3599.0)) is None
+    pace = times.pace(6000.0)
+    drop = drop_since_first_hour_pct(pace)
+    # Step time 0.5 s x (1 + t / 2 h): its median over the first hour at 30 min (0.625 s), over
+    # the last 10 minutes at 95 min (0.896 s).
+    assert drop is not None and drop == pytest.approx(100 * (1 - 0.625 / 0.896), abs=3.0)
+    found = throughput_finding(pace, FIRST_HOUR_20)
+    assert found is not None and found.standing is Standing.CAUSE
+    assert "against the first hour" in found.reason
+    assert throughput_finding(simulated(0.0, 100, seed=3).pace(6000.0), FIRST_HOUR_20) is None
+
+
+def test_a_resumed_attempt_counting_again_starts_the_first_hour_again() -> None:
+    times = StepTimes(first_hour_s=10.0)
+    for t in range(1, 30):
+        times.observe(float(t), t)
+    times.observe(31.0, 2)
+    times.observe(32.0, 3)
+    pace = times.pace(33.0)
+    assert pace.first_hour_s is None and pace.trend is None and pace.recent_s == 1.0
+
+
+def test_the_monitor_stops_the_trainer_with_a_terminate_on_the_cause() -> None:
+    timings = MonitorTimings(
+        sample_interval_s=1.0,
+        startup_timeout_s=30.0,
+        stale_progress_s=10.0,
+        progress_signal="any",
+        fallback_after_s=5.0,
+    )
+    policy = MonitorPolicy(timings, started=0.0)
+    cause = Finding(Classification.THROUGHPUT_DROPPED, "the throughput drops 40 % an hour", Source.SIDECAR)
+    seen = ProgressSample(file_count=1, bytes_total=10, max_mtime=1.0)
+    action = policy.step(1.0, Observation(seen, throughput_drop=cause))
+    assert action.stop == "terminate" and action.reason == cause.reason and action.stacks_timeout_s == 0
+    assert policy.failure == cause

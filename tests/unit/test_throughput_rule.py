@@ -75,7 +75,7 @@ def test_a_drop_past_the_limit_per_hour_is_the_cause_and_exits_21() -> None:
     found = throughput_finding(pace, PER_HOUR_20)
     assert found is not None and found.standing is Standing.CAUSE
     assert "more than monitor.max_throughput_drop_pct 20 % an hour" in found.reason
-    assert exit_code_for(found.kind) is ExitCode.THROUGHPUT_DROPPED == 21
+    assert exit_code_for(found.kind) is ExitCode.THROUGHPUT_DROPPED and int(ExitCode.THROUGHPUT_DROPPED) == 21
     # Under a limit it does not reach, the same slowdown is only a note.
     below = throughput_finding(pace, ThroughputLimit(max_drop_pct=60.0))
     assert below is not None and below.standing is Standing.NOTE

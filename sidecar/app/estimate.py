@@ -10,6 +10,7 @@ from sidecar.app.values import Going
 from sidecar.core.artifact import SampleRecorder
 from sidecar.core.artifact.models import ProgressInfo
 from sidecar.core.eta import StepRate, StepTimes, eta_s, finish_note
+from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import ProgressSample
 from sidecar.core.trends import LeakTrend
 
@@ -27,10 +28,16 @@ class FinishEstimate:
         self._trend: LeakTrend | None = None
 
     def update(
-        self, going: Going, recorder: SampleRecorder, progress: ProgressSample, now: float
+        self,
+        going: Going,
+        recorder: SampleRecorder,
+        progress: ProgressSample,
+        now: float,
+        phase_timeouts: list[PhaseTimeout],
     ) -> float | None:
-        """The trainer's structured progress into the artifact; the finish estimated from it
-        (seconds), said once when, at this rate, it would pass the deadline's soft stop."""
+        """The trainer's structured progress and the phases' stale timeouts into the artifact; the
+        finish estimated from it (seconds), said once when, at this rate, it would pass the
+        deadline's soft stop."""
         if progress.step is None and not progress.records_refused:
             return None
         self._rate.observe(now, progress.step)
@@ -40,6 +47,7 @@ class FinishEstimate:
             self._trend_at, self._trend = now, self._step_times.trend()
         if recorder.summary.progress is not None:  # _estimated has just set it
             recorder.summary.progress.step_time_trend = self._trend
+            recorder.summary.progress.phase_timeouts = phase_timeouts
         return eta
 
 
@@ -62,5 +70,6 @@ def _estimated(
         eta_s=eta,
         finish_note=note,
         records_refused=progress.records_refused,
+        phase_calibration_factor=going.settings.monitor.phase_calibration_factor,
     )
     return eta

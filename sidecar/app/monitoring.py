@@ -39,7 +39,7 @@ from sidecar.core.monitor_policy import (
     monitor_failed,
 )
 from sidecar.core.ports import GpuBackend, TrainerMemory
-from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
+from sidecar.core.samples import ZOMBIE, ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.launcher.protocol.exit import ExitRecord
 
@@ -63,9 +63,6 @@ def cancellation(ports: Ports, signal: str | None) -> Finding:
 def stop_signal(stop: BaseException) -> str:
     """The signal behind a KeyboardInterrupt (SIGINT) or a Cancelled."""
     return str(stop) if isinstance(stop, Cancelled) else "SIGINT"
-
-
-ZOMBIE = "zombie"
 
 
 def _read_checkpoint(ports: Ports) -> CheckpointReport | str | None:
@@ -218,6 +215,7 @@ def watch(
         startup_timeout_s=mset.startup_timeout_s,
         stale_progress_s=mset.stale_progress_s,
         phase_stale_s=mset.phase_stale_s(),
+        phase_calibration_factor=mset.phase_calibration_factor,
         progress_signal=mset.progress_signal,
         fallback_after_s=session.fallback_after_s,
         stack_capture_s=mset.stack_capture_s,
@@ -360,7 +358,7 @@ def _loop(
             last_seen[:] = sample.process.processes
         action = policy.step(now, seen)
         if sample is not None:
-            eta = finish.update(going, sampler.recorder, sample.progress, now)
+            eta = finish.update(going, sampler.recorder, sample.progress, now, policy.phase_timeouts())
             _report(going, console, sample, policy.progress_age(now), duration_s=sampler.duration_s, eta=eta)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)

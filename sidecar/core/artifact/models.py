@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sidecar.core.gpu_health import GpuHealthSummary
+from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
@@ -102,6 +103,12 @@ class ProgressInfo(_Model):
         None,
         description="Seconds per step, its Theil-Sen trend per hour with the 95 % interval: a low end "
         "above zero is a slowdown the samples show beyond doubt.",
+    )
+    phase_calibration_factor: float | None = Field(
+        None, description="monitor.phase_calibration_factor: null, the phases' timeouts as configured."
+    )
+    phase_timeouts: list[PhaseTimeout] = Field(
+        default_factory=list, description="Each phase but train's stale timeout, as this attempt found it."
     )
 
 

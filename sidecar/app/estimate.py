@@ -13,6 +13,7 @@ from sidecar.core.artifact import SampleRecorder
 from sidecar.core.artifact.models import ProgressInfo
 from sidecar.core.classification import Finding, Standing
 from sidecar.core.eta import Pace, StepRate, StepTimes, eta_s, finish_note
+from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import ProgressSample
 from sidecar.core.throughput import (
     ThroughputLimit,
@@ -43,10 +44,16 @@ class FinishEstimate:
         self.slowing: Finding | None = None
 
     def update(
-        self, going: Going, recorder: SampleRecorder, progress: ProgressSample, now: float
+        self,
+        going: Going,
+        recorder: SampleRecorder,
+        progress: ProgressSample,
+        now: float,
+        phase_timeouts: list[PhaseTimeout],
     ) -> float | None:
-        """The trainer's structured progress into the artifact; the finish estimated from it
-        (seconds), said once when, at this rate, it would pass the deadline's soft stop."""
+        """The trainer's structured progress and the phases' stale timeouts into the artifact; the
+        finish estimated from it (seconds), said once when, at this rate, it would pass the
+        deadline's soft stop."""
         if progress.step is None and not progress.records_refused:
             return None
         self._rate.observe(now, progress.step)
@@ -55,8 +62,10 @@ class FinishEstimate:
         if now - self._trend_at >= self._trend_every_s:
             self._trend_at, self._pace = now, self._step_times.pace(now)
             self._judge(self._pace)
-        if recorder.summary.progress is not None and self._pace is not None:  # _estimated has just set it
-            info = recorder.summary.progress
+        info = recorder.summary.progress  # _estimated has just set it
+        if info is not None:
+            info.phase_timeouts = phase_timeouts
+        if info is not None and self._pace is not None:
             info.step_time_trend = self._pace.trend
             info.drop_per_hour_pct = _rounded(drop_per_hour_pct(self._pace))
             info.drop_since_first_hour_pct = _rounded(drop_since_first_hour_pct(self._pace))
@@ -94,5 +103,6 @@ def _estimated(
         eta_s=eta,
         finish_note=note,
         records_refused=progress.records_refused,
+        phase_calibration_factor=going.settings.monitor.phase_calibration_factor,
     )
     return eta

@@ -37,11 +37,9 @@ from sidecar.core.monitor_policy import (
     monitor_failed,
 )
 from sidecar.core.ports import GpuBackend, TrainerMemory
-from sidecar.core.samples import ProcessInfo, ProgressSample, Sample
+from sidecar.core.samples import ZOMBIE, ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.launcher.protocol.exit import ExitRecord
-
-ZOMBIE = "zombie"
 
 
 def _read_checkpoint(ports: Ports) -> CheckpointReport | str | None:
@@ -194,6 +192,7 @@ def watch(
         startup_timeout_s=mset.startup_timeout_s,
         stale_progress_s=mset.stale_progress_s,
         phase_stale_s=mset.phase_stale_s(),
+        phase_calibration_factor=mset.phase_calibration_factor,
         progress_signal=mset.progress_signal,
         fallback_after_s=session.fallback_after_s,
         stack_capture_s=mset.stack_capture_s,
@@ -295,7 +294,7 @@ def _loop(
         eta = None
         if sample is not None:
             last_seen[:] = sample.process.processes
-            eta = finish.update(going, sampler.recorder, sample.progress, now)
+            eta = finish.update(going, sampler.recorder, sample.progress, now, policy.phase_timeouts())
             seen = replace(seen, throughput_drop=finish.dropped)
         action = policy.step(now, seen)
         if sample is not None:

@@ -12,6 +12,9 @@ After that, what counts as progress is the ``signal``:
   chatty logging cannot mask a hang.
 - ``bytes`` (``SOAK_MONITOR__PROGRESS_SIGNAL=bytes``): only a change of ``bytes_total`` resets
   the stale timer (stricter: a touched or same-size rewritten file is not progress).
+
+While the trainer's last progress record names a phase other than train, that phase's own stale
+timeout applies, optionally calibrated from the attempt's history (``sidecar.core.phase_timeouts``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from sidecar.core.classification import Classification, Finding, Source
+from sidecar.core.phase_timeouts import TRAIN, PhaseTimeout, PhaseTimeouts
 from sidecar.core.samples import ProgressSample
 
 KIND_STARTUP = Classification.STARTUP_TIMEOUT
@@ -47,6 +51,7 @@ class LivenessTracker:
         baseline: ProgressSample | None = None,
         *,
         phase_stale_s: Mapping[str, float] | None = None,
+        phase_calibration_factor: float | None = None,
     ) -> None:
         self._signal: ProgressSignal = signal
         # What the progress dir held when the attempt started; None or empty: nothing to tell apart.
@@ -54,9 +59,8 @@ class LivenessTracker:
             None if baseline is None or baseline.bytes_total <= 0 else _signature(baseline, signal)
         )
         self._startup_timeout_s = startup_timeout_s
-        self._stale_progress_s = stale_progress_s
-        # The stale timeout of each phase but train, as the trainer's last progress record names it.
-        self._phase_stale_s = dict(phase_stale_s or {})
+        # The stale timeout of each phase, as the trainer's last progress record names it.
+        self._phases = PhaseTimeouts(stale_progress_s, phase_stale_s or {}, phase_calibration_factor)
         self._started = started_monotonic
         self._last_signature: tuple[int, int, float | None] | None = None
         self._last_change: float | None = None
@@ -70,10 +74,10 @@ class LivenessTracker:
                 self._last_change = now_monotonic
                 self._last_signature = signature
             idle = now_monotonic - self._last_change
-            phase = progress.phase or "train"
-            timeout = self._phase_stale_s.get(phase, self._stale_progress_s)
-            if idle > timeout:
-                return Finding(KIND_STALE, _stale_reason(idle, phase, timeout), Source.SIDECAR)
+            phase = progress.phase or TRAIN
+            self._phases.observe(phase, now_monotonic)
+            if idle > self._phases.timeout_s(phase):
+                return Finding(KIND_STALE, self._stale_reason(idle, phase), Source.SIDECAR)
         elif now_monotonic - self._started > self._startup_timeout_s:
             reason = f"training produced no progress artifact within {self._startup_timeout_s:.1f}s"
             return Finding(KIND_STARTUP, reason, Source.SIDECAR)
@@ -85,11 +89,13 @@ class LivenessTracker:
             return None
         return now_monotonic - self._last_change
 
+    def phase_timeouts(self) -> list[PhaseTimeout]:
+        """Each phase's configured timeout, longest visit and calibrated timeout, so far."""
+        return self._phases.stated()
 
-def _stale_reason(idle: float, phase: str, timeout: float) -> str:
-    """A stall in train names no phase; in any other, the phase and its own timeout."""
-    if phase == "train":
-        return f"training progress did not change for {idle:.1f}s"
-    return (
-        f"training progress did not change for {idle:.1f}s in phase {phase} (its stale timeout: {timeout:g}s)"
-    )
+    def _stale_reason(self, idle: float, phase: str) -> str:
+        """A stall in train names no phase; in any other, the phase and the timeout in force."""
+        if phase == TRAIN:
+            return f"training progress did not change for {idle:.1f}s"
+        why = self._phases.why(phase)
+        return f"training progress did not change for {idle:.1f}s in phase {phase} ({why})"

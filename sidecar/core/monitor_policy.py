@@ -14,6 +14,7 @@ from typing import Literal
 
 from sidecar.core.classification import Classification, Finding, Source
 from sidecar.core.liveness import LivenessTracker, ProgressSignal
+from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import ProgressSample
 
 StopAction = Literal["terminate", "kill"]
@@ -37,6 +38,8 @@ class MonitorTimings:
     stack_capture_s: float = 0.0
     # The stale timeout of each phase but train (monitor.stale_<phase>_s).
     phase_stale_s: Mapping[str, float] = field(default_factory=dict)
+    # Calibrate those from the attempt's own visits to each phase (None: off).
+    phase_calibration_factor: float | None = None
 
     @property
     def liveness_interval_s(self) -> float:
@@ -89,6 +92,7 @@ class MonitorPolicy:
             timings.progress_signal,
             baseline,
             phase_stale_s=timings.phase_stale_s,
+            phase_calibration_factor=timings.phase_calibration_factor,
         )
         self._next_sample = self._next_liveness = started
         self._stop_by: float | None = None
@@ -116,6 +120,9 @@ class MonitorPolicy:
 
     def progress_age(self, now: float) -> float | None:
         return self._liveness.last_progress_age(now)
+
+    def phase_timeouts(self) -> list[PhaseTimeout]:
+        return self._liveness.phase_timeouts()
 
     def step(self, now: float, seen: Observation) -> Action:
         """One turn of the loop while the launcher runs."""

@@ -13,6 +13,8 @@ COMMAND_MAX_CHARS = 512
 SAMPLE_PROCESSES = 16
 SAMPLE_COMMAND_BYTES = 1024 * 1024
 FD_CLASSES = ("pipe", "socket", "memfd", "eventfd", "eventpoll", "nvidia", "shared_memory", "other")
+# ProcessInfo.state of a process that has exited and is not yet reaped.
+ZOMBIE = "zombie"
 
 
 class _Model(BaseModel):

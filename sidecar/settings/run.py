@@ -62,6 +62,15 @@ class MonitorSettings(Group):
         description="The stale-progress timeout while the last progress record says phase compile, "
         "seconds. Default 3600.",
     )
+    phase_calibration_factor: float | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="Calibrate the phases' stale timeouts from the attempt's own history: once a visit "
+        "to a phase other than train has ended, that phase's timeout is this many times its longest "
+        "visit so far, at least stale_progress_s and at most its own stale_<phase>_s (a factor, 1 to "
+        "1000; e.g. 3: a checkpoint may take 3x the longest seen). Default off.",
+    )
 
     def phase_stale_s(self) -> dict[str, float]:
         """The stale timeout of each phase but train (a progress record's phase)."""

@@ -187,6 +187,7 @@ BAD_VALUES: dict[str, dict[str, Any]] = {
     "unknown resources key": with_values({"runId": RUN_ID}, **{"trainer.resources": {"limit": {}}}),
     "bad image digest": with_values({"runId": RUN_ID}, **{"image.digest": "latest"}),
     "negative stale timeout": with_values({"runId": RUN_ID}, **{"monitor.staleProgressSeconds": -5}),
+    "phase calibration below 1": with_values({"runId": RUN_ID}, **{"monitor.phaseCalibrationFactor": 0.5}),
     # What the sidecar would refuse at start (tests/unit/test_chart_schema_bounds.py checks them all).
     "sample interval below 10 ms": with_values({"runId": RUN_ID}, **{"monitor.sampleIntervalSeconds": 0.001}),
     "budget above a year": with_values({"runId": RUN_ID}, **{"deadline.budgetSeconds": 1e12}),
@@ -245,6 +246,13 @@ def test_slowdown_limit_reaches_the_sidecar_only_when_set(helm_engine: HelmEngin
     assert "SOAK_GPU__FAIL_ON_SLOWDOWN_S" not in sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
     values = with_values({"runId": RUN_ID}, **{"gpu.failOnSlowdownSeconds": 300})
     assert sidecar_environment(render(helm_engine, values))["SOAK_GPU__FAIL_ON_SLOWDOWN_S"] == "300"
+
+
+def test_phase_calibration_reaches_the_sidecar_only_when_set(helm_engine: HelmEngine) -> None:
+    name = "SOAK_MONITOR__PHASE_CALIBRATION_FACTOR"
+    assert name not in sidecar_environment(render(helm_engine, {"runId": RUN_ID}))
+    values = with_values({"runId": RUN_ID}, **{"monitor.phaseCalibrationFactor": 3})
+    assert sidecar_environment(render(helm_engine, values))[name] == "3"
 
 
 def test_a_checkpoint_volume_resumes_a_retried_pod(

@@ -1,6 +1,7 @@
 """Structured progress through the real CLI: a checkpoint phase longer than the train timeout is no
-stall, a hang inside it is one within the phase's own timeout, and the finish is estimated from the
-declared total (the status's JSON lines, the artifact)."""
+stall, a hang inside it is one within the phase's own timeout (or, calibrated, within 3x the
+longest checkpoint seen), and the finish is estimated from the declared total (the status's JSON
+lines, the artifact)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,12 @@ time.sleep(float(sys.argv[1]))  # the checkpoint's save: no record meanwhile
 if sys.argv[2] == "hang":
     time.sleep(3600)
 record(6)
+if sys.argv[2] == "hang-in-the-second":
+    for step in range(7, 10):
+        record(step)
+        time.sleep(0.2)
+    record(9, "checkpoint")
+    time.sleep(3600)
 """
 
 
@@ -81,3 +88,25 @@ def test_a_hang_inside_the_checkpoint_is_a_stall_within_the_phases_own_timeout(t
     assert artifact["failure_classification"] == "timeout/stale_tick"
     assert "in phase checkpoint (its stale timeout: 3s)" in artifact["failure_reason"]
     assert time.monotonic() - began < 60
+
+
+def test_a_hang_in_the_second_checkpoint_stalls_within_3x_the_first(tmp_path: Path) -> None:
+    """A 1 s first checkpoint under factor 3: the second, hung, stalls after about 3 s, not 60."""
+    began = time.monotonic()
+    done, artifact = soak(
+        tmp_path,
+        1.0,
+        "hang-in-the-second",
+        SOAK_MONITOR__STALE_CHECKPOINT_S="60",
+        SOAK_MONITOR__PHASE_CALIBRATION_FACTOR="3",
+    )
+    assert done.returncode == ExitCode.STALLED, done.stderr
+    assert "in phase checkpoint (its stale timeout: " in artifact["failure_reason"]
+    assert ", calibrated: 3x the longest seen, " in artifact["failure_reason"]
+    assert time.monotonic() - began < 50
+    progress = artifact["resource_summary"]["progress"]
+    assert progress["phase_calibration_factor"] == 3
+    (checkpoint,) = [found for found in progress["phase_timeouts"] if found["phase"] == "checkpoint"]
+    assert checkpoint["configured_s"] == 60
+    assert 1.0 <= checkpoint["longest_visit_s"] < 3.0
+    assert checkpoint["calibrated_s"] == pytest.approx(3 * checkpoint["longest_visit_s"], abs=0.01)

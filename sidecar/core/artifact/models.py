@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sidecar.core.gpu_health import GpuHealthSummary
+from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
@@ -110,6 +111,12 @@ class ProgressInfo(_Model):
         None, description="The last 10 minutes' throughput against the first hour's: percent lower."
     )
     slowdown: str | None = Field(None, description="A slowdown the step times show beyond doubt, in words.")
+    phase_calibration_factor: float | None = Field(
+        None, description="monitor.phase_calibration_factor: null, the phases' timeouts as configured."
+    )
+    phase_timeouts: list[PhaseTimeout] = Field(
+        default_factory=list, description="Each phase but train's stale timeout, as this attempt found it."
+    )
 
 
 class ResourceSummary(_Model):

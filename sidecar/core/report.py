@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.classification import STALLED
+from sidecar.core.report_axes import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, duration_text
+from sidecar.core.report_clocks import ClockReasons, clock_reasons_plot
 from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
 from sidecar.core.report_notes import integrity_notes, partial_note
 
-WIDTH, HEIGHT = 900, 200
-LEFT, RIGHT, TOP, BOTTOM = 70, 20, 24, 30
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 MIB = 1024.0
 
@@ -33,8 +33,11 @@ class Plot:
     series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
-def _plots(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> tuple[list[Plot], float, float]:
-    """The plots of every sample; returns them with the first and last sample times (wall clock)."""
+def _plots(
+    artifact: ReportArtifact, samples: Iterable[ReportSample], clocks: ClockReasons
+) -> tuple[list[Plot], float, float]:
+    """The plots of every sample, the GPUs' clock-event reasons fed to ``clocks``; returns them with
+    the first and last sample times (wall clock)."""
     rss, fds = Plot("Process tree resident memory", "MiB"), Plot("Open file descriptors by class", "fds")
     procs, gpu = Plot("Processes", "count"), Plot("GPU memory per device", "MiB")
     progress, budget = Plot("Progress written", "bytes"), Plot("Budget left", "s")
@@ -59,6 +62,7 @@ def _plots(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> tuple[l
         for device, used in sample.gpu_used_mib:
             gpu.series.setdefault(device, []).append((t, used))
         progress_line.append((t, sample.progress_bytes))
+        clocks.add(t, sample.clock_reasons)
         if sample.step is not None:
             if step_line and t > step_line[-1][0] and sample.step >= step_line[-1][1]:
                 rate_line.append((t, (sample.step - step_line[-1][1]) / (t - step_line[-1][0])))
@@ -204,11 +208,6 @@ def _span(artifact: ReportArtifact, first: float, last: float) -> float:
     return max(reached, first + 1e-9)
 
 
-def duration_text(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 def _svg(plot: Plot, t0: float, t1: float, marks: Sequence[tuple[float, str]]) -> str:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     span = max(t1 - t0, 1e-9)
@@ -285,7 +284,7 @@ STYLE = (
     "font-weight:bold}.axis,.legend,.mark-label{font-size:11px}.frame{fill:none;stroke:#bbb}"
     ".mark{stroke:#555;stroke-dasharray:4 3}.series{stroke-width:1.4}table{border-collapse:collapse;"
     "font-size:12px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}"
-    "pre{font-size:11px;background:#f6f6f6;padding:8px;overflow-x:auto;white-space:pre-wrap}"
+    ".caption{font-size:12px;margin-top:0}pre{font-size:11px;background:#f6f6f6;padding:8px;overflow-x:auto;white-space:pre-wrap}"
 )
 
 
@@ -318,6 +317,22 @@ def _time_spent(artifact: ReportArtifact) -> list[str]:
     return ["<h2>Where the time went</h2>", html_table(["phase", "time", "share"], rows), note]
 
 
+def _over_time(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> list[str]:
+    """The plots of the samples on the run's time axis, or why there are none."""
+    clocks = ClockReasons()
+    plots, t0, last = _plots(artifact, samples, clocks)
+    if artifact.samples_file is None:
+        return ["<p>no samples: the trainer never ran in this attempt (the reason is above)</p>"]
+    if math.isnan(t0):
+        return ["<p>no samples</p>"]
+    t1, marks = _span(artifact, t0, last), _marks(artifact)
+    drawn = [_svg(plot, t0, t1, marks) for plot in plots]
+    # Under the throughput (the last plot), whether heat or power slowed the GPUs meanwhile.
+    if clocks.read and any(plot.unit == "steps/s" for plot in plots):
+        drawn.append(clock_reasons_plot(clocks, t0, t1))
+    return drawn
+
+
 def render_report(
     artifact: ReportArtifact,
     samples: Iterable[ReportSample],
@@ -326,8 +341,8 @@ def render_report(
 ) -> str:
     """The report page of one attempt; ``console_tail``: the last lines of the trainer's console;
     ``mismatched``: asked once the samples are read, evidence that differs from its record."""
-    plots, t0, last = _plots(artifact, samples)
-    status, marks = artifact.status, _marks(artifact)
+    over_time = _over_time(artifact, samples)
+    status = artifact.status
     body = [
         f"<h1>soak {html.escape(artifact.run_id)}: "
         f'<span class="{html.escape(status)}">{html.escape(status.upper())}</span></h1>',
@@ -350,14 +365,7 @@ def render_report(
         *(f"<p>{html.escape(line)}</p>" for line in artifact.lost_attempts),
         *_time_spent(artifact),
         "<h2>Over time</h2>",
-    ]
-    if artifact.samples_file is None:
-        body.append("<p>no samples: the trainer never ran in this attempt (the reason is above)</p>")
-    elif math.isnan(t0):
-        body.append("<p>no samples</p>")
-    else:
-        body.extend(_svg(plot, t0, _span(artifact, t0, last), marks) for plot in plots)
-    body += [
+        *over_time,
         "<h2>Leak trends (Theil-Sen, per hour, 95 % interval)</h2>",
         html_table(
             ["series", "per hour", "low", "high", "points", "note"],

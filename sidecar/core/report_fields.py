@@ -57,6 +57,23 @@ def optional_text(value: object, where: str) -> str | None:
     return None if value is None else text(value, where)
 
 
+def console_file(path: object) -> str | None:
+    """The name of the console log's copy in the attempt's directory (the artifact holds the path it
+    had on the node); None when there is none or the name could leave that directory."""
+    name = optional_text(path, "console_log")
+    base = None if name is None else name.rsplit("/", 1)[-1]
+    return base if base and not base.startswith(".") else None
+
+
+def samples_file(name: object) -> str | None:
+    """None for an attempt without samples (refused or unable to start: the trainer never ran)."""
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
+        raise ConfigError(f"samples.samples_file must be a file name beside the artifact, got {got(name)}")
+    return name
+
+
 def clip(text: str) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 

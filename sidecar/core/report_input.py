@@ -22,12 +22,14 @@ from sidecar.core.report_fields import (
     as_list,
     as_object,
     clip,
+    console_file,
     got,
     integer,
     number,
     optional_number,
     optional_text,
     recorded_sha256,
+    samples_file,
     text,
 )
 
@@ -145,6 +147,8 @@ class ReportSample:
     progress_bytes: float
     # The trainer's step, as its last progress record said (None: it writes none).
     step: float | None = None
+    # (device label, its active clock-event reasons) of each GPU that read them in this sample.
+    clock_reasons: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def _refuse_constant(token: str) -> float:
@@ -181,10 +185,9 @@ def parse_sample(line: bytes) -> ReportSample:
     doc = as_object(load_json(line, "sample"), "sample")
     tree = as_object(doc.get("process"), "process")
     gpu_used: list[tuple[str, float]] = []
+    clock_reasons: list[tuple[str, tuple[str, ...]]] = []
     for device in as_list(as_object(doc.get("gpu"), "gpu").get("devices"), "gpu.devices"):
-        reading = _device(as_object(device, "gpu device"))
-        if reading is not None:
-            gpu_used.append(reading)
+        _device(as_object(device, "gpu device"), gpu_used, clock_reasons)
     return ReportSample(
         t_wall=number(doc.get("t_wall"), "t_wall"),
         rss_kib=number(tree.get("rss_kib_total", 0), "rss_kib_total"),
@@ -199,6 +202,7 @@ def parse_sample(line: bytes) -> ReportSample:
             as_object(doc.get("progress"), "progress").get("bytes_total", 0), "bytes_total"
         ),
         step=optional_number(as_object(doc.get("progress"), "progress").get("step"), "progress.step"),
+        clock_reasons=tuple(clock_reasons),
     )
 
 
@@ -241,10 +245,10 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         ),
         residuals=tuple(_residual(process, n) for n, process in enumerate(residuals)),
         figures=tuple(sorted(_figures(summary.get("run_summary_figures")).items())),
-        samples_file=_samples_file(as_object(doc.get("samples"), "samples").get("samples_file")),
+        samples_file=samples_file(as_object(doc.get("samples"), "samples").get("samples_file")),
         command=tuple(text(part, "command[]") for part in as_list(doc.get("command"), "command")),
         trainer_end=_trainer_end(launcher),
-        console_file=_console_file(doc.get("console_log")),
+        console_file=console_file(doc.get("console_log")),
         stacks=_stacks(doc.get("stacks")),
         **_phases(doc.get("phases")),
         lost_attempts=tuple(
@@ -335,14 +339,6 @@ def _trainer_end(launcher: Mapping[str, object]) -> TrainerEnd | None:
     )
 
 
-def _console_file(path: object) -> str | None:
-    """The name of the console log's copy in the attempt's directory (the artifact holds the path it
-    had on the node); None when there is none or the name could leave that directory."""
-    name = optional_text(path, "console_log")
-    base = None if name is None else name.rsplit("/", 1)[-1]
-    return base if base and not base.startswith(".") else None
-
-
 def _trend(value: object, where: str) -> Trend:
     trend = as_object(value, where)
     return Trend(
@@ -376,20 +372,19 @@ def _figures(value: object) -> dict[str, str | int | float | bool | None]:
     return figures
 
 
-def _samples_file(name: object) -> str | None:
-    """None for an attempt without samples (refused or unable to start: the trainer never ran)."""
-    if name is None:
-        return None
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ConfigError(f"samples.samples_file must be a file name beside the artifact, got {got(name)}")
-    return name
-
-
-def _device(device: Mapping[str, object]) -> tuple[str, float] | None:
-    """A device's plot label and memory used; None when it has no reading."""
-    used = device.get("memory_used_mib")
-    if used is None:
-        return None
+def _device(
+    device: Mapping[str, object],
+    used_mib: list[tuple[str, float]],
+    clock_reasons: list[tuple[str, tuple[str, ...]]],
+) -> None:
+    """A device's memory used and active clock-event reasons, each by its plot label, when it read them."""
+    used, reasons = device.get("memory_used_mib"), device.get("clock_event_reasons")
+    if used is None and reasons is None:
+        return
     index = integer(device.get("index"), "gpu device index")
-    uuid = text(device.get("uuid", ""), "gpu device uuid")
-    return f"GPU {index} {uuid[:12]}", number(used, "memory_used_mib")
+    label = f"GPU {index} {text(device.get('uuid', ''), 'gpu device uuid')[:12]}"
+    if used is not None:
+        used_mib.append((label, number(used, "memory_used_mib")))
+    if reasons is not None:
+        names = as_list(reasons, "clock_event_reasons")
+        clock_reasons.append((label, tuple(text(name, "clock_event_reasons[]") for name in names)))

@@ -15,7 +15,8 @@ from sidecar.core.artifact.models import claimed_utc
 from sidecar.core.ledger.budget import AttemptEntry, RunBudget, run_budget
 from sidecar.core.ledger.phases import PHASES, AttemptPhases, Phase, PhaseKind
 from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
-from sidecar.core.report import STYLE, duration_text, html_table
+from sidecar.core.report import STYLE, html_table
+from sidecar.core.report_axes import duration_text
 from sidecar.core.report_input import ReportArtifact
 
 COLOURS: dict[PhaseKind, str] = {

@@ -265,3 +265,65 @@ def test_a_runs_page_shows_every_attempt_and_where_the_budget_went(tmp_path: Pat
         "passed",
     ), stopped
     assert f"goodput {ledger['budget']['goodput']:.1%}" in page
+
+
+SAMPLES = "samples.jsonl.gz"
+
+
+def hot_attempt(directory: Path) -> Path:
+    """A minute of samples; from 0:00:20 to 0:00:40 GPU 0 is in sw_thermal and the trainer makes 4
+    steps/s instead of 10. GPU 0 is otherwise idle, GPU 1 at its application clocks throughout."""
+    directory.mkdir()
+    artifact = {"status": "passed", "context": {"run_id": "hot"}, "samples": {"samples_file": SAMPLES}}
+    (directory / "artifact.json").write_text(json.dumps(artifact), encoding="utf-8")
+    lines, step = [], 0
+    for n in range(61):
+        hot = 20 < n <= 40
+        step += 4 if hot else 10
+        devices = [
+            {"index": 0, "uuid": "GPU-0000", "clock_event_reasons": ["sw_thermal"] if hot else ["gpu_idle"]},
+            {"index": 1, "uuid": "GPU-1111", "clock_event_reasons": ["applications_clocks"]},
+        ]
+        sample = {"t_wall": 1_700_000_000 + n, "gpu": {"devices": devices}, "progress": {"step": step}}
+        lines.append(json.dumps(sample))
+    (directory / SAMPLES).write_bytes(gzip.compress("\n".join(lines).encode() + b"\n"))
+    return directory
+
+
+def colour_runs(png: bytes, colour: str, at_least: int) -> list[list[int]]:
+    """The columns of ``colour`` in each screenshot row that has at least ``at_least`` of them."""
+    width, channels, rows = png_pixels(png)
+    want = bytes(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    found = [[x for x in range(width) if row[x * channels : x * channels + 3] == want] for row in rows]
+    return [columns for columns in found if len(columns) >= at_least]
+
+
+def test_the_gpus_clock_event_reasons_line_up_under_the_throughput_in_chromium(tmp_path: Path) -> None:
+    """The thermal band is drawn under the throughput, its name on it, over the same stretch of the
+    time axis as the slow steps; the idle and application-clock reasons are not drawn."""
+    page = hot_attempt(tmp_path / "attempt") / "report.html"
+    done = report(str(page.parent))
+    assert done.returncode == 0, done.stderr
+    dom = chromium("--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr.decode(errors="replace")[-2000:]
+    text = dom.stdout.decode()
+    assert text.index('data-series="steps/s"') < text.index('aria-label="GPU clock-event reasons"')
+    assert ">sw_thermal (thermal)</text>" in text and "sw_thermal (thermal): the driver slows" in text
+    assert 'data-reason="gpu_idle"' not in text and 'data-reason="applications_clocks"' not in text
+    ((x, width),) = re.findall(r'data-reason="sw_thermal" x="([\d.]+)" y="\d+" width="([\d.]+)"', text)
+    left, right = float(x), float(x) + float(width)
+    # The throughput's points (one per sample): the slow ones lie over the band, the others off it.
+    (d,) = re.findall(r'data-series="steps/s" d="([^"]*)"', text)
+    points = [(float(px), float(py)) for px, py in re.findall(r"[ML]([\d.]+) ([\d.]+)", d)]
+    slow_y = max(py for _, py in points)  # 4 steps/s: the lowest on the plot
+    slow = [px for px, py in points if py == slow_y]
+    assert len(slow) == 20 and left < min(slow) and max(slow) == pytest.approx(right, abs=0.2), slow
+    assert not [px for px, py in points if py != slow_y and left + 0.5 < px < right - 0.5]
+    # On the screenshot the band's colour fills that stretch (the page has a 24 px margin).
+    shot = tmp_path / "report.png"
+    done_shot = chromium("--window-size=1000,2400", f"--screenshot={shot}", page.as_uri())
+    assert done_shot.returncode == 0 and shot.is_file(), done_shot.stderr.decode(errors="replace")[-2000:]
+    band = colour_runs(shot.read_bytes(), "#ff7f0e", at_least=100)
+    assert band, "the sw_thermal band is not on the screenshot"
+    assert min(band[0]) == pytest.approx(24 + left, abs=1.5), (band[0][0], left)
+    assert max(band[0]) + 1 == pytest.approx(24 + right, abs=1.5), (band[0][-1], right)

@@ -91,6 +91,7 @@ KEYS = [
     "gpu",
     "devices",
     "memory_used_mib",
+    "clock_event_reasons",
     "index",
     "uuid",
     "progress",
@@ -153,8 +154,17 @@ SAMPLE: dict[str, Any] = {
         "process_count": 2,
         "zombie_count": 0,
     },
-    "gpu": {"devices": [{"index": 0, "uuid": "GPU-0123456789abcdef", "memory_used_mib": 512.0}]},
-    "progress": {"bytes_total": 100},
+    "gpu": {
+        "devices": [
+            {
+                "index": 0,
+                "uuid": "GPU-0123456789abcdef",
+                "memory_used_mib": 512.0,
+                "clock_event_reasons": ["gpu_idle", "sw_thermal"],
+            }
+        ]
+    },
+    "progress": {"bytes_total": 100, "step": 3},
 }
 
 
@@ -233,6 +243,7 @@ def test_the_valid_documents_give_a_page_with_every_series_and_mark() -> None:
     code, err, page = report(encode(ARTIFACT), lines)
     assert code == 0 and "skipped" not in err, err
     assert 'data-series="GPU 0 GPU-01234567"' in page and ">stall (timeout/stale_tick)<" in page
+    assert 'data-reason="sw_thermal"' in page
     assert ">soft stop<" in page and ">TERM<" in page
 
 

@@ -24,6 +24,7 @@ from sidecar.core.errors import LauncherError, RecordExistsError, UploadError
 from sidecar.core.pod_facts import ContainerState, PodMoments
 from sidecar.core.ports import UploadedObject
 from sidecar.core.publication import Publication
+from sidecar.core.running_annotations import ProgressFigures
 from sidecar.core.samples import GpuDevice, GpuSample, ProcessInfo, ProcessTreeSample, ProgressSample
 from sidecar.launcher.protocol.exit import ExitRecord, MemoryReport, OomKill
 from sidecar.launcher.protocol.go import GoRequest
@@ -544,13 +545,17 @@ class FakePublisher:
     published: list[Publication] = field(default_factory=list)
     notes: int = 0
     evidence_notes: list[str] = field(default_factory=list)
+    figures: list[ProgressFigures | None] = field(default_factory=list)
 
     def publish(self, publication: Publication) -> list[str]:
         self.published.append(publication)
         return []
 
-    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
+    def progress(
+        self, state: str, now_wall: float, now_monotonic: float, figures: ProgressFigures | None = None
+    ) -> object:
         self.notes += 1
+        self.figures.append(figures)
         return True
 
     def evidence(self, uri: str, at_unix: float) -> object:

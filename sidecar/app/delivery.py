@@ -160,6 +160,9 @@ def _publish(
             indexes=delivery.indexes,
             goodput=None if ledger is None else ledger.budget.goodput,
             ledger_uri=None if ledger is None else ledger.location,
+            steps_per_s=progress.mean_steps_per_s
+            if (progress := artifact.resource_summary.progress)
+            else None,
         )
     )
     for problem in problems:

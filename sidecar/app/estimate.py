@@ -10,7 +10,7 @@ import sys
 
 from sidecar.app.values import Going
 from sidecar.core.artifact import SampleRecorder
-from sidecar.core.artifact.models import ProgressInfo
+from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.classification import Finding, Standing
 from sidecar.core.eta import Pace, StepRate, StepTimes, eta_s, finish_note
 from sidecar.core.phase_timeouts import PhaseTimeout
@@ -58,7 +58,7 @@ class FinishEstimate:
             return None
         self._rate.observe(now, progress.step)
         self._step_times.observe(now, progress.step)
-        eta = _estimated(going, recorder, progress, self._rate.per_s())
+        eta = _estimated(going, recorder, progress, self._rate)
         if now - self._trend_at >= self._trend_every_s:
             self._trend_at, self._pace = now, self._step_times.pace(now)
             self._judge(self._pace)
@@ -71,6 +71,11 @@ class FinishEstimate:
             info.drop_since_first_hour_pct = _rounded(drop_since_first_hour_pct(self._pace))
             info.slowdown = None if self.slowing is None else self.slowing.reason
         return eta
+
+    @property
+    def steps_per_s(self) -> float | None:
+        """The recent rate (sidecar.core.eta.StepRate)."""
+        return self._rate.per_s()
 
     def _judge(self, pace: Pace) -> None:
         found = throughput_finding(pace, self._limit)
@@ -85,9 +90,10 @@ def _rounded(percent: float | None) -> float | None:
 
 
 def _estimated(
-    going: Going, recorder: SampleRecorder, progress: ProgressSample, per_s: float | None
+    going: Going, recorder: SampleRecorder, progress: ProgressSample, rate: StepRate
 ) -> float | None:
-    """The ETA at ``per_s`` (None without a total or a rate), kept in the artifact with the note."""
+    """The ETA at the recent rate (None without a total or a rate), kept in the artifact with the note."""
+    per_s = rate.per_s()
     eta = eta_s(progress.step, progress.total_steps, per_s)
     clock = going.ports.clock
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
@@ -100,6 +106,7 @@ def _estimated(
         total_steps=progress.total_steps,
         phase=progress.phase,
         steps_per_s=per_s,
+        mean_steps_per_s=rate.mean_per_s(),
         eta_s=eta,
         finish_note=note,
         records_refused=progress.records_refused,

@@ -8,20 +8,23 @@ artifact holds its own phases, and the next attempt adds what is missing.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.app.ports import Ports
-from sidecar.app.values import RunRequest
+from sidecar.app.values import RunRequest, Started
 from sidecar.core.artifact import Artifact
 from sidecar.core.artifact.lost import describe_lost, lost_attempts
 from sidecar.core.artifact.models import LostAttempt
+from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.ledger.budget import RunBudget
 from sidecar.core.ledger.phases import PHASES, Phase
 from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, check_entry, with_entry
 from sidecar.core.publication import sanitize
+from sidecar.core.slow_index import IndexRate, slow_indexes
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ def attempt_entry(artifact: Artifact, *, artifact_uri: str | None, end: float) -
         if p.kind in PHASES
     )
     start = phases[0].start if phases else end
+    progress, node = artifact.resource_summary.progress, artifact.context.get("node")
     return LedgerEntry(
         attempt=attempt,
         index=index if isinstance(index, int) else None,
@@ -54,7 +58,16 @@ def attempt_entry(artifact: Artifact, *, artifact_uri: str | None, end: float) -
         phases=phases,
         lost_work_known=info.lost_work_known if info else True,
         artifact=artifact_uri,
+        steps_per_s=_rate(
+            progress.mean_steps_per_s if (progress := artifact.resource_summary.progress) else None
+        ),
+        node=node if isinstance(node := artifact.context.get("node"), str) and node else None,
     )
+
+
+def _rate(per_s: float | None) -> float | None:
+    """A rate the ledger's readers take: finite and above zero, rounded."""
+    return round(per_s, 6) if per_s is not None and math.isfinite(per_s) and per_s > 0 else None
 
 
 def lost_entry(lost: LostAttempt, index: int | None) -> LedgerEntry | None:
@@ -122,6 +135,35 @@ def earlier_budget(ports: Ports, *, run_id: str, runs_prefix: str, until: float)
             continue
         if found is not None:
             return found.budget(until)
+    return None
+
+
+def slow_beside_other_indexes(
+    ports: Ports, started: Started, runs_prefix: str, own: ProgressInfo
+) -> str | None:
+    """A multi-pod soak's index whose mean rate is well below the other indexes', as the run's
+    ledger lists them when it ends (sidecar.core.slow_index): what its artifact says. A slow index
+    with the same total as the others ends last, so it sees them all. Looking never stops the run."""
+    request = started.request
+    if request.index is None or own.mean_steps_per_s is None:
+        return None
+    for store in ports.ledgers:
+        try:
+            found = store.read(request.run_id, runs_prefix)
+        except SoakError as exc:
+            print(f"soak-sidecar: ledger: {sanitize(str(exc), 1024)}", file=sys.stderr)
+            continue
+        if found is None:
+            continue
+        node = request.context.get("node")
+        rates = [
+            IndexRate(e.index, e.attempt, e.steps_per_s, e.node)
+            for e in found.entries
+            if e.index is not None and e.index != request.index and e.steps_per_s is not None
+        ]
+        rates.append(IndexRate(request.index, started.attempt or 1, own.mean_steps_per_s, node))
+        slow = [each for each in slow_indexes(rates) if each.index == request.index]
+        return slow[0].describe() if slow else None
     return None
 
 

@@ -37,6 +37,7 @@ from sidecar.core.monitor_policy import (
     monitor_failed,
 )
 from sidecar.core.ports import GpuBackend, TrainerMemory
+from sidecar.core.running_annotations import ProgressFigures
 from sidecar.core.samples import ZOMBIE, ProcessInfo, ProgressSample, Sample
 from sidecar.core.trainer_process import claim_mismatch, launcher_stopped, trainer_of
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -298,7 +299,9 @@ def _loop(
             seen = replace(seen, throughput_drop=finish.dropped)
         action = policy.step(now, seen)
         if sample is not None:
-            _report(going, console, sample, policy.progress_age(now), duration_s=sampler.duration_s, eta=eta)
+            rate = None if eta is None else finish.steps_per_s
+            age = policy.progress_age(now)
+            _report(going, console, sample, age, duration_s=sampler.duration_s, eta=eta, rate=rate)
         if action.stop is not None:
             session.request_stop(action.stop, action.reason, stacks_timeout_s=action.stacks_timeout_s)
         if action.kill_remembered:
@@ -323,12 +326,21 @@ def _observe(going: Going, sampler: Sampler, due: Due, now: float) -> tuple[Obse
 
 
 def _report(
-    going: Going, console: Console, sample: Sample, age: float | None, *, duration_s: float, eta: float | None
+    going: Going,
+    console: Console,
+    sample: Sample,
+    age: float | None,
+    *,
+    duration_s: float,
+    eta: float | None,
+    rate: float | None,
 ) -> None:
     ports = going.ports
     clock = ports.clock
     if ports.publisher is not None:
-        ports.publisher.progress("running", clock.wall(), clock.monotonic())
+        wall = clock.wall()
+        figures = ProgressFigures(rate, None if eta is None else wall + eta)
+        ports.publisher.progress("running", wall, clock.monotonic(), figures)
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
     console.report(sample, budget_left_s=left, progress_age_s=age, eta_s=eta)
     if ports.metrics is not None:

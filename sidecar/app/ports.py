@@ -33,6 +33,7 @@ from sidecar.core.ports import (
 from sidecar.core.publication import Publication
 from sidecar.core.redaction import RedactionRules
 from sidecar.core.run_summary import ManifestValidator, ValidatorUnavailable
+from sidecar.core.running_annotations import ProgressFigures
 from sidecar.core.samples import ProcessInfo
 from sidecar.core.store_features import StoreFeatures
 from sidecar.launcher.protocol.exit import ExitRecord
@@ -151,8 +152,11 @@ class Publisher(Protocol):
         """Problems, one line each; an empty list when published."""
         ...
 
-    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
-        """A rate-limited "still running" note, called once per sample."""
+    def progress(
+        self, state: str, now_wall: float, now_monotonic: float, figures: ProgressFigures | None = None
+    ) -> object:
+        """A rate-limited "still running" note, called once per sample, with the trainer's rate and
+        estimated finish when its progress records give them."""
         ...
 
     def evidence(self, uri: str, at_unix: float) -> object:

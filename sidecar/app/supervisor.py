@@ -21,7 +21,7 @@ from sidecar.app.concluding import conclude_run
 from sidecar.app.console import Console
 from sidecar.app.delivery import Delivery, LedgerPlace, deliver, key_prefix, runs_prefix
 from sidecar.app.evidence import EvidenceTrail
-from sidecar.app.ledger import earlier_budget, earlier_lost, lost_entry
+from sidecar.app.ledger import earlier_budget, earlier_lost, lost_entry, slow_beside_other_indexes
 from sidecar.app.monitoring import Sampler, found_at_start, watch
 from sidecar.app.ports import ArtifactFiles, Ports
 from sidecar.app.preflight import preflight, prepare_dirs
@@ -158,6 +158,9 @@ class Supervisor:
                 )
         except LauncherError as exc:
             return self._run_dir_broke(exc, launched, checked)
+        if (progress := recorder.summary.progress) is not None:
+            where = runs_prefix(self._settings, self._started.request)
+            progress.slow_index = slow_beside_other_indexes(self._ports, self._started, where, progress)
         evidence = concluded.evidence(
             self._started,
             launched,

@@ -32,6 +32,7 @@ from sidecar.core.errors import (
 from sidecar.core.pod_facts import ContainerState, PodFacts, PodMoments, pod_moments
 from sidecar.core.ports import ArtifactSink, Clock, DeadlineStore, GpuBackend, LedgerStore, MetricsSink
 from sidecar.core.publication import Publication
+from sidecar.core.running_annotations import ProgressFigures
 from sidecar.launcher.protocol.names import CONSOLE_LOG, CONSOLE_LOG_ROTATED
 from sidecar.nvml_mock.build import mock_library
 from sidecar.nvml_mock.bundled import BUNDLED
@@ -222,8 +223,10 @@ class _PodPublication:
     def publish(self, publication: Publication) -> list[str]:
         return [str(error) for error in self._publisher.publish(publication).errors]
 
-    def progress(self, state: str, now_wall: float, now_monotonic: float) -> object:
-        return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic)
+    def progress(
+        self, state: str, now_wall: float, now_monotonic: float, figures: ProgressFigures | None = None
+    ) -> object:
+        return self._progress_notes and self._publisher.progress(state, now_wall, now_monotonic, figures)
 
     def evidence(self, uri: str, at_unix: float) -> object:
         return self._publisher.evidence(uri, at_unix)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from sidecar.commands.parsing import Subparsers, UsageParser
 from sidecar.core.errors import SoakError
-from sidecar.core.job_pods import AttemptRow, end_condition, job_rows, outcomes, run_goodput
+from sidecar.core.job_pods import AttemptRow, end_condition, job_rows, outcomes, run_goodput, slow_rows
 from sidecar.core.job_verdict import JobVerdict, job_verdict
 from sidecar.core.pod_facts import EventFacts
 from sidecar.core.publication import DEFAULT_PREFIX, normalize_prefix
@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], job: JobVerdict) -> None:
     goodput = run_goodput(rows)
+    slow = slow_rows(rows)
     if output == "json":
         doc = {
             "job": name,
@@ -119,6 +120,7 @@ def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], j
             "reason": job.reason,
             "goodput": None if goodput is None else goodput[0],
             "ledger": None if goodput is None else goodput[1].ledger,
+            "slow_indexes": [{**asdict(each), "ratio": round(each.ratio, 4)} for each in slow],
             "attempts": [asdict(r) for r in rows],
         }
         print(json.dumps(doc, indent=2))
@@ -130,6 +132,8 @@ def _print(output: str, name: str, namespace: str, rows: Sequence[AttemptRow], j
             where = f"; ledger {told.ledger}" if told.ledger else ""
             since = "of the time since the deadline's start"
             print(f"goodput: {ratio:.1%} {since}, as attempt {told.attempt} left it{where}")
+        for each in slow:
+            print(f"slow: {each.describe()}")
     if not rows:
         print(f"soak-sidecar verdict: no pods of Job {namespace}/{name}", file=sys.stderr)
 
@@ -174,7 +178,8 @@ COLUMNS = ("ATTEMPT", "POD", "PHASE", "VERDICT", "CLASSIFICATION", "EXIT", "REAS
 
 
 def render_table(rows: Sequence[AttemptRow]) -> str:
-    """The attempts, one row each; an INDEX column for a multi-pod soak."""
+    """The attempts, one row each; an INDEX column for a multi-pod soak, a STEPS/S column when a
+    trainer wrote progress records (the attempt's mean rate, or the recent one while it runs)."""
     indexed = any(r.index is not None for r in rows)
     header: tuple[str, ...] = COLUMNS
     body: list[tuple[str, ...]] = [
@@ -190,6 +195,9 @@ def render_table(rows: Sequence[AttemptRow]) -> str:
         )
         for r in rows
     ]
+    if any(r.steps_per_s is not None for r in rows):
+        header = ("STEPS/S", *header)
+        body = [(_rate(r.steps_per_s), *line) for r, line in zip(rows, body, strict=True)]
     if indexed:
         header = ("INDEX", *header)
         body = [("-" if r.index is None else str(r.index), *line) for r, line in zip(rows, body, strict=True)]
@@ -198,6 +206,10 @@ def render_table(rows: Sequence[AttemptRow]) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         for line in (header, *body)
     )
+
+
+def _rate(per_s: float | None) -> str:
+    return "-" if per_s is None else f"{per_s:.3g}"
 
 
 def _clip(text: str, width: int) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sidecar.core import verdict as verdicts
-from sidecar.core.artifact.models import ProgressInfo
+from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.classification import Classification, Finding, Source, Standing
 from sidecar.core.run_summary import SummaryOutcome
 from sidecar.core.samples import COMMAND_MAX_CHARS, ProcessInfo, ResidualProcess

@@ -28,12 +28,16 @@ class StepRate:
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self._window_s = window_s
         self._points: deque[tuple[float, int]] = deque(maxlen=MAX_POINTS)
+        # The first record of the attempt (since the step last went back): the mean rate's start.
+        self._first: tuple[float, int] | None = None
 
     def observe(self, t: float, step: int | None) -> None:
         if step is None:
             return
         if self._points and step < self._points[-1][1]:
             self._points.clear()
+            self._first = None
+        self._first = self._first or (t, step)
         self._points.append((t, step))
         while len(self._points) > 2 and t - self._points[1][0] >= self._window_s:
             self._points.popleft()
@@ -45,6 +49,14 @@ class StepRate:
         if t1 - t0 < MIN_SPAN_S:
             return None
         return (s1 - s0) / (t1 - t0)
+
+    def mean_per_s(self) -> float | None:
+        """Steps per second from the attempt's first record to its last: what the indexes of a
+        multi-pod soak are compared by (sidecar.core.slow_index)."""
+        if self._first is None or not self._points:
+            return None
+        (t0, s0), (t1, s1) = self._first, self._points[-1]
+        return None if t1 - t0 < MIN_SPAN_S else (s1 - s0) / (t1 - t0)
 
 
 @dataclass(frozen=True)

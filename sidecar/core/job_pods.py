@@ -16,14 +16,9 @@ from datetime import datetime, timezone
 
 from sidecar.core.job_verdict import AttemptOutcome
 from sidecar.core.pod_facts import ContainerFacts, ContainerState, EventFacts, JobFacts, PodFacts
-from sidecar.core.publication import (
-    EvidenceNote,
-    Publication,
-    parse_annotations,
-    parse_evidence,
-    parse_termination_message,
-    sanitize,
-)
+from sidecar.core.publication import Publication, parse_annotations, parse_termination_message, sanitize
+from sidecar.core.running_annotations import EvidenceNote, parse_evidence, parse_progress_figures
+from sidecar.core.slow_index import IndexRate, SlowIndex, slow_indexes
 
 # Set by the Job controller on every pod of an Indexed Job.
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -56,6 +51,10 @@ class AttemptRow:
     # The run's goodput once this attempt was in its ledger, and where the ledger is.
     goodput: float | None = None
     ledger: str | None = None
+    # The node it ran on, and the trainer's steps per second: the attempt's mean once it has a
+    # verdict, the recent rate while it runs (what the pod says of itself).
+    node: str | None = None
+    steps_per_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -118,6 +117,8 @@ def attempt_rows(pods: Sequence[PodFacts], *, prefix: str, sidecar_container: st
                 sidecar_exit_code=kubelet,
                 goodput=pub.goodput if pub is not None else None,
                 ledger=_shown(pub.ledger_uri if pub is not None else None),
+                node=_shown(pod.node),
+                steps_per_s=_steps_per_s(pub, pod, prefix),
             )
         )
     return rows
@@ -155,10 +156,28 @@ def gone_rows(
             source="event",
             created=None,
             goodput=pub.goodput,
+            steps_per_s=pub.steps_per_s,
             ledger=_shown(pub.ledger_uri),
         )
         for name, pub in latest.values()
     ]
+
+
+def _steps_per_s(pub: Publication | None, pod: PodFacts, prefix: str) -> float | None:
+    if pub is not None:
+        return pub.steps_per_s
+    figures = parse_progress_figures(pod.annotations, prefix)
+    return None if figures is None else figures.steps_per_s
+
+
+def slow_rows(rows: Sequence[AttemptRow]) -> list[SlowIndex]:
+    """The indexes whose latest attempt's rate is well below the others' (sidecar.core.slow_index)."""
+    rates = [
+        IndexRate(r.index, r.attempt, r.steps_per_s, r.node)
+        for r in rows
+        if r.index is not None and r.steps_per_s is not None
+    ]
+    return slow_indexes(rates)
 
 
 def run_goodput(rows: Sequence[AttemptRow]) -> tuple[float, AttemptRow] | None:

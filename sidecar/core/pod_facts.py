@@ -67,6 +67,8 @@ class PodFacts:
     containers: tuple[ContainerFacts, ...] = ()
     # The pod's status conditions (DisruptionTarget says why a pod is being stopped).
     conditions: tuple[Condition, ...] = ()
+    # The node the pod was scheduled to (spec.nodeName), None before it was.
+    node: str | None = None
 
     def container(self, name: str) -> ContainerFacts | None:
         return next((c for c in self.containers if c.name == name), None)

@@ -60,6 +60,8 @@ KEY_BUDGETS: dict[str, int] = {
     # The run's goodput as the ledger says once this attempt is in it, and where the ledger is.
     "goodput": SHORT_BYTES,
     "ledger": URI_BYTES,
+    # The attempt's mean steps per second (its progress records): what indexes are compared by.
+    "steps-per-s": SHORT_BYTES,
 }
 PROGRESS_KEY_BUDGETS: dict[str, int] = {
     "phase": SHORT_BYTES,
@@ -67,6 +69,9 @@ PROGRESS_KEY_BUDGETS: dict[str, int] = {
     # Where the attempt's provisional artifact is, and when its evidence last reached the store.
     "evidence": URI_BYTES,
     "evidence-at": SHORT_BYTES,
+    # While it runs: the recent steps per second, and when the declared total is reached at it.
+    "steps-per-s": SHORT_BYTES,
+    "eta": SHORT_BYTES,
 }
 
 # Bound of keys plus values of the verdict and progress maps together, with the longest prefix.
@@ -93,6 +98,7 @@ class Publication:
     indexes: int | None = None
     goodput: float | None = None  # 0..1
     ledger_uri: str | None = None
+    steps_per_s: float | None = None
 
     @property
     def passed(self) -> bool:
@@ -151,10 +157,11 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     return raw[:room].decode("utf-8", errors="ignore") + ELLIPSIS
 
 
-def _deadline_text(deadline_unix: float | None) -> str | None:
-    if deadline_unix is None or not math.isfinite(deadline_unix):
+def unix_text(unix: float | None) -> str | None:
+    """Whole seconds since the epoch, as the deadline and the ETA are published."""
+    if unix is None or not math.isfinite(unix):
         return None
-    return str(int(deadline_unix))
+    return str(int(unix))
 
 
 def _fields(pub: Publication) -> dict[str, str | bytes | None]:
@@ -166,12 +173,28 @@ def _fields(pub: Publication) -> dict[str, str | bytes | None]:
         "artifact": pub.artifact_uri,
         "artifact-sha256": pub.artifact_sha256,
         "attempt": None if pub.attempt is None else str(pub.attempt),
-        "deadline": _deadline_text(pub.deadline_unix),
+        "deadline": unix_text(pub.deadline_unix),
         "index": None if pub.index is None else str(pub.index),
         "indexes": None if pub.indexes is None else str(pub.indexes),
         "goodput": _goodput_text(pub.goodput),
         "ledger": pub.ledger_uri,
+        "steps-per-s": rate_text(pub.steps_per_s),
     }
+
+
+def rate_text(per_s: float | None) -> str | None:
+    return None if per_s is None or not (math.isfinite(per_s) and per_s > 0) else f"{per_s:.6g}"
+
+
+_RATE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,12})?(?:e[-+]?[0-9]{1,3})?")
+
+
+def rate_or_none(text: str | None) -> float | None:
+    """A rate as rate_text writes it (ASCII, finite, above zero); anything else reads as absent."""
+    if text is None or not _RATE.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) and value > 0 else None
 
 
 def _goodput_text(goodput: float | None) -> str | None:
@@ -201,50 +224,6 @@ def build_annotations(pub: Publication, prefix: str = DEFAULT_PREFIX) -> dict[st
     return out
 
 
-def build_progress_annotations(
-    phase: str, heartbeat_unix: float, prefix: str = DEFAULT_PREFIX
-) -> dict[str, str | None]:
-    """Annotations a running sidecar refreshes now and then: its phase and a heartbeat time."""
-    beat = str(int(heartbeat_unix)) if math.isfinite(heartbeat_unix) else None
-    return {
-        annotation_key(prefix, "phase"): sanitize(phase, PROGRESS_KEY_BUDGETS["phase"]),
-        annotation_key(prefix, "heartbeat"): beat,
-    }
-
-
-def build_evidence_annotations(
-    uri: str, at_unix: float, prefix: str = DEFAULT_PREFIX
-) -> dict[str, str | None]:
-    """Annotations that say where a running attempt's evidence is and when it last reached the store."""
-    return {
-        annotation_key(prefix, "evidence"): sanitize(uri, PROGRESS_KEY_BUDGETS["evidence"]),
-        annotation_key(prefix, "evidence-at"): str(int(at_unix)) if math.isfinite(at_unix) else None,
-    }
-
-
-@dataclass(frozen=True)
-class EvidenceNote:
-    """A running attempt's evidence as its pod's annotations tell it (a claim of the pod about itself)."""
-
-    uri: str
-    at_unix: int | None
-
-
-def parse_evidence(
-    annotations: Mapping[str, str] | None, prefix: str = DEFAULT_PREFIX
-) -> EvidenceNote | None:
-    if not annotations:
-        return None
-    base = normalize_prefix(prefix)
-    uri = annotations.get(f"{base}evidence")
-    if not uri:
-        return None
-    at = annotations.get(f"{base}evidence-at") or ""
-    return EvidenceNote(
-        sanitize(uri, URI_BYTES), int(at) if at.isascii() and at.isdigit() and len(at) <= 11 else None
-    )
-
-
 def parse_annotations(
     annotations: Mapping[str, str] | None, prefix: str = DEFAULT_PREFIX
 ) -> Publication | None:
@@ -260,10 +239,10 @@ def parse_annotations(
         return annotations.get(base + name)
 
     status = get("verdict")
-    exit_code = _int_or_none(get("exit-code"))
+    exit_code = int_or_none(get("exit-code"))
     if status is None or exit_code is None:
         return None
-    deadline = _int_or_none(get("deadline"))
+    deadline = int_or_none(get("deadline"))
     return Publication(
         status=status,
         classification=get("classification"),
@@ -271,16 +250,17 @@ def parse_annotations(
         exit_code=exit_code,
         artifact_uri=get("artifact"),
         artifact_sha256=get("artifact-sha256"),
-        attempt=_int_or_none(get("attempt")),
+        attempt=int_or_none(get("attempt")),
         deadline_unix=None if deadline is None else float(deadline),
-        index=_int_or_none(get("index")),
-        indexes=_int_or_none(get("indexes")),
+        index=int_or_none(get("index")),
+        indexes=int_or_none(get("indexes")),
         goodput=_goodput_or_none(get("goodput")),
         ledger_uri=get("ledger"),
+        steps_per_s=rate_or_none(get("steps-per-s")),
     )
 
 
-def _int_or_none(text: str | None) -> int | None:
+def int_or_none(text: str | None) -> int | None:
     if text is None:
         return None
     try:

@@ -124,6 +124,9 @@ class ReportArtifact:
     recorded_sha256: tuple[tuple[str, str], ...] = ()
     # The store did not confirm the checksums of the uploads (s3.accept_unverified_checksums).
     checksums_unverified: bool = False
+    # The trainer's mean steps per second (its progress records) and the node: the slow index's.
+    steps_per_s: float | None = None
+    node: str | None = None
 
     def sha256_of(self, name: str) -> str | None:
         return dict(self.recorded_sha256).get(name)
@@ -256,7 +259,14 @@ def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
         ),
         recorded_sha256=recorded_sha256(doc),
         checksums_unverified=as_object(doc.get("upload"), "upload").get("checksums_unverified") is True,
+        steps_per_s=optional_number(_progress(summary).get("mean_steps_per_s"), "progress.mean_steps_per_s"),
+        node=optional_text(as_object(doc.get("context"), "context").get("node"), "context.node"),
     )
+
+
+def _progress(summary: Mapping[str, object]) -> Mapping[str, object]:
+    found = summary.get("progress")
+    return {} if found is None else as_object(found, "resource_summary.progress")
 
 
 def _phases(value: object) -> dict[str, Any]:

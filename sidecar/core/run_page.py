@@ -18,6 +18,7 @@ from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
 from sidecar.core.report import STYLE, html_table
 from sidecar.core.report_axes import duration_text
 from sidecar.core.report_input import ReportArtifact
+from sidecar.core.slow_index import IndexRate, slow_indexes
 
 COLOURS: dict[PhaseKind, str] = {
     "scheduling": "#c7c7c7",
@@ -84,6 +85,7 @@ def render_run_report(run_id: str, attempts: Sequence[RunAttempt], ledger: Ledge
         f"<p>{html.escape(_budget_line(budget, start))}</p>",
         "<h2>Attempts</h2>",
         _attempts_table(attempts, only),
+        *_slow_section(attempts, only),
         "<h2>Time line</h2>",
         _timeline(entries, start, until),
         "<h2>Where the budget went</h2>",
@@ -94,6 +96,25 @@ def render_run_report(run_id: str, attempts: Sequence[RunAttempt], ledger: Ledge
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>soak {title}</title>'
         f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>\n"
     )
+
+
+def _slow_section(attempts: Sequence[RunAttempt], only: Sequence[LedgerEntry]) -> list[str]:
+    """The indexes whose trainer ran well below the others' median rate (sidecar.core.slow_index),
+    by their latest attempts' mean steps per second; nothing when none is."""
+    rates = [
+        IndexRate(found.index, found.attempt or 0, found.steps_per_s, found.node)
+        for found in (a.artifact for a in attempts)
+        if found.index is not None and found.steps_per_s is not None
+    ]
+    rates += [
+        IndexRate(e.index, e.attempt, e.steps_per_s, e.node)
+        for e in only
+        if e.index is not None and e.steps_per_s is not None
+    ]
+    slow = slow_indexes(rates)
+    if not slow:
+        return []
+    return ["<h2>Slow index</h2>", *(f"<p>{html.escape(each.describe())}</p>" for each in slow)]
 
 
 def _budget_line(budget: RunBudget, start: float) -> str:

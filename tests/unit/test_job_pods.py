@@ -35,9 +35,9 @@ from sidecar.core.publication import (
     DEFAULT_PREFIX,
     Publication,
     build_annotations,
-    build_evidence_annotations,
     termination_message,
 )
+from sidecar.core.running_annotations import build_evidence_annotations
 
 SIDECAR = "soak-sidecar"
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)

@@ -21,7 +21,6 @@ from sidecar.core.publication import (
     Publication,
     annotation_key,
     build_annotations,
-    build_progress_annotations,
     event_message,
     event_reason,
     event_type,
@@ -32,6 +31,7 @@ from sidecar.core.publication import (
     termination_message,
     truncate_utf8,
 )
+from sidecar.core.running_annotations import build_progress_annotations
 
 # Kubernetes' own rules (apimachinery validation): qualified name part and DNS-1123 subdomain.
 K8S_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")

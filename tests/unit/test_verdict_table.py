@@ -56,3 +56,13 @@ def test_a_multi_pod_soak_shows_each_rows_index_and_clips_long_reasons() -> None
     ]
     assert len("x" * 59 + "\u2026") == REASON_COLUMN
     assert table[2].split()[:2] == ["-", "1"]
+
+
+def test_the_rate_column_shows_each_attempts_steps_per_second_when_any_has_one() -> None:
+    fast, slow = (
+        replace(ROW, index=0, steps_per_s=10.0),
+        replace(ROW, index=1, pod="job-bbbbb", steps_per_s=6.6667),
+    )
+    table = render_table([fast, slow, replace(ROW, index=1, pod="job-ccccc")]).splitlines()
+    assert table[0].split()[:3] == ["INDEX", "STEPS/S", "ATTEMPT"]
+    assert [line.split()[:3] for line in table[1:]] == [["0", "10", "1"], ["1", "6.67", "1"], ["1", "-", "1"]]

@@ -19,12 +19,15 @@ from sidecar.core.errors import ConfigError, PublishError
 from sidecar.core.publication import (
     Publication,
     build_annotations,
-    build_evidence_annotations,
-    build_progress_annotations,
     event_message,
     event_reason,
     event_type,
     termination_message,
+)
+from sidecar.core.running_annotations import (
+    ProgressFigures,
+    build_evidence_annotations,
+    build_progress_annotations,
 )
 from sidecar.settings import KubeSettings
 
@@ -189,8 +192,11 @@ class PodPublisher:
                 evented = True
         return PublishOutcome(wrote, patched, evented, tuple(errors))
 
-    def progress(self, phase: str, now_wall: float, now_monotonic: float) -> bool:
-        """Annotate phase and heartbeat when the phase changed or the interval passed.
+    def progress(
+        self, phase: str, now_wall: float, now_monotonic: float, figures: ProgressFigures | None = None
+    ) -> bool:
+        """Annotate phase and heartbeat (and the trainer's rate and estimated finish, ``figures``)
+        when the phase changed or the interval passed.
 
         Returns whether a patch was sent. Progress is advisory: a failure is swallowed so a
         flaky API never disturbs the soak (the verdict publication reports its own errors).
@@ -202,7 +208,7 @@ class PodPublisher:
             return False
         self._last_progress = (phase, now_monotonic)
         try:
-            annotations = build_progress_annotations(phase, now_wall, self._prefix)
+            annotations = build_progress_annotations(phase, now_wall, self._prefix, figures)
             patch_annotations(self._client, self._namespace, self._pod, annotations)
         except PublishError:
             return False

@@ -197,7 +197,13 @@ def _pod_facts(pod: Any) -> PodFacts:
         init_containers=_containers(status.init_container_statuses if status is not None else None),
         containers=_containers(status.container_statuses if status is not None else None),
         conditions=_conditions(status.conditions if status is not None else None),
+        node=_node_name(pod.spec),
     )
+
+
+def _node_name(spec: Any) -> str | None:
+    name = getattr(spec, "node_name", None) if spec is not None else None
+    return str(name) if name else None
 
 
 def _containers(statuses: list[Any] | None) -> tuple[ContainerFacts, ...]:

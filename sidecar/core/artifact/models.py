@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.gpu_health import GpuHealthSummary
-from sidecar.core.phase_timeouts import PhaseTimeout
 from sidecar.core.samples import MemoryCgroupInfo, ResidualProcess, Sample, ShmLeftovers
 from sidecar.core.trends import LeakTrend
 
@@ -84,39 +84,6 @@ class DeviceSummary(_Model):
         if self.first_used_mib is None or self.last_used_mib is None:
             return None
         return self.last_used_mib - self.first_used_mib
-
-
-class ProgressInfo(_Model):
-    """Where the trainer's structured progress records (progress.jsonl) last put it, and the finish
-    they let the sidecar estimate (sidecar.core.eta)."""
-
-    step: int | None = None
-    total_steps: int | None = Field(None, description="The total the trainer declared.")
-    phase: str | None = None
-    steps_per_s: float | None = Field(None, description="Over the last 10 minutes, by the sidecar's clock.")
-    eta_s: float | None = Field(None, description="Seconds until total_steps at that rate.")
-    finish_note: str | None = Field(
-        None, description="Said once when, at that rate, the run would pass the deadline's soft stop."
-    )
-    records_refused: int = Field(0, description="progress.jsonl lines the parser refused.")
-    step_time_trend: LeakTrend | None = Field(
-        None,
-        description="Seconds per step, its Theil-Sen trend per hour with the 95 % interval: a low end "
-        "above zero is a slowdown the samples show beyond doubt.",
-    )
-    drop_per_hour_pct: float | None = Field(
-        None, description="How much lower the throughput is an hour on at the trend's low end, percent."
-    )
-    drop_since_first_hour_pct: float | None = Field(
-        None, description="The last 10 minutes' throughput against the first hour's: percent lower."
-    )
-    slowdown: str | None = Field(None, description="A slowdown the step times show beyond doubt, in words.")
-    phase_calibration_factor: float | None = Field(
-        None, description="monitor.phase_calibration_factor: null, the phases' timeouts as configured."
-    )
-    phase_timeouts: list[PhaseTimeout] = Field(
-        default_factory=list, description="Each phase but train's stale timeout, as this attempt found it."
-    )
 
 
 class ResourceSummary(_Model):

@@ -52,6 +52,10 @@ class LedgerEntry:
     phases: tuple[Phase, ...]
     lost_work_known: bool = True
     artifact: str | None = None  # where its artifact is (s3:// URI or local path)
+    # The trainer's mean steps per second over the attempt and the node it ran on: what the slow
+    # index of a multi-pod soak is named by (sidecar.core.slow_index).
+    steps_per_s: float | None = None
+    node: str | None = None
 
     @property
     def key(self) -> tuple[int, int]:
@@ -149,6 +153,8 @@ def _entry_doc(entry: LedgerEntry) -> dict[str, object]:
         "lost_work_known": entry.lost_work_known,
         "artifact": entry.artifact,
         "phases": [[p.kind, round(p.start, 6), round(p.seconds, 6)] for p in entry.phases],
+        "steps_per_s": entry.steps_per_s,
+        "node": entry.node,
     }
 
 
@@ -193,6 +199,10 @@ def _entry(doc: Mapping[str, object], where: str) -> LedgerEntry:
         raise ConfigError(f"{where}.lost_work_known must be true or false")
     classification = optional_text(doc.get("classification"), f"{where}.classification")
     artifact = optional_text(doc.get("artifact"), f"{where}.artifact")
+    rate = optional_number(doc.get("steps_per_s"), f"{where}.steps_per_s")
+    if rate is not None and rate <= 0:
+        raise ConfigError(f"{where}.steps_per_s must be above zero")
+    node = optional_text(doc.get("node"), f"{where}.node")
     return LedgerEntry(
         attempt=_count(doc.get("attempt"), f"{where}.attempt", low=1),
         index=None if index is None else _count(index, f"{where}.index"),
@@ -205,6 +215,8 @@ def _entry(doc: Mapping[str, object], where: str) -> LedgerEntry:
         phases=_phases(as_list(doc.get("phases"), f"{where}.phases"), start, end, where),
         lost_work_known=known,
         artifact=None if artifact is None else _bounded(artifact, f"{where}.artifact"),
+        steps_per_s=rate,
+        node=None if node is None else _bounded(node, f"{where}.node"),
     )
 
 

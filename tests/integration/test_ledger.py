@@ -14,6 +14,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ import pytest
 
 from sidecar.adapters import ledger_store
 from sidecar.adapters.ledger_store import FOLD_OTHERS, PIECES, LocalLedgerStore, S3LedgerStore
+from sidecar.app.ledger import slow_beside_other_indexes
+from sidecar.app.values import RunRequest, Started
+from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.errors import ConfigError, UploadError
 from sidecar.core.ledger.record import (
     LEDGER_FILE,
@@ -31,6 +35,7 @@ from sidecar.core.ledger.record import (
     with_entry,
 )
 from sidecar.settings import S3Settings
+from tests.fakes import Script, fakes
 from tests.fixtures.s3 import SeaweedServer
 from tests.integration.test_run_full import s3_env
 
@@ -351,3 +356,29 @@ def test_planted_pieces_neither_replace_an_attempts_own_entry_nor_stop_the_folds
         (1, "failed"),
         (3, "failed"),
     ]
+
+
+def test_a_slow_index_finds_itself_slow_against_the_others_in_the_ledger(tmp_path: Path) -> None:
+    """What the slow index's artifact says: its mean rate against the other indexes' entries in the
+    run's ledger as it ends; the fast index, against the slow one's, says nothing."""
+    run_id = str(uuid.uuid4())
+    (tmp_path / run_id).mkdir()
+    store = LocalLedgerStore(tmp_path, FixedClock())
+    ports = replace(fakes(Script(), b"{}").ports(), ledgers=(store,))
+    fast = replace(entry(1), index=0, steps_per_s=10.0, node="node-a")
+    store.update(run_id, "", adding(run_id, fast))
+
+    def started(index: int) -> Started:
+        request = RunRequest("pod", run_id, context={"node": f"node-{index}"}, index=index, indexes=2)
+        return Started(request, wall=0.0, monotonic=0.0, attempt=1)
+
+    said = slow_beside_other_indexes(ports, started(1), "", ProgressInfo(mean_steps_per_s=7.0))
+    assert (
+        said == "index 1 on node node-1 ran at 7 steps/s, 0.70x the median of the other indexes (10 steps/s)"
+    )
+    store.update(run_id, "", adding(run_id, replace(entry(1), index=1, steps_per_s=7.0)))
+    assert slow_beside_other_indexes(ports, started(0), "", ProgressInfo(mean_steps_per_s=10.0)) is None
+    # A single-pod soak, or a trainer without progress records, is compared with nothing.
+    single = Started(RunRequest("pod", run_id), wall=0.0, monotonic=0.0, attempt=1)
+    assert slow_beside_other_indexes(ports, single, "", ProgressInfo(mean_steps_per_s=1.0)) is None
+    assert slow_beside_other_indexes(ports, started(1), "", ProgressInfo()) is None

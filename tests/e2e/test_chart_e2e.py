@@ -792,6 +792,50 @@ def test_one_index_failing_fails_a_multi_pod_soak_and_stops_the_other(e2e: E2ECl
     assert "index 1 attempt 1 did not pass" in report["reason"] and "the Job is Failed" in report["reason"]
 
 
+def test_a_slow_index_is_named_by_the_verdict_the_ledger_and_its_own_artifact(
+    e2e: E2ECluster, soak: Any
+) -> None:
+    """Two indexes of one soak, each its own trainer; index 1's steps take 30 % longer. Each pod
+    annotates its rate while it runs and its mean rate with its verdict, the ledger keeps them, and
+    `soak-sidecar verdict` names index 1 with its node and its rate against the other's. Index 1
+    ends last, so its own artifact, compared with the ledger as it ends, says it was the slow one."""
+    by_rank = (
+        'exec python3 -m sidecar.examples.trainer --steps 60 --step-s $([ "$NODE_RANK" = 1 ] '
+        "&& echo 0.39 || echo 0.3)"
+    )
+    job_name, run_id = soak(
+        "slowindex",
+        {
+            "trainer": {"command": ["sh", "-c", by_rank]},
+            "job": {"completions": 2, "backoffLimitPerIndex": 0},
+            "sidecar": {"extraEnv": [{"name": "SOAK_KUBE__PROGRESS_ANNOTATIONS_S", "value": "2"}]},
+        },
+    )
+
+    def both_annotate_a_finish() -> bool:
+        return len([p for p in e2e.pods(job_name) if ours(p).get("eta")]) == 2
+
+    wait_until("both indexes annotating their rate and finish", both_annotate_a_finish, SOAK_TIMEOUT_S)
+    condition, job = e2e.wait_job_finished(job_name, SOAK_TIMEOUT_S)
+    assert condition == "Complete", job.get("status")
+    code, report = verdict(e2e, job_name)
+    assert code == 0 and report["passed"] is True, report
+    (slow,) = report["slow_indexes"]
+    assert slow["index"] == 1 and slow["node"] and 0.6 < slow["ratio"] < 0.85, slow
+    rows = {a["index"]: a for a in report["attempts"]}
+    assert 0 < rows[1]["steps_per_s"] < rows[0]["steps_per_s"], report["attempts"]
+    artifacts = {
+        o["json"]["context"]["index"]: o["json"]
+        for k, o in artifacts_of(e2e, run_id).items()
+        if k.endswith("/artifact.json")
+    }
+    assert artifacts[0]["resource_summary"]["progress"]["slow_index"] is None
+    said = artifacts[1]["resource_summary"]["progress"]["slow_index"]
+    assert said.startswith(f"index 1 on node {slow['node']} ran at "), said
+    rates = {a["index"]: a["steps_per_s"] for a in ledger_of(e2e, run_id)["attempts"]}
+    assert rates[1] < rates[0], rates
+
+
 def index_of(pod: dict[str, Any]) -> int:
     return int(pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"])
 

@@ -127,7 +127,7 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         int,
         "fail when the tree's fd count grows more",
     ),
-    "max_throughput_drop": (
+    "drop_percent": (
         "--max-throughput-drop",
         "monitor.max_throughput_drop_pct",
         float,

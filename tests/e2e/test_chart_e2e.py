@@ -822,6 +822,7 @@ def test_a_slow_index_is_named_by_the_verdict_the_ledger_and_its_own_artifact(
     assert code == 0 and report["passed"] is True, report
     (slow,) = report["slow_indexes"]
     assert slow["index"] == 1 and slow["node"] and 0.6 < slow["ratio"] < 0.85, slow
+    print(f"slow index as soak-sidecar verdict names it: {slow}")  # the figure, shown with -rP
     rows = {a["index"]: a for a in report["attempts"]}
     assert 0 < rows[1]["steps_per_s"] < rows[0]["steps_per_s"], report["attempts"]
     artifacts = {

@@ -299,7 +299,7 @@ def _loop(
             seen = replace(seen, throughput_drop=finish.dropped)
         action = policy.step(now, seen)
         if sample is not None:
-            rate = None if eta is None else finish.steps_per_s
+            rate = finish.steps_per_s
             age = policy.progress_age(now)
             _report(going, console, sample, age, duration_s=sampler.duration_s, eta=eta, rate=rate)
         if action.stop is not None:
@@ -339,7 +339,12 @@ def _report(
     clock = ports.clock
     if ports.publisher is not None:
         wall = clock.wall()
-        figures = ProgressFigures(rate, None if eta is None else wall + eta)
+        # Without progress records, nothing of theirs is annotated.
+        figures = (
+            None
+            if rate is None and eta is None
+            else ProgressFigures(rate, None if eta is None else wall + eta)
+        )
         ports.publisher.progress("running", wall, clock.monotonic(), figures)
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
     console.report(sample, budget_left_s=left, progress_age_s=age, eta_s=eta)

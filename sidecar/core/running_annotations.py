@@ -35,15 +35,17 @@ def build_progress_annotations(
     phase: str, heartbeat_unix: float, prefix: str = DEFAULT_PREFIX, figures: ProgressFigures | None = None
 ) -> dict[str, str | None]:
     """Annotations a running sidecar refreshes now and then: its phase and a heartbeat time, and
-    with progress records its rate and the estimated finish."""
+    with ``figures`` (the trainer writes progress records) its rate and estimated finish, each
+    deleted while it has none (a merge patch's null), never left stale."""
     beat = str(int(heartbeat_unix)) if math.isfinite(heartbeat_unix) else None
-    shown = figures or ProgressFigures()
-    return {
+    annotations = {
         annotation_key(prefix, "phase"): sanitize(phase, PROGRESS_KEY_BUDGETS["phase"]),
         annotation_key(prefix, "heartbeat"): beat,
-        annotation_key(prefix, "steps-per-s"): rate_text(shown.steps_per_s),
-        annotation_key(prefix, "eta"): unix_text(shown.eta_unix),
     }
+    if figures is not None:
+        annotations[annotation_key(prefix, "steps-per-s")] = rate_text(figures.steps_per_s)
+        annotations[annotation_key(prefix, "eta")] = unix_text(figures.eta_unix)
+    return annotations
 
 
 def parse_progress_figures(

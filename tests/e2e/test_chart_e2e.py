@@ -808,7 +808,7 @@ def test_a_slow_index_is_named_by_the_verdict_the_ledger_and_its_own_artifact(
         {
             "trainer": {"command": ["sh", "-c", by_rank]},
             "job": {"completions": 2, "backoffLimitPerIndex": 0},
-            "sidecar": {"extraEnv": [{"name": "SOAK_KUBE__PROGRESS_ANNOTATIONS_S", "value": "2"}]},
+            "kube": {"progressAnnotationSeconds": 2},
         },
     )
 

@@ -60,9 +60,14 @@ def test_a_running_pod_annotates_its_rate_and_finish_and_a_verdict_its_mean_rate
     )
     shown = {k: v for k, v in running.items() if v is not None}
     assert parse_progress_figures(shown) == ProgressFigures(12.5, float(int(T0 + 600)))
-    # Without figures the keys are deleted (a merge patch's null), never left stale.
-    bare = build_progress_annotations("running", T0)
-    assert bare[f"{DEFAULT_PREFIX}steps-per-s"] is None and bare[f"{DEFAULT_PREFIX}eta"] is None
+    # A trainer without progress records: no key of theirs; one whose rate is gone: deleted (a merge
+    # patch's null), never left stale.
+    assert set(build_progress_annotations("running", T0)) == {
+        f"{DEFAULT_PREFIX}phase",
+        f"{DEFAULT_PREFIX}heartbeat",
+    }
+    gone = build_progress_annotations("running", T0, DEFAULT_PREFIX, ProgressFigures())
+    assert gone[f"{DEFAULT_PREFIX}steps-per-s"] is None and gone[f"{DEFAULT_PREFIX}eta"] is None
     pub = Publication("passed", None, "", 0, attempt=1, index=1, indexes=2, steps_per_s=7.25)
     done = {k: v for k, v in build_annotations(pub).items() if v is not None}
     assert done[f"{DEFAULT_PREFIX}steps-per-s"] == "7.25"

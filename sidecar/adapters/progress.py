@@ -5,6 +5,7 @@ are appended."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,14 +61,22 @@ class RecordTail:
         self.refused += found.refused
 
 
+def _a_directory(path: str) -> bool:
+    """The path itself, not a link, is a directory (locally the trainer could swap it for a link)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class DirectoryProgressProbe:
     """Counts regular files under ``progress_dir`` (recursively), their bytes and newest mtime.
 
     Files in ``exclude`` (the console log and its rotations) are left out, matched by file
     identity so a symlink or hard link to them is left out too: trainer chatter must not count
     as progress. Files that vanish while being read are skipped; a missing directory is an
-    empty sample. Directory symlinks are not followed (no loops); file symlinks are, as in the
-    seed (``Path.is_file``/``stat`` follow them).
+    empty sample. No symlink is followed, the progress dir's own included (stricter than the
+    seed, which followed file links): only the trainer's own files count as its progress.
     """
 
     def __init__(self, progress_dir: Path, *, exclude: Sequence[Path]) -> None:
@@ -90,7 +99,7 @@ class DirectoryProgressProbe:
         decides how many it holds, and a sample must stay bounded in time and memory."""
         files: list[tuple[int, int, int, float]] = []
         excluded = self._excluded_inodes()
-        pending = [self._root]
+        pending = [self._root] if _a_directory(self._root) else []
         seen = 0
         while pending and seen < MAX_PROGRESS_ENTRIES:
             try:
@@ -103,12 +112,14 @@ class DirectoryProgressProbe:
                             if entry.is_dir(follow_symlinks=False):
                                 pending.append(entry.path)
                                 continue
-                            if not entry.is_file():
+                            # A link's target may be a file the trainer does not write (the
+                            # sidecar's heartbeat): it would look like progress while it hangs.
+                            if not entry.is_file(follow_symlinks=False):
                                 continue
-                            stat = entry.stat()
+                            info = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
-                        files.append((stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime))
+                        files.append((info.st_dev, info.st_ino, info.st_size, info.st_mtime))
             except OSError:
                 continue
         # Identities taken before and after the walk: a log rotated meanwhile is excluded

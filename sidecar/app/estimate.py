@@ -98,9 +98,13 @@ def _estimated(
     clock = going.ports.clock
     left = going.preflight.clock.remaining(clock.wall(), clock.monotonic())
     before = recorder.summary.progress
-    note = before.finish_note if before is not None else None
-    if note is None and (note := finish_note(eta, left - going.settings.deadline.checkpoint_margin_s)):
-        print(f"soak-sidecar: {note}", file=sys.stderr, flush=True)
+    said = before.finish_note if before is not None else None
+    # Said once; kept in the artifact as it stands now.
+    soft_stop_in_s = left - going.settings.deadline.checkpoint_margin_s
+    now_note = finish_note(eta, soft_stop_in_s, rate_span_s=rate.span_s())
+    if now_note is not None and said is None:
+        print(f"soak-sidecar: {now_note}", file=sys.stderr, flush=True)
+    note = now_note or said
     recorder.summary.progress = ProgressInfo(
         step=progress.step,
         total_steps=progress.total_steps,

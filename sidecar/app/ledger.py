@@ -8,7 +8,6 @@ artifact holds its own phases, and the next attempt adds what is missing.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from sidecar.core.artifact.progress import ProgressInfo
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.ledger.budget import RunBudget
 from sidecar.core.ledger.phases import PHASES, Phase
-from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, check_entry, with_entry
+from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry, check_entry, ledger_rate, with_entry
 from sidecar.core.publication import sanitize
 from sidecar.core.slow_index import IndexRate, slow_indexes
 
@@ -58,16 +57,9 @@ def attempt_entry(artifact: Artifact, *, artifact_uri: str | None, end: float) -
         phases=phases,
         lost_work_known=info.lost_work_known if info else True,
         artifact=artifact_uri,
-        steps_per_s=_rate(
-            progress.mean_steps_per_s if (progress := artifact.resource_summary.progress) else None
-        ),
-        node=node if isinstance(node := artifact.context.get("node"), str) and node else None,
+        steps_per_s=ledger_rate(progress.mean_steps_per_s if progress else None),
+        node=node if isinstance(node, str) and node else None,
     )
-
-
-def _rate(per_s: float | None) -> float | None:
-    """A rate the ledger's readers take: finite and above zero, rounded."""
-    return round(per_s, 6) if per_s is not None and math.isfinite(per_s) and per_s > 0 else None
 
 
 def lost_entry(lost: LostAttempt, index: int | None) -> LedgerEntry | None:

@@ -18,6 +18,8 @@ WINDOW_S = 600.0
 MIN_SPAN_S = 2.0
 # Points kept at most (a sample every 0.1 s for the whole window).
 MAX_POINTS = 6_000
+# Seconds of records the rate must rest on before the finish is said to pass the soft stop.
+NOTE_MIN_SPAN_S = 60.0
 # What the throughput rule's first-hour basis compares the recent step time with.
 FIRST_HOUR_S = 3600.0
 
@@ -50,6 +52,10 @@ class StepRate:
             return None
         return (s1 - s0) / (t1 - t0)
 
+    def span_s(self) -> float:
+        """Seconds the recent window's records span: how much the rate rests on."""
+        return self._points[-1][0] - self._points[0][0] if len(self._points) > 1 else 0.0
+
     def mean_per_s(self) -> float | None:
         """Steps per second from the attempt's first record to its last: what the indexes of a
         multi-pod soak are compared by (sidecar.core.slow_index)."""
@@ -74,14 +80,13 @@ class StepTimes:
     """Seconds per step between samples whose step advanced, over the whole attempt (evenly thinned,
     ``TrendWindow``): their Theil-Sen trend per hour, with its 95 % interval, says whether
     training slows down; the first hour's and the recent medians say by how much since it began.
-    A step count that goes back starts them again."""
+    A step count that goes back (a counter reset each epoch, or forged) gives no step time and
+    restarts nothing: a trainer cannot wipe the throughput rule's evidence. A resumed attempt has a
+    sidecar, and step times, of its own."""
 
     def __init__(self, first_hour_s: float = FIRST_HOUR_S) -> None:
         self._first_hour_s = first_hour_s
         self._last: tuple[float, int] | None = None
-        self._restart()
-
-    def _restart(self) -> None:
         self._window = TrendWindow()
         self._first: Thinned[float] = Thinned(WINDOW_POINTS)
         self._recent: deque[tuple[float, float]] = deque(maxlen=MAX_POINTS)
@@ -91,19 +96,16 @@ class StepTimes:
         if step is None:
             return
         last, self._last = self._last, (t, step)
-        if last is None or step < last[1]:
-            if last is not None:
-                self._restart()
+        if last is None or step <= last[1] or t <= last[0]:
             return
-        if step > last[1] and t > last[0]:
-            seconds = (t - last[0]) / (step - last[1])
-            self._window.add(t, {"step_time_s": seconds})
-            self._began = last[0] if self._began is None else self._began
-            if t - self._began <= self._first_hour_s:
-                self._first.add(seconds)
-            self._recent.append((t, seconds))
-            while t - self._recent[0][0] > WINDOW_S:
-                self._recent.popleft()
+        seconds = (t - last[0]) / (step - last[1])
+        self._window.add(t, {"step_time_s": seconds})
+        self._began = last[0] if self._began is None else self._began
+        if t - self._began <= self._first_hour_s:
+            self._first.add(seconds)
+        self._recent.append((t, seconds))
+        while t - self._recent[0][0] > WINDOW_S:
+            self._recent.popleft()
 
     def trend(self) -> LeakTrend | None:
         slope = self._window.slope("step_time_s")
@@ -136,9 +138,10 @@ def eta_s(step: int | None, total_steps: int | None, steps_per_s: float | None) 
     return (total_steps - step) / steps_per_s
 
 
-def finish_note(eta: float | None, soft_stop_in_s: float | None) -> str | None:
-    """One line when the run will not finish before the deadline's soft stop at this rate."""
-    if eta is None or soft_stop_in_s is None or eta <= soft_stop_in_s:
+def finish_note(eta: float | None, soft_stop_in_s: float | None, *, rate_span_s: float) -> str | None:
+    """One line when the run will not finish before the deadline's soft stop at this rate, once the
+    rate rests on NOTE_MIN_SPAN_S of records (a few seconds of them say little)."""
+    if eta is None or soft_stop_in_s is None or eta <= soft_stop_in_s or rate_span_s < NOTE_MIN_SPAN_S:
         return None
     return (
         f"at this rate the run needs {_duration(eta)} more; {_duration(max(0.0, soft_stop_in_s))} remain "

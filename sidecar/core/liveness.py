@@ -69,18 +69,21 @@ class LivenessTracker:
         """Record one progress sample; the finding when a liveness rule fails, else None."""
         signature = _signature(progress, self._signal)
         begun = self._last_change is not None or signature != self._baseline
-        if progress.bytes_total > 0 and begun:
-            if self._last_change is None or signature != self._last_signature:
-                self._last_change = now_monotonic
-                self._last_signature = signature
-            idle = now_monotonic - self._last_change
-            phase = progress.phase or TRAIN
-            self._phases.observe(phase, now_monotonic)
-            if idle > self._phases.timeout_s(phase):
-                return Finding(KIND_STALE, self._stale_reason(idle, phase), Source.SIDECAR)
-        elif now_monotonic - self._started > self._startup_timeout_s:
-            reason = f"training produced no progress artifact within {self._startup_timeout_s:.1f}s"
-            return Finding(KIND_STARTUP, reason, Source.SIDECAR)
+        # Once progress has begun the stale rule holds; an emptied dir is no progress (a hung
+        # trainer's trick, or an honest rewrite caught between truncate and write): the timer runs
+        # on from the last change of files holding bytes.
+        if progress.bytes_total > 0 and begun and signature != self._last_signature:
+            self._last_change, self._last_signature = now_monotonic, signature
+        if self._last_change is None:
+            if now_monotonic - self._started > self._startup_timeout_s:
+                reason = f"training produced no progress artifact within {self._startup_timeout_s:.1f}s"
+                return Finding(KIND_STARTUP, reason, Source.SIDECAR)
+            return None
+        idle = now_monotonic - self._last_change
+        phase = progress.phase or TRAIN
+        self._phases.observe(phase, now_monotonic)
+        if idle > self._phases.timeout_s(phase):
+            return Finding(KIND_STALE, self._stale_reason(idle, phase), Source.SIDECAR)
         return None
 
     def last_progress_age(self, now_monotonic: float) -> float | None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from sidecar.core.errors import ConfigError
+from sidecar.core.json_keys import refuse_duplicate_keys
 
 PROGRESS_RECORDS_FILE = "progress.jsonl"
 Phase = Literal["train", "eval", "checkpoint", "data", "compile"]
@@ -45,7 +46,7 @@ def parse_record(line: bytes) -> ProgressRecord:
     if len(line) > RECORD_LINE_LIMIT:
         raise ConfigError(f"a progress record is longer than {RECORD_LINE_LIMIT} bytes")
     try:
-        value = json.loads(line)
+        value = json.loads(line, object_pairs_hook=refuse_duplicate_keys)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ConfigError(f"a progress record is not JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -90,25 +91,33 @@ def _loss(value: object) -> float | None:
 
 @dataclass(frozen=True)
 class RecordsRead:
-    """What one read of new lines found: the newest valid record, and how many lines were refused."""
+    """What one read of new lines found: the newest valid record, and how many lines newer than it
+    were refused (older lines it supersedes are not parsed)."""
 
     newest: ProgressRecord | None
     refused: int
-    # The first refusal's reason, for the artifact (one line).
+    # The newest refusal's reason, for the artifact (one line).
     first_refusal: str | None = None
 
 
+# Lines parsed per read at most, newest first: a trainer writing floods of junk costs the sidecar
+# this many parses a sample, not one per line it wrote.
+MAX_PARSED_LINES = 1024
+
+
 def read_records(chunk: bytes) -> RecordsRead:
-    """The complete lines of ``chunk`` (it ends at a newline: the caller keeps a partial last line)."""
-    newest: ProgressRecord | None = None
+    """The complete lines of ``chunk`` (it ends at a newline: the caller keeps a partial last line),
+    newest first until a valid record: only the newest counts. Past MAX_PARSED_LINES the older
+    lines are counted as refused without parsing."""
     refused = 0
     why: str | None = None
-    for line in chunk.split(b"\n"):
-        if not line.strip():
-            continue
+    lines = [line for line in chunk.split(b"\n") if line.strip()]
+    for parsed, line in enumerate(reversed(lines)):
+        if parsed >= MAX_PARSED_LINES:
+            return RecordsRead(None, refused + len(lines) - parsed, why)
         try:
-            newest = parse_record(line)
+            return RecordsRead(parse_record(line), refused, why)
         except ConfigError as exc:
             refused += 1
             why = why or str(exc)
-    return RecordsRead(newest, refused, why)
+    return RecordsRead(None, refused, why)

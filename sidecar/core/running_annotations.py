@@ -21,6 +21,9 @@ from sidecar.core.publication import (
     unix_text,
 )
 
+# A finish further off than a year (a trainer barely moving) is no estimate worth annotating.
+ETA_HORIZON_S = 366 * 86_400.0
+
 
 @dataclass(frozen=True)
 class ProgressFigures:
@@ -44,7 +47,9 @@ def build_progress_annotations(
     }
     if figures is not None:
         annotations[annotation_key(prefix, "steps-per-s")] = rate_text(figures.steps_per_s)
-        annotations[annotation_key(prefix, "eta")] = unix_text(figures.eta_unix)
+        eta = figures.eta_unix
+        within = eta is not None and eta - heartbeat_unix <= ETA_HORIZON_S
+        annotations[annotation_key(prefix, "eta")] = unix_text(eta) if within else None
     return annotations
 
 

@@ -167,3 +167,21 @@ def test_a_sample_looks_at_a_bounded_number_of_entries(
             (tmp_path / f"d{n}" / f"f{m}").write_bytes(b"x")
     sample = DirectoryProgressProbe(tmp_path, exclude=[]).sample()
     assert 0 < sample.file_count <= 10 and sample.bytes_total == sample.file_count
+
+
+def test_a_symlinked_file_is_not_the_trainers_progress(tmp_path: Path) -> None:
+    """A link to a file the trainer does not write (the sidecar's heartbeat, rewritten every second)
+    would look like progress while the trainer hangs: no link is followed."""
+    outside = tmp_path / "run" / "sidecar.heartbeat"
+    write(outside, b"1" * 50, mtime=9_000.0)
+    progress = tmp_path / "progress"
+    write(progress / "metrics.jsonl", b"x" * 10, mtime=1_000.0)
+    (progress / "heartbeat-link").symlink_to(outside)
+    sample = DirectoryProgressProbe(progress, exclude=[]).sample()
+    assert (sample.file_count, sample.bytes_total, sample.max_mtime) == (1, 10, 1_000.0)
+
+
+def test_a_progress_dir_that_is_a_link_is_not_walked(tmp_path: Path) -> None:
+    write(tmp_path / "run" / "sidecar.heartbeat", b"1" * 50)
+    (tmp_path / "progress").symlink_to(tmp_path / "run")
+    assert DirectoryProgressProbe(tmp_path / "progress", exclude=[]).sample() == ProgressSample()

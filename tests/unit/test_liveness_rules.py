@@ -89,14 +89,16 @@ def test_with_the_seeds_signal_only_a_change_of_bytes_is_progress(same_bytes: Pr
     )
 
 
-def test_files_back_to_zero_bytes_fall_under_the_startup_rule_like_the_seed() -> None:
+def test_files_back_to_zero_bytes_are_no_progress_and_the_stale_timer_runs_on() -> None:
+    """The seed put an emptied dir back under the startup rule: before its timeout a hang there went
+    unjudged, after it an honest rewrite caught mid-way failed at once as "no progress artifact".
+    Here an emptied dir is no change: the stall counts from the last change of files with bytes."""
     tracker = LivenessTracker(startup_timeout_s=10.0, stale_progress_s=100.0, started_monotonic=0.0)
     assert tracker.observe(progress(10), 1.0) is None
     assert tracker.observe(NOTHING, 5.0) is None
-    assert tracker.observe(NOTHING, 10.5) == Finding(
-        KIND_STARTUP,
-        "training produced no progress artifact within 10.0s",
-        Source.SIDECAR,
+    assert tracker.observe(NOTHING, 10.5) is None
+    assert tracker.observe(NOTHING, 101.5) == Finding(
+        KIND_STALE, "training progress did not change for 100.5s", Source.SIDECAR
     )
 
 
@@ -129,3 +131,17 @@ def test_files_a_resumed_attempt_found_are_not_its_first_progress() -> None:
     )
     assert resumed.observe(progress(520, max_mtime=905.0), 3.0) is None
     assert resumed.last_progress_age(4.0) == 1.0
+
+
+def test_a_progress_dir_emptied_after_progress_began_is_judged_by_the_stale_rule() -> None:
+    """Deleting the files (a hung trainer's trick, or an honest rewrite caught between truncate and
+    write) neither escapes the stall nor brings back the startup rule with its false reason."""
+    tracker = LivenessTracker(startup_timeout_s=600.0, stale_progress_s=5.0, started_monotonic=0.0)
+    assert tracker.observe(progress(100), 1.0) is None
+    assert tracker.observe(progress(0, file_count=0), 2.0) is None  # emptied: no change
+    found = tracker.observe(progress(0, file_count=0), 6.5)
+    assert found is not None and found.kind == KIND_STALE, found
+    honest = LivenessTracker(startup_timeout_s=5.0, stale_progress_s=60.0, started_monotonic=0.0)
+    assert honest.observe(progress(10), 1.0) is None
+    assert honest.observe(progress(0), 6.0) is None  # truncated for a rewrite after the startup timeout
+    assert honest.observe(progress(12), 6.5) is None

@@ -15,9 +15,16 @@ from hypothesis import strategies as st
 
 from sidecar.adapters.progress import MAX_RECORDS_READ, DirectoryProgressProbe, RecordTail
 from sidecar.core.errors import ConfigError
-from sidecar.core.eta import StepRate, StepTimes, eta_s, finish_note
+from sidecar.core.eta import NOTE_MIN_SPAN_S, StepRate, StepTimes, eta_s, finish_note
 from sidecar.core.liveness import LivenessTracker
-from sidecar.core.progress_records import RECORD_LINE_LIMIT, ProgressRecord, parse_record, read_records
+from sidecar.core.progress_records import (
+    MAX_PARSED_LINES,
+    RECORD_LINE_LIMIT,
+    ProgressRecord,
+    RecordsRead,
+    parse_record,
+    read_records,
+)
 from sidecar.core.samples import ProgressSample
 
 
@@ -63,10 +70,19 @@ def test_any_bytes_give_a_record_or_a_refusal(raw: bytes) -> None:
         parse_record(raw)
 
 
-def test_the_newest_valid_line_counts_and_the_refused_are_counted() -> None:
-    found = read_records(line(step=1) + b"\ngarbage\n" + line(step=2) + b"\n\n" + line(step=-5) + b"\n")
+def test_the_newest_valid_line_counts_and_the_refused_after_it_are_counted() -> None:
+    found = read_records(line(step=1) + b"\n" + line(step=2) + b"\n\ngarbage\n" + line(step=-5) + b"\n")
     assert found.newest == ProgressRecord(2) and found.refused == 2
-    assert found.first_refusal is not None and "not JSON" in found.first_refusal
+    assert found.first_refusal is not None and "step must be" in found.first_refusal
+    # Lines older than the newest valid record are superseded, not parsed.
+    assert read_records(b"garbage\n" + line(step=3) + b"\n") == RecordsRead(ProgressRecord(3), 0)
+
+
+def test_a_flood_of_junk_costs_a_bounded_number_of_parses() -> None:
+    flood = line(step=1) + b"\n" + b"0\n" * (3 * MAX_PARSED_LINES)
+    found = read_records(flood)
+    # The valid record is beyond the lines parsed: not taken; every junk line is counted.
+    assert found.newest is None and found.refused == 3 * MAX_PARSED_LINES + 1
 
 
 def test_the_tail_reads_complete_lines_as_they_are_appended(tmp_path: Path) -> None:
@@ -175,10 +191,12 @@ def test_the_rate_follows_the_recent_window_and_starts_again_when_steps_go_back(
 def test_the_eta_and_the_one_line_when_the_run_would_pass_the_soft_stop() -> None:
     assert eta_s(100, 1000, 2.0) == 450.0
     assert eta_s(1000, 1000, None) == 0.0 and eta_s(10, None, 2.0) is None and eta_s(10, 20, 0.0) is None
-    assert finish_note(450.0, 600.0) is None
-    assert finish_note(3 * 3600 + 600, 2 * 3600 + 2400) == (
+    assert finish_note(450.0, 600.0, rate_span_s=600.0) is None
+    assert finish_note(3 * 3600 + 600, 2 * 3600 + 2400, rate_span_s=600.0) == (
         "at this rate the run needs 3 h 10 min more; 2 h 40 min remain before the deadline's soft stop"
     )
+    # A rate resting on less than a minute of records says nothing yet.
+    assert finish_note(3 * 3600 + 600, 2 * 3600 + 2400, rate_span_s=NOTE_MIN_SPAN_S - 1) is None
 
 
 def simulated_step_times(growth_per_hour: float, minutes: float, seed: int) -> StepTimes:
@@ -204,9 +222,19 @@ def test_a_step_time_growing_20_percent_an_hour_is_seen_within_30_minutes_and_cl
         assert clean is not None and clean.low_per_hour <= 0 <= clean.high_per_hour, (seed, clean)
 
 
-def test_step_times_start_again_when_the_step_goes_back() -> None:
+def test_a_step_that_goes_back_gives_no_step_time_and_keeps_the_trend() -> None:
     times = StepTimes()
     for t in range(10):
         times.observe(float(t), 10 * t)
-    times.observe(11.0, 3)  # a resumed attempt counting again
-    assert times.trend() is None
+    before = times.trend()
+    times.observe(11.0, 3)  # a counter reset (or a forged step): no step time, nothing restarted
+    assert before is not None and times.trend() == before
+    times.observe(12.0, 13)  # counting on from the reset: 10 steps in 1 s, as before
+    after = times.trend()
+    assert after is not None and after.points == before.points + 1 and after.per_hour == 0.0
+
+
+def test_a_record_naming_a_key_twice_is_refused() -> None:
+    """As every document the sidecar judges: json.loads would keep the last of the two."""
+    with pytest.raises(ConfigError, match="duplicate key 'phase'"):
+        parse_record(b'{"step": 3, "phase": "checkpoint", "phase": "train"}')

@@ -11,7 +11,14 @@ import pytest
 
 from sidecar.core.errors import ConfigError
 from sidecar.core.job_pods import AttemptRow, attempt_rows, slow_rows
-from sidecar.core.ledger.record import Ledger, LedgerEntry, dumps_ledger, parse_ledger
+from sidecar.core.ledger.record import (
+    Ledger,
+    LedgerEntry,
+    check_entry,
+    dumps_ledger,
+    ledger_rate,
+    parse_ledger,
+)
 from sidecar.core.pod_facts import PodFacts
 from sidecar.core.publication import DEFAULT_PREFIX, Publication, build_annotations, parse_annotations
 from sidecar.core.report_input import parse_artifact
@@ -147,3 +154,18 @@ def test_the_runs_page_names_the_slow_index_from_its_artifacts_and_its_ledger() 
 def test_rows_without_a_rate_name_nothing() -> None:
     row = AttemptRow(1, "job-0", 0, "Running", None, None, None, "", None, None, None, None)
     assert slow_rows([row, replace(row, index=1, pod="job-1", steps_per_s=1.0)]) == []
+
+
+@pytest.mark.parametrize("per_s", [1.4e-7, 1e-300, 3.0, 123456789.123])
+def test_a_rate_the_ledger_keeps_is_one_its_readers_take(per_s: float) -> None:
+    """Six significant digits: a month-long attempt of few steps never rounds to zero, which the
+    ledger's readers refuse with the whole entry (and the lost attempts written with it)."""
+    kept = ledger_rate(per_s)
+    assert kept is not None and kept == pytest.approx(per_s, rel=1e-5)
+    check_entry(LedgerEntry(1, 0, "passed", None, T0, T0 + 90, (), steps_per_s=kept))
+    assert [ledger_rate(bad) for bad in (None, 0.0, -1.0, math.nan, math.inf)] == [None] * 5
+
+
+def test_a_finish_further_off_than_a_year_is_not_annotated() -> None:
+    far = build_progress_annotations("running", T0, DEFAULT_PREFIX, ProgressFigures(1e-9, T0 + 400 * 86_400))
+    assert far[f"{DEFAULT_PREFIX}eta"] is None and far[f"{DEFAULT_PREFIX}steps-per-s"] == "1e-09"

@@ -95,14 +95,17 @@ def test_against_the_first_hour_only_once_it_is_over() -> None:
     assert throughput_finding(simulated(0.0, 100, seed=3).pace(6000.0), FIRST_HOUR_20) is None
 
 
-def test_a_resumed_attempt_counting_again_starts_the_first_hour_again() -> None:
-    times = StepTimes(first_hour_s=10.0)
-    for t in range(1, 30):
-        times.observe(float(t), t)
-    times.observe(31.0, 2)
-    times.observe(32.0, 3)
-    pace = times.pace(33.0)
-    assert pace.first_hour_s is None and pace.trend is None and pace.recent_s == 1.0
+def test_a_step_counter_that_goes_back_does_not_wipe_the_rules_evidence() -> None:
+    """A trainer whose counter restarts every 8 samples (each epoch, or to hide a slowdown) still
+    has its slowdown judged: the pair that goes back gives no step time, the rest count."""
+    rng = random.Random(4)
+    times, t, step = StepTimes(), 0.0, 0
+    while t < 1800:
+        t += 5.0
+        step = 0 if step >= 8 * 10 else step + round(5.0 / (0.5 * (1 + t / 3600)) * rng.uniform(0.95, 1.05))
+        times.observe(t, step)
+    found = throughput_finding(times.pace(t), PER_HOUR_20)
+    assert found is not None and found.standing is Standing.CAUSE, found
 
 
 def test_the_monitor_stops_the_trainer_with_a_terminate_on_the_cause() -> None:

@@ -33,7 +33,11 @@ class ProgressInfo(_Model):
     finish_note: str | None = Field(
         None, description="Said once when, at that rate, the run would pass the deadline's soft stop."
     )
-    records_refused: int = Field(0, description="progress.jsonl lines the parser refused.")
+    records_refused: int = Field(
+        0,
+        description="progress.jsonl lines refused: those newer than the newest valid record, and any "
+        "beyond the 1,024 parsed per read.",
+    )
     step_time_trend: LeakTrend | None = Field(
         None,
         description="Seconds per step, its Theil-Sen trend per hour with the 95 % interval: a low end "

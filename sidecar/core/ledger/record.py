@@ -11,6 +11,7 @@ write): an entry is never dropped, and a ledger that cannot be read is never ove
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -111,6 +112,15 @@ def with_entry(
     started = base.deadline_started_unix if base.deadline_started_unix is not None else deadline_started_unix
     entries = tuple(sorted([*kept, entry], key=lambda e: e.key))
     return replace(base, deadline_started_unix=started, entries=entries, revision=base.revision + 1)
+
+
+def ledger_rate(per_s: float | None) -> float | None:
+    """A rate as the ledger keeps it: finite and above zero, to six significant digits (a slow rate
+    never rounds to zero, which :func:`parse_ledger` refuses with the whole entry); else None."""
+    if per_s is None or not math.isfinite(per_s) or per_s <= 0:
+        return None
+    shown = float(f"{per_s:.6g}")
+    return shown if math.isfinite(shown) and shown > 0 else None
 
 
 def check_entry(entry: LedgerEntry) -> None:

@@ -6,9 +6,7 @@ lines, the artifact)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 
 from sidecar.core.exitcodes import ExitCode
+from tests.fixtures.local_soak import local_soak
 
 pytestmark = pytest.mark.integration
 
@@ -45,29 +44,8 @@ if sys.argv[2] == "hang-in-the-second":
 def soak(
     tmp: Path, checkpoint_s: float, how: str, **env: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    settings = {
-        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
-        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
-        "SOAK_MONITOR__STALE_PROGRESS_S": "1.5",
-        "SOAK_MONITOR__STACK_CAPTURE_S": "0",
-        "SOAK_MONITOR__STATUS_LINE": "json",
-        **env,
-    }
-    argv = [
-        sys.executable, "-m", "sidecar.cli", "run", "--local", "--gpu-backend", "none", "--budget", "600",
-        "--checkpoint-margin", "10", "--", sys.executable, "-c", TRAINER, str(checkpoint_s), how,
-    ]  # fmt: skip
-    proc = subprocess.run(
-        argv,
-        cwd=tmp,
-        env={**os.environ, **settings},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    (path,) = (tmp / "soak-output" / "runs").glob("*/*/artifact.json")
-    return proc, json.loads(path.read_text(encoding="utf-8"))
+    settings = {"SOAK_MONITOR__STALE_PROGRESS_S": "1.5", "SOAK_MONITOR__STATUS_LINE": "json", **env}
+    return local_soak(tmp, TRAINER, [str(checkpoint_s), how], settings=settings)
 
 
 def test_a_checkpoint_longer_than_the_train_timeout_is_not_a_stall(tmp_path: Path) -> None:

@@ -4,16 +4,14 @@ trainer alone."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sidecar.core.exitcodes import ExitCode
+from tests.fixtures.local_soak import local_soak
 
 pytestmark = pytest.mark.integration
 
@@ -33,28 +31,10 @@ while time.monotonic() - began < seconds:
 
 
 def soak(tmp: Path, growth: float, seconds: float) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    settings = {
-        "SOAK_MONITOR__SAMPLE_INTERVAL_S": "0.2",
-        "SOAK_MONITOR__POST_SHUTDOWN_GRACE_S": "0.2",
-        "SOAK_MONITOR__STACK_CAPTURE_S": "0",
-        "SOAK_MONITOR__STATUS_LINE": "off",
-    }
-    argv = [
-        sys.executable, "-m", "sidecar.cli", "run", "--local", "--gpu-backend", "none", "--budget", "600",
-        "--checkpoint-margin", "10", "--max-throughput-drop", "20",
-        "--", sys.executable, "-c", TRAINER, str(growth), str(seconds),
-    ]  # fmt: skip
-    proc = subprocess.run(
-        argv,
-        cwd=tmp,
-        env={**os.environ, **settings},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    flags = ["--max-throughput-drop", "20"]
+    return local_soak(
+        tmp, TRAINER, [str(growth), str(seconds)], flags=flags, settings={"SOAK_MONITOR__STATUS_LINE": "off"}
     )
-    (path,) = (tmp / "soak-output" / "runs").glob("*/*/artifact.json")
-    return proc, json.loads(path.read_text(encoding="utf-8"))
 
 
 def test_a_trainer_slowing_down_past_the_limit_is_stopped_and_fails_throughput_dropped(

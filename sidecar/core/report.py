@@ -13,24 +13,18 @@ import html
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sidecar.core.classification import STALLED
-from sidecar.core.report_axes import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, duration_text
+from sidecar.core.report_axes import BOTTOM, HEIGHT, LEFT, RIGHT, TOP, WIDTH, Plot, duration_text
 from sidecar.core.report_clocks import ClockReasons, clock_reasons_plot
-from sidecar.core.report_input import STOP_LABELS, ReportArtifact, ReportSample, Stacks, TrainerEnd, Trend
+from sidecar.core.report_input import STOP_LABELS, ReportArtifact, Stacks, TrainerEnd, Trend
 from sidecar.core.report_notes import integrity_notes, partial_note
+from sidecar.core.report_progress import THROUGHPUT, ProgressPlots
+from sidecar.core.report_samples import ReportSample
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 MIB = 1024.0
-
-
-@dataclass
-class Plot:
-    title: str
-    unit: str
-    series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 def _plots(
@@ -41,13 +35,12 @@ def _plots(
     rss, fds = Plot("Process tree resident memory", "MiB"), Plot("Open file descriptors by class", "fds")
     procs, gpu = Plot("Processes", "count"), Plot("GPU memory per device", "MiB")
     progress, budget = Plot("Progress written", "bytes"), Plot("Budget left", "s")
-    steps, rate = Plot("Training step (progress records)", "step"), Plot("Throughput", "steps/s")
+    progress_records = ProgressPlots()
     end = artifact.deadline_unix
     # Plain appends per sample (a long soak has tens of thousands).
     rss_line = rss.series.setdefault("RSS", [])
     proc_line, zombie_line = procs.series.setdefault("processes", []), procs.series.setdefault("zombies", [])
     progress_line, budget_line = progress.series.setdefault("bytes", []), budget.series.setdefault("left", [])
-    step_line, rate_line = steps.series.setdefault("step", []), rate.series.setdefault("steps/s", [])
     first = last = math.nan
     for sample in samples:
         t = sample.t_wall
@@ -63,15 +56,11 @@ def _plots(
             gpu.series.setdefault(device, []).append((t, used))
         progress_line.append((t, sample.progress_bytes))
         clocks.add(t, sample.clock_reasons)
-        if sample.step is not None:
-            if step_line and t > step_line[-1][0] and sample.step >= step_line[-1][1]:
-                rate_line.append((t, (sample.step - step_line[-1][1]) / (t - step_line[-1][0])))
-            step_line.append((t, sample.step))
+        progress_records.add(t, sample)
         if end is not None:
             budget_line.append((t, max(0.0, end - t)))
     plots = [rss, fds, procs, gpu, progress, budget]
-    # A trainer that writes progress records gets its steps and its throughput drawn too.
-    plots += [steps, rate] if step_line else []
+    plots += progress_records.plots()
     for plot in plots:
         plot.series = {name: points for name, points in sorted(plot.series.items()) if points}
     return plots, first, last
@@ -326,10 +315,12 @@ def _over_time(artifact: ReportArtifact, samples: Iterable[ReportSample]) -> lis
     if math.isnan(t0):
         return ["<p>no samples</p>"]
     t1, marks = _span(artifact, t0, last), _marks(artifact)
-    drawn = [_svg(plot, t0, t1, marks) for plot in plots]
-    # Under the throughput (the last plot), whether heat or power slowed the GPUs meanwhile.
-    if clocks.read and any(plot.unit == "steps/s" for plot in plots):
-        drawn.append(clock_reasons_plot(clocks, t0, t1))
+    drawn: list[str] = []
+    for plot in plots:
+        drawn.append(_svg(plot, t0, t1, marks))
+        # Right under the throughput, whether heat or power slowed the GPUs meanwhile.
+        if plot.title == THROUGHPUT and clocks.read:
+            drawn.append(clock_reasons_plot(clocks, t0, t1))
     return drawn
 
 

@@ -9,7 +9,6 @@ else is a ``ConfigError`` naming the field: one line, exit 64.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,7 @@ from sidecar.core.report_fields import (
     samples_file,
     text,
 )
+from sidecar.core.report_samples import load_json
 
 # The launcher's stop_times_unix names, as the plots label them.
 STOP_LABELS = {"soft_stop": "soft stop", "term": "TERM", "kill": "KILL"}
@@ -137,41 +137,6 @@ class ReportArtifact:
         return self.status in PROVISIONAL_STATUSES
 
 
-@dataclass(frozen=True)
-class ReportSample:
-    """One sample as the plots draw it; absent figures read as 0, as the sidecar writes them."""
-
-    t_wall: float
-    rss_kib: float
-    fd_classes: tuple[tuple[str, float], ...]
-    processes: float
-    zombies: float
-    gpu_used_mib: tuple[tuple[str, float], ...]  # (device label, memory used)
-    progress_bytes: float
-    # The trainer's step, as its last progress record said (None: it writes none).
-    step: float | None = None
-    # (device label, its active clock-event reasons) of each GPU that read them in this sample.
-    clock_reasons: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-def _refuse_constant(token: str) -> float:
-    raise ValueError(f"{token} is not a finite number")
-
-
-# One decoder for every line: json.loads with an argument builds a new one per call.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-
-
-def load_json(data: bytes, where: str) -> object:
-    """``data`` as JSON without NaN or Infinity; a ConfigError (never a RecursionError) otherwise."""
-    try:
-        return _DECODER.decode(data.decode("utf-8"))
-    except RecursionError as exc:
-        raise ConfigError(f"{where} is nested too deeply to parse") from exc
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integers over Python's digit limit
-        raise ConfigError(f"{where} is not valid JSON: {clip(str(exc))}") from exc
-
-
 def parse_artifact(data: bytes, where: str) -> ReportArtifact:
     """The artifact at ``where`` (named in errors) from its bytes."""
     doc = load_json(data, where)
@@ -181,32 +146,6 @@ def parse_artifact(data: bytes, where: str) -> ReportArtifact:
         return _artifact(doc)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from exc
-
-
-def parse_sample(line: bytes) -> ReportSample:
-    """One line of samples.jsonl.gz; a ConfigError for a line the report cannot draw."""
-    doc = as_object(load_json(line, "sample"), "sample")
-    tree = as_object(doc.get("process"), "process")
-    gpu_used: list[tuple[str, float]] = []
-    clock_reasons: list[tuple[str, tuple[str, ...]]] = []
-    for device in as_list(as_object(doc.get("gpu"), "gpu").get("devices"), "gpu.devices"):
-        _device(as_object(device, "gpu device"), gpu_used, clock_reasons)
-    return ReportSample(
-        t_wall=number(doc.get("t_wall"), "t_wall"),
-        rss_kib=number(tree.get("rss_kib_total", 0), "rss_kib_total"),
-        fd_classes=tuple(
-            (name, number(count, "fd_classes_total"))
-            for name, count in as_object(tree.get("fd_classes_total"), "fd_classes_total").items()
-        ),
-        processes=number(tree.get("process_count", 0), "process_count"),
-        zombies=number(tree.get("zombie_count", 0), "zombie_count"),
-        gpu_used_mib=tuple(gpu_used),
-        progress_bytes=number(
-            as_object(doc.get("progress"), "progress").get("bytes_total", 0), "bytes_total"
-        ),
-        step=optional_number(as_object(doc.get("progress"), "progress").get("step"), "progress.step"),
-        clock_reasons=tuple(clock_reasons),
-    )
 
 
 def _artifact(doc: Mapping[str, object]) -> ReportArtifact:
@@ -380,21 +319,3 @@ def _figures(value: object) -> dict[str, str | int | float | bool | None]:
             raise ConfigError(f"{where} must be a number or text, got {got(figure)}")
         figures[name] = figure
     return figures
-
-
-def _device(
-    device: Mapping[str, object],
-    used_mib: list[tuple[str, float]],
-    clock_reasons: list[tuple[str, tuple[str, ...]]],
-) -> None:
-    """A device's memory used and active clock-event reasons, each by its plot label, when it read them."""
-    used, reasons = device.get("memory_used_mib"), device.get("clock_event_reasons")
-    if used is None and reasons is None:
-        return
-    index = integer(device.get("index"), "gpu device index")
-    label = f"GPU {index} {text(device.get('uuid', ''), 'gpu device uuid')[:12]}"
-    if used is not None:
-        used_mib.append((label, number(used, "memory_used_mib")))
-    if reasons is not None:
-        names = as_list(reasons, "clock_event_reasons")
-        clock_reasons.append((label, tuple(text(name, "clock_event_reasons[]") for name in names)))

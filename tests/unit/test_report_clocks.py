@@ -13,7 +13,8 @@ from sidecar.core.errors import ConfigError
 from sidecar.core.gpu_health import CLOCK_EVENT_REASONS, HARDWARE_SLOWDOWN
 from sidecar.core.report import render_report
 from sidecar.core.report_clocks import SLOWDOWN, TITLE, ClockReasons, Span, clock_reasons_plot
-from sidecar.core.report_input import ReportSample, parse_artifact, parse_sample
+from sidecar.core.report_input import parse_artifact
+from sidecar.core.report_samples import ReportSample, parse_sample
 
 T0 = 1_700_000_000.0
 GPU0, GPU1 = "GPU 0 GPU-aaaa", "GPU 1 GPU-bbbb"

@@ -12,7 +12,9 @@ import pytest
 from sidecar.core.errors import ConfigError
 from sidecar.core.ledger.record import LOST, Ledger, LedgerEntry
 from sidecar.core.report import console_tail, describe_end, render_report
-from sidecar.core.report_input import ReportSample, TrainerEnd, parse_artifact, parse_sample
+from sidecar.core.report_input import TrainerEnd, parse_artifact
+from sidecar.core.report_progress import ProgressPlots
+from sidecar.core.report_samples import ReportSample, parse_sample
 from sidecar.core.run_page import RunAttempt, render_run_report
 
 T0 = 1_700_000_000.0
@@ -273,3 +275,32 @@ def test_a_trainer_that_writes_progress_records_gets_its_steps_and_throughput_dr
     assert parse_sample(json.dumps({"t_wall": T0, "progress": {"step": 7}}).encode()).step == 7.0
     with pytest.raises(ConfigError, match=r"progress\.step"):
         parse_sample(json.dumps({"t_wall": T0, "progress": {"step": -1}}).encode())
+
+
+def test_the_step_time_and_the_samples_and_tokens_per_second_between_samples() -> None:
+    base = ReportSample(T0, 1024.0, (), 2.0, 0.0, (), 10.0)
+    # Every 5 s: 10 steps, 320 samples; tokens only from the third sample on; the count goes back once.
+    steps = [0.0, 10.0, 20.0, 30.0, 5.0, 15.0]
+    fed = [
+        replace(base, t_wall=T0 + 5 * n, step=step, samples=32 * step, tokens=None if n < 2 else 1000.0 * n)
+        for n, step in enumerate(steps)
+    ]
+    plots = ProgressPlots()
+    for sample in fed:
+        plots.add(sample.t_wall, sample)
+    drawn = {plot.title: plot.series for plot in plots.plots()}
+    assert list(drawn) == [
+        "Training step (progress records)",
+        "Throughput",
+        "Step time",
+        "Samples per second",
+        "Tokens per second",
+    ]
+    # No rate across the count that went back (30 -> 5).
+    assert [v for _, v in drawn["Throughput"]["steps/s"]] == [2.0, 2.0, 2.0, 2.0]
+    assert [v for _, v in drawn["Step time"]["s/step"]] == [0.5, 0.5, 0.5, 0.5]
+    assert [v for _, v in drawn["Samples per second"]["samples/s"]] == [64.0] * 4
+    assert [v for _, v in drawn["Tokens per second"]["tokens/s"]] == [200.0, 200.0]
+    assert parse_sample(
+        json.dumps({"t_wall": T0, "progress": {"step": 1, "samples": 32, "tokens": 9}}).encode()
+    ) == (ReportSample(T0, 0.0, (), 0.0, 0.0, (), 0.0, step=1.0, samples=32.0, tokens=9.0))

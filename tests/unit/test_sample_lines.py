@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from sidecar.core.artifact import SampleRecorder, leak_failures
-from sidecar.core.report_input import parse_sample
+from sidecar.core.report_samples import parse_sample
 from sidecar.core.sample_lines import (
     GPU_DEVICE_BYTES,
     GPU_EVENT_BYTES,

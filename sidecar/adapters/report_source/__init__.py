@@ -34,7 +34,8 @@ from sidecar.core.artifact.objects import (
 )
 from sidecar.core.errors import ConfigError, SoakError
 from sidecar.core.report import CONSOLE_TAIL_BYTES, console_tail
-from sidecar.core.report_input import ReportArtifact, ReportSample, parse_artifact, parse_sample
+from sidecar.core.report_input import ReportArtifact, parse_artifact
+from sidecar.core.report_samples import ReportSample, parse_sample
 from sidecar.launcher.protocol.files import UnsafeFileError, open_regular, read_regular
 from sidecar.settings import S3Settings
 

@@ -146,3 +146,11 @@ def test_progress_age_counts_from_the_last_change() -> None:
     policy.step(5.0, Observation(progress(1)))
     policy.step(7.0, Observation(progress(1)))
     assert policy.progress_age(8.0) == pytest.approx(3.0)
+
+
+def test_a_throughput_drop_stops_the_trainer_with_a_terminate_and_is_the_failure() -> None:
+    policy = MonitorPolicy(TIMINGS, started=0.0)
+    cause = Finding(Classification.THROUGHPUT_DROPPED, "the throughput drops 40 % an hour", Source.SIDECAR)
+    action = policy.step(1.0, Observation(progress(10), throughput_drop=cause))
+    assert action.stop == "terminate" and action.reason == cause.reason and action.stacks_timeout_s == 0
+    assert policy.failure == cause

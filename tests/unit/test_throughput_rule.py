@@ -11,8 +11,6 @@ import pytest
 from sidecar.core.classification import Classification, Finding, Source, Standing
 from sidecar.core.eta import StepTimes
 from sidecar.core.exitcodes import ExitCode
-from sidecar.core.monitor_policy import MonitorPolicy, MonitorTimings, Observation
-from sidecar.core.samples import ProgressSample
 from sidecar.core.throughput import (
     ThroughputLimit,
     drop_per_hour_pct,
@@ -106,19 +104,3 @@ def test_a_step_counter_that_goes_back_does_not_wipe_the_rules_evidence() -> Non
         times.observe(t, step)
     found = throughput_finding(times.pace(t), PER_HOUR_20)
     assert found is not None and found.standing is Standing.CAUSE, found
-
-
-def test_the_monitor_stops_the_trainer_with_a_terminate_on_the_cause() -> None:
-    timings = MonitorTimings(
-        sample_interval_s=1.0,
-        startup_timeout_s=30.0,
-        stale_progress_s=10.0,
-        progress_signal="any",
-        fallback_after_s=5.0,
-    )
-    policy = MonitorPolicy(timings, started=0.0)
-    cause = Finding(Classification.THROUGHPUT_DROPPED, "the throughput drops 40 % an hour", Source.SIDECAR)
-    seen = ProgressSample(file_count=1, bytes_total=10, max_mtime=1.0)
-    action = policy.step(1.0, Observation(seen, throughput_drop=cause))
-    assert action.stop == "terminate" and action.reason == cause.reason and action.stacks_timeout_s == 0
-    assert policy.failure == cause

@@ -115,6 +115,7 @@ class Soak:
             check_s=stop_check_s,
             reduce_max=reduce_max,
         )
+        self._sections: dict[str, Any] = {}
         self._summary_written = False
         if handle_signal:
             self._stop.install_handler()
@@ -244,6 +245,11 @@ class Soak:
         """Extra top-level figures for run_summary.json (JSON values)."""
         self._progress.figures.update(figures)
 
+    def manifest(self, **sections: Any) -> None:
+        """Extra sections of the summary's ``runtime_manifest`` (JSON values), for a profile that
+        asks for more than the core one (``replay_ingress``, ...); the shutdown record is the kit's."""
+        self._sections.update(sections)
+
     def finish(self) -> None:
         """The run ended without an exception: completed, or stopped by the soft stop."""
         self._end(None)
@@ -275,6 +281,7 @@ class Soak:
         stopping = self._stop.agreed or self._stop.requested
         document = _summary.summary_document(
             figures=self._progress.figures,
+            sections=self._sections,
             classification=_summary.ending(stopping=stopping, error=error),
             owner=self.owner,
             phase=self._progress.phase,

@@ -10,8 +10,9 @@ KIT_VERSION = "1"
 NORMAL = "normal_completion"
 STOPPED = "external_cancellation"
 FAILED = "learner_failure"
-# The document's own keys: a figure of the same name is not taken.
+# The document's own keys: a figure of the same name is not taken; likewise the manifest's.
 RESERVED = frozenset({"status", "metric_schema_version", "runtime_manifest"})
+MANIFEST_RESERVED = frozenset({"schema_version", "kit", "shutdown"})
 MESSAGE_CHARS = 2000
 
 
@@ -26,6 +27,7 @@ def ending(*, stopping: bool, error: BaseException | None) -> str:
 def summary_document(
     *,
     figures: Mapping[str, Any],
+    sections: Mapping[str, Any],
     classification: str,
     owner: str,
     phase: str,
@@ -42,6 +44,7 @@ def summary_document(
         "status": "completed" if completed else "failed",
         "metric_schema_version": 1,
         "runtime_manifest": {
+            **{key: value for key, value in sections.items() if key not in MANIFEST_RESERVED},
             "schema_version": 2,
             "kit": {"name": "soak_sidecar_kit", "version": KIT_VERSION},
             "shutdown": {

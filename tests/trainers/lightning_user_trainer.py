@@ -9,8 +9,8 @@ launcher (``--devices 2``: rank 1 a child of rank 0), DDP over gloo on CPU.
     torchrun --standalone --nproc_per_node=2 tests/trainers/lightning_user_trainer.py --max-steps 12
 
 Slow phases and faults for the tests (rank 0 only, so rank 1 waits in a collective):
-``--eval-s S`` sleeps in each validation after the sanity check, ``--save-s S`` in each write of
-the store; ``--hang-in-eval`` (there), ``--hang-in-save`` (in the module's ``on_save_checkpoint``) and
+``--eval-s S`` sleeps in each validation after the sanity check, ``--save-s S`` in the store's
+first write; ``--hang-in-eval`` (there), ``--hang-in-save`` (in the module's ``on_save_checkpoint``) and
 ``--hang-in-step N`` (the training step after N optimizer steps) never return.
 """
 
@@ -93,7 +93,7 @@ class TinyLM(pl.LightningModule):  # type: ignore[misc, unused-ignore]
 
 
 class SlowStore(TorchCheckpointIO):  # type: ignore[misc, unused-ignore]
-    """The user's own plugin: a store that takes its time to write."""
+    """The user's own plugin: a store that takes its time to write, the first time."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__()
@@ -101,6 +101,7 @@ class SlowStore(TorchCheckpointIO):  # type: ignore[misc, unused-ignore]
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any = None) -> None:
         time.sleep(self.seconds)
+        self.seconds = 0.0  # slow the first time only: one slow save tells, more only cost time
         super().save_checkpoint(checkpoint, path, storage_options)
 
 

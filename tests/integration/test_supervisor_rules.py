@@ -613,7 +613,7 @@ def test_nan_in_run_summary_still_gives_a_strict_json_artifact(tmp_path: Path) -
     progress = tmp_path / "progress"
     script = (
         "import json, pathlib\n"
-        "from sidecar.examples.trainer import run_summary\n"
+        "from sidecar.examples.replay_summary import run_summary\n"
         f"p = pathlib.Path({str(progress)!r})\n"
         "(p / 'progress.jsonl').write_text('step\\n')\n"
         "s = run_summary(steps=3, completed=True, classification='normal_completion', error=None)\n"

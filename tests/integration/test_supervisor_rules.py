@@ -85,6 +85,7 @@ def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
             "heartbeat_interval_s": 0.2,
             "heartbeat_timeout_s": 60.0,
             "kill_grace_s": 1.0,
+            "exit_grace_s": 0.5,
             "appear_timeout_s": 60.0,
             "go_timeout_s": 120.0,
         },

@@ -24,7 +24,7 @@ import torch  # type: ignore[import-not-found, unused-ignore]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sidecar.examples.trainer import run_summary, write_atomic
+from sidecar.examples.replay_summary import run_summary, write_atomic
 
 WORKERS = 2
 MATRIX = 1024

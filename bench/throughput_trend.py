@@ -1,13 +1,17 @@
 """How soon the throughput rule (sidecar.core.throughput on sidecar.core.eta.StepTimes: the
 step-time trend, Theil-Sen per hour with its 95 % interval) finds a trainer slowing down, and how
 often it finds one that is not: a trainer sampled
-every 5 s, its step time 0.5 s jittered by 10 % per step, growing ``--growth`` per hour; and
-``--clean`` runs of the same trainer that does not slow down.
+every 5 s, its step time ``--step-s`` (0.5 s) jittered by 10 % per step, growing ``--growth`` per
+hour; and ``--clean`` runs of the same trainer that does not slow down. Each sample is taken at the
+end of the first step to end after its 5 s tick; with ``--grid`` on the tick itself, as the sidecar
+samples: then a step longer than the interval (``--step-s 30``, a large model's) spans several
+samples, and a short one is counted whole steps at a time (9 to 11 steps of 0.5 s per sample).
 
 Prints the detection time (the first check at which the rule's finding, a note without a limit,
 is raised, and stays so) against the 30-minute target, and the false positives among the clean runs.
 
-    python bench/throughput_trend.py [--growth 0.2] [--clean 10] [--minutes 60] [--smoke]
+    python bench/throughput_trend.py [--growth 0.2] [--step-s 0.5] [--grid] [--clean 10] [--minutes 60]
+                                     [--smoke]
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ TARGET_S = 30 * 60.0
 CHECK_EVERY_S = 30.0  # as often as the sidecar fits the trend (sidecar.app.estimate)
 
 
-def detection_s(growth: float, minutes: float, seed: int) -> float | None:
+def detection_s(growth: float, minutes: float, seed: int, step_s: float, grid: bool) -> float | None:
     """When the finding came for good; None if never within ``minutes``."""
     rng = random.Random(seed)
     times, t, step, next_sample, next_check = StepTimes(), 0.0, 0, 5.0, CHECK_EVERY_S
     seen: float | None = None
     while t < minutes * 60:
-        t += 0.5 * (1 + growth * t / 3600) * rng.uniform(0.9, 1.1)
+        t += step_s * (1 + growth * t / 3600) * rng.uniform(0.9, 1.1)
+        while grid and next_sample <= t:  # the samples taken while this step ran see the steps before it
+            times.observe(next_sample, step)
+            next_sample += 5.0
         step += 1
-        if t >= next_sample:
+        if not grid and t >= next_sample:
             times.observe(t, step)
             next_sample += 5.0
         if t >= next_check:
@@ -49,16 +56,22 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--growth", type=float, default=0.2)
+    parser.add_argument("--step-s", type=float, default=0.5, help="the step time at the start (s)")
+    parser.add_argument("--grid", action="store_true", help="sample on the 5 s ticks themselves")
     parser.add_argument("--clean", type=int, default=10)
     parser.add_argument("--minutes", type=float, default=60.0)
     parser.add_argument("--smoke", action="store_true", help="short runs: a check that it still runs")
     args = parser.parse_args()
     if args.smoke:
         args.clean, args.minutes = 2, 10.0
-    found = [detection_s(args.growth, args.minutes, seed) for seed in range(5)]
+    found = [detection_s(args.growth, args.minutes, seed, args.step_s, args.grid) for seed in range(5)]
     detected = [s for s in found if s is not None]
-    false = sum(detection_s(0.0, args.minutes, 100 + seed) is not None for seed in range(args.clean))
-    print(f"step time growing {args.growth:.0%} an hour, 5 runs of {args.minutes:g} min, samples every 5 s")
+    clean = [detection_s(0.0, args.minutes, 100 + seed, args.step_s, args.grid) for seed in range(args.clean)]
+    false = sum(seconds is not None for seconds in clean)
+    print(
+        f"step time {args.step_s:g} s growing {args.growth:.0%} an hour, 5 runs of {args.minutes:g} min, "
+        f"samples every 5 s{' on the tick' if args.grid else ''}"
+    )
     for seed, seconds in enumerate(found):
         shown = (
             "not seen"

@@ -35,7 +35,7 @@ TRAINER = textwrap.dedent(
     """
     import os, subprocess, sys, time
     from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
+    from sidecar.examples.replay_summary import run_summary, write_atomic
     count, argv_kib, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
     progress = Path(os.environ["SOAK_PROGRESS_DIR"])
     children = []

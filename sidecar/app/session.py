@@ -56,7 +56,9 @@ class LaunchSession:
     @property
     def fallback_after_s(self) -> float:
         """How long after a stop request the launcher's own escalation must be over."""
-        return self._settings.kill_grace_s + FALLBACK_SLACK_S
+        # A trainer that exits on its own (a soft stop obeyed, or just before the request) leaves
+        # its descendants the exit grace, then TERM and KILL for the survivors.
+        return self._settings.exit_grace_s + self._settings.kill_grace_s + FALLBACK_SLACK_S
 
     def start(self, console: Console) -> Launched:
         """The launcher, announced: started here (local mode) or found in the run dir (pod)."""
@@ -270,6 +272,7 @@ def go_ahead(settings: Settings, launched: Launched, started: Started, preflight
         term_grace_s=settings.deadline.term_grace_s,
         heartbeat_timeout_s=lset.heartbeat_timeout_s,
         kill_grace_s=lset.kill_grace_s,
+        exit_grace_s=lset.exit_grace_s,
         console_log_bytes=lset.console_log_bytes,
         soft_stop_signal=lset.soft_stop_signal,
         stop_grace_s=lset.stop_grace_s,

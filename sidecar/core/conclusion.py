@@ -264,7 +264,7 @@ def _mib(size: int) -> str:
 def _residual_pids(facts: RunFacts) -> tuple[int, ...]:
     """The launcher (a subreaper) kills what outlives the trainer before it exits, so a leaked
     worker is rarely still alive here: what it had to kill after the trainer ended, or could not
-    reap, is residual too (no grace before TERM: a survivor of the trainer is one at once)."""
+    reap, is residual too (what exited by itself within the launcher's exit grace never is)."""
     pids = {p.pid for p in facts.still_alive}
     if facts.exit_record is not None:
         pids.update(k.pid for k in facts.exit_record.survivors_killed)

@@ -4,6 +4,10 @@ clock, and when its declared total (``total_steps`` in its progress records) wil
 The rate is taken over the last ``WINDOW_S`` of samples (at least two records ``MIN_SPAN_S``
 apart): recent enough to follow a slowdown, long enough not to follow one slow step. A step
 count that goes back (a resumed attempt starting over) starts the window again.
+
+Rates and step times are timed between the samples at which a step was first seen: a step longer
+than the sample interval (most large-model training) spans several samples, and timing it from the
+last of them would read every step as one sample interval.
 """
 
 from __future__ import annotations
@@ -29,28 +33,27 @@ class StepRate:
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self._window_s = window_s
+        # (time first seen, step) of each step seen in the window.
         self._points: deque[tuple[float, int]] = deque(maxlen=MAX_POINTS)
-        # The first record of the attempt (since the step last went back): the mean rate's start.
+        # The first step of the attempt (since the step last went back): the mean rate's start.
         self._first: tuple[float, int] | None = None
+        self._now = 0.0
 
     def observe(self, t: float, step: int | None) -> None:
         if step is None:
             return
+        self._now = t
         if self._points and step < self._points[-1][1]:
             self._points.clear()
             self._first = None
         self._first = self._first or (t, step)
-        self._points.append((t, step))
+        if not self._points or step > self._points[-1][1]:
+            self._points.append((t, step))
         while len(self._points) > 2 and t - self._points[1][0] >= self._window_s:
             self._points.popleft()
 
     def per_s(self) -> float | None:
-        if len(self._points) < 2:
-            return None
-        (t0, s0), (t1, s1) = self._points[0], self._points[-1]
-        if t1 - t0 < MIN_SPAN_S:
-            return None
-        return (s1 - s0) / (t1 - t0)
+        return self._rate(self._points[0]) if self._points else None
 
     def span_s(self) -> float:
         """Seconds the recent window's records span: how much the rate rests on."""
@@ -59,10 +62,15 @@ class StepRate:
     def mean_per_s(self) -> float | None:
         """Steps per second from the attempt's first record to its last: what the indexes of a
         multi-pod soak are compared by (sidecar.core.slow_index)."""
-        if self._first is None or not self._points:
+        return None if self._first is None else self._rate(self._first)
+
+    def _rate(self, start: tuple[float, int]) -> float | None:
+        """From ``start`` to the last step first seen; lower once the step in progress has taken
+        longer than that rate allows (a stalled trainer's rate falls rather than stays)."""
+        (t0, s0), (t1, s1) = start, self._points[-1]
+        if t1 - t0 < MIN_SPAN_S:
             return None
-        (t0, s0), (t1, s1) = self._first, self._points[-1]
-        return None if t1 - t0 < MIN_SPAN_S else (s1 - s0) / (t1 - t0)
+        return min((s1 - s0) / (t1 - t0), (s1 - s0 + 1) / (self._now - t0))
 
 
 @dataclass(frozen=True)
@@ -77,16 +85,17 @@ class Pace:
 
 
 class StepTimes:
-    """Seconds per step between samples whose step advanced, over the whole attempt (evenly thinned,
-    ``TrendWindow``): their Theil-Sen trend per hour, with its 95 % interval, says whether
-    training slows down; the first hour's and the recent medians say by how much since it began.
+    """Seconds per step between the samples at which a step was first seen, over the whole attempt
+    (evenly thinned, ``TrendWindow``): their Theil-Sen trend per hour, with its 95 % interval, says
+    whether training slows down; the first hour's and the recent medians say by how much since it began.
     A step count that goes back (a counter reset each epoch, or forged) gives no step time and
     restarts nothing: a trainer cannot wipe the throughput rule's evidence. A resumed attempt has a
     sidecar, and step times, of its own."""
 
     def __init__(self, first_hour_s: float = FIRST_HOUR_S) -> None:
         self._first_hour_s = first_hour_s
-        self._last: tuple[float, int] | None = None
+        # (time, step) of the sample at which the current step was first seen.
+        self._base: tuple[float, int] | None = None
         self._window = TrendWindow()
         self._first: Thinned[float] = Thinned(WINDOW_POINTS)
         self._recent: deque[tuple[float, float]] = deque(maxlen=MAX_POINTS)
@@ -95,12 +104,16 @@ class StepTimes:
     def observe(self, t: float, step: int | None) -> None:
         if step is None:
             return
-        last, self._last = self._last, (t, step)
-        if last is None or step <= last[1] or t <= last[0]:
+        base = self._base
+        if base is not None and step == base[1]:
             return
-        seconds = (t - last[0]) / (step - last[1])
+        # A step that went back moves the base too, so that the advances after it are timed.
+        self._base = (t, step)
+        if base is None or step < base[1] or t <= base[0]:
+            return
+        seconds = (t - base[0]) / (step - base[1])
         self._window.add(t, {"step_time_s": seconds})
-        self._began = last[0] if self._began is None else self._began
+        self._began = base[0] if self._began is None else self._began
         if t - self._began <= self._first_hour_s:
             self._first.add(seconds)
         self._recent.append((t, seconds))

@@ -28,37 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sidecar.examples.replay_summary import SLOT_ROWS, replay_sections
 from soak_sidecar_kit import Soak
-
-SLOT_ROWS = 64
-
-
-def replay_manifest(steps: int) -> dict[str, Any]:
-    """The runtime_manifest sections the default (replay) profile asks for, of ``steps`` published
-    batches (``soak-sidecar schema run-summary``)."""
-    return {
-        "replay_ingress": {
-            "ingress_depth": 8,
-            "ingress_slot_rows": SLOT_ROWS,
-            "published_sequence": steps,
-            "release_sequence": steps,
-            "occupancy": 0,
-            "high_water_occupancy": min(8, max(1, steps)),
-            "backpressure_waits": 0,
-            "backpressure_wait_s": 0.0,
-            "early_returns": 0,
-            "dropped_batches": 0,
-            "closed_returns": 0,
-            "stop_returns": 0,
-        },
-        "inference_flight": {
-            "queue_depth": 0,
-            "publication_lag": 0,
-            "max_in_flight": 4,
-            "max_publication_lag": 1,
-        },
-        "inference_memory_budget": {"ipc_event_count": steps},
-    }
 
 
 def _spawn_orphan() -> None:
@@ -155,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.nullcontext(soak) if args.no_summary else soak:
         code, published = train(args, soak, leaked)
         soak.figure(total_env_steps=published * SLOT_ROWS)
-        sections = replay_manifest(published)
+        sections = replay_sections(published)
         if args.bad_summary:
             sections["replay_ingress"]["occupancy"] = 1
         soak.manifest(**sections)

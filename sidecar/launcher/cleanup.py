@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from .deadline import MonotonicDeadline
 from .proc import alive_descendants, command_of
-from .protocol.names import DEFAULT_KILL_GRACE_S
+from .protocol.names import DEFAULT_EXIT_GRACE_S, DEFAULT_KILL_GRACE_S
 from .stopping import Stopper
 from .supervise import REAP_LIMIT_S
 from .trainer import Trainer
@@ -23,9 +23,11 @@ def clean_up(
     wait: Callable[[float | None], list[int]],
     reap: Callable[[], bool],
 ) -> None:
-    """TERM survivors, KILL them after kill_grace_s (at once past the deadline or when the run was
-    killed), reap everything; what could not be reaped is recorded as unreaped."""
+    """After the exit grace, TERM survivors, KILL them after kill_grace_s (at once past the deadline
+    or when the run was killed), reap everything; what could not be reaped is recorded as unreaped."""
     state, me = stopper.state, stopper.launcher_pid
+    if trainer is not None and trainer.status is not None and not (state.term_sent or state.kill_sent):
+        _exit_grace(stopper, deadline, wait)
     survivors = alive_descendants(me)
     if survivors and not state.kill_sent:
         _term_survivors(stopper, survivors, deadline, wait)
@@ -39,6 +41,25 @@ def clean_up(
     state.unreaped = alive_descendants(me)
     if trainer is not None:
         _drain_output(trainer, wait)
+
+
+def _exit_grace(
+    stopper: Stopper, deadline: MonotonicDeadline | None, wait: Callable[[float | None], list[int]]
+) -> None:
+    """The trainer exited on its own: its descendants get exit_grace_s, never past the deadline, to
+    exit by themselves (a rank still exiting when rank 0 ends is no survivor), reaped as they do.
+    A stop signal from outside ends the grace."""
+    grace = stopper.go.exit_grace_s if stopper.go else DEFAULT_EXIT_GRACE_S
+    if deadline is not None:
+        grace = min(grace, max(0.0, deadline.remaining()))
+    end = time.monotonic() + grace
+    while alive_descendants(stopper.launcher_pid):
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        # SIGCHLD wakes us for our own children; a grandchild's exit only shows at the next look.
+        if wait(min(left, 0.05)):
+            return
 
 
 def _term_survivors(

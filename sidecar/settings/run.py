@@ -11,6 +11,7 @@ from sidecar.core.samples import SAMPLE_COMMAND_BYTES, SAMPLE_PROCESSES
 from sidecar.core.throughput import ThroughputLimit
 from sidecar.core.trends import quantity_bytes
 from sidecar.launcher.protocol.fields import signal_number
+from sidecar.launcher.protocol.names import DEFAULT_EXIT_GRACE_S, MAX_EXIT_GRACE_S
 from sidecar.launcher.protocol.stacks import MAX_STACKS_TIMEOUT_S
 from sidecar.settings.base import DAY_S, MAX_BYTES, MAX_MIB, MAX_SECONDS, MIN_INTERVAL_S, Group
 from soak_sidecar_kit import contract
@@ -355,6 +356,15 @@ class LauncherSettings(Group):
     )
     kill_grace_s: float = Field(
         5.0, ge=0, le=DAY_S, description="Seconds between TERM and KILL when stopping survivors. Default 5."
+    )
+    exit_grace_s: float = Field(
+        DEFAULT_EXIT_GRACE_S,
+        ge=0,
+        le=MAX_EXIT_GRACE_S,
+        description="After the trainer exits on its own (no stop sent): seconds its remaining "
+        "descendants get to exit by themselves, reaped as they do, never past the deadline; only what "
+        "still runs then is a survivor (TERM, KILL after kill_grace_s; a resource leak). A rank still "
+        "exiting when rank 0 ends is no leak. 0: at once. At most 60. Default 5.",
     )
     console_log_bytes: int = Field(
         64 * 1024 * 1024, gt=0, le=MAX_BYTES, description="Cap of the console log, bytes. Default 64 MiB."

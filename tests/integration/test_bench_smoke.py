@@ -27,6 +27,7 @@ MARKS = {
     "scale": [pytest.mark.s3],
     "apiserver": [pytest.mark.s3, pytest.mark.kube, pytest.mark.needs_root],
     "gpu_device_check": [pytest.mark.trainers],
+    "kit_step_cost": [pytest.mark.trainers],
 }
 BENCHMARKS = [
     pytest.param(path, id=path.stem, marks=MARKS.get(path.stem, []))
@@ -40,7 +41,7 @@ def needs(name: str) -> list[str]:
     rule (``require``: a skip with an install hint here, a failure in CI)."""
     if name == "sampler":
         return ["--seed", str(require("seed-sampler"))]
-    if name == "real_trainers":
+    if name in ("real_trainers", "kit_step_cost"):
         return ["--python", str(require("trainer-venv"))]
     if name == "gpu_device_check":
         require("gcc")  # the mock NVML the check runs on in CI is built with it

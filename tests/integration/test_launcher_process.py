@@ -105,6 +105,7 @@ class Run:
         cap: int = 1 << 20,
         soft_stop_signal: str = "SIGUSR1",
         stop_grace: float = 0.0,
+        exit_grace: float = 0.5,
     ) -> float:
         self.rd.wait_for_launcher(30, alive=lambda: self.proc.poll() is None)
         deadline = time.time() + deadline_in
@@ -119,6 +120,7 @@ class Run:
                 console_log_bytes=cap,
                 soft_stop_signal=soft_stop_signal,
                 stop_grace_s=stop_grace,
+                exit_grace_s=exit_grace,
                 env={proto.ENV_RUN_ID: "6d1f3a52-2f0e-4c59-9d3e-2b1f0c1d2e3f"},
             )
         )
@@ -308,6 +310,51 @@ def test_exit_code_passes_through_and_group_survivors_are_killed(
     assert [(p.pid, p.command) for p in record.survivors_killed] == [(leftover, ("sleep", "3600"))]
     assert not record.kill_sent, "sleep dies on TERM: no KILL needed"
     assert gone(leftover)
+
+
+def leaving_a_child(marker: Path, child: list[str]) -> list[str]:
+    """A trainer that starts ``child``, writes its PID to ``marker`` and exits 0 at once."""
+    script = (
+        f"import subprocess\np = subprocess.Popen({child!r})\nopen({str(marker)!r}, 'w').write(str(p.pid))\n"
+    )
+    return [sys.executable, "-c", script]
+
+
+def test_a_child_that_exits_by_itself_within_the_exit_grace_is_no_survivor(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    """Lightning's launcher: rank 1, a child of rank 0, is still exiting when rank 0 ends."""
+    marker = tmp_path / "child.pid"
+    run = launch(leaving_a_child(marker, [sys.executable, "-c", "import time; time.sleep(1)"]))
+    run.go(exit_grace=5.0)
+    record = run.finish()
+    assert record.exit_code == 0 and record.reason == "exited"
+    assert record.survivors_killed == () and not record.kill_sent and record.unreaped == ()
+    assert gone(int(marker.read_text()))
+
+
+def test_a_child_still_running_after_the_exit_grace_is_killed_as_a_survivor(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    marker = tmp_path / "child.pid"
+    run = launch(leaving_a_child(marker, ["sleep", "3600"]))
+    run.go(exit_grace=1.0)
+    record = run.finish()
+    child = int(marker.read_text())
+    assert record.exit_code == 0 and record.reason == "exited" and not record.deadline_expired
+    assert [(p.pid, p.command) for p in record.survivors_killed] == [(child, ("sleep", "3600"))]
+    assert gone(child)
+
+
+def test_the_exit_grace_ends_at_the_deadline(launch: Callable[..., Run], tmp_path: Path) -> None:
+    marker = tmp_path / "child.pid"
+    run = launch(leaving_a_child(marker, ["sleep", "3600"]))
+    run.go(deadline_in=3.0, margin=2.0, term_grace=1.0, exit_grace=60.0)
+    record = run.finish(timeout_s=20.0)  # far less than the grace
+    child = int(marker.read_text())
+    assert record.reason == "exited" and [(p.pid, p.command) for p in record.survivors_killed] == [
+        (child, ("sleep", "3600"))
+    ]
 
 
 def test_a_zombie_leader_the_trainer_left_is_killed_and_named(

@@ -38,7 +38,7 @@ TRAINER = textwrap.dedent(
     """
     import glob, json, os, sys, time, zlib
     from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
+    from sidecar.examples.replay_summary import run_summary, write_atomic
 
     output, shm_path, mib = sys.argv[1], sys.argv[2], int(sys.argv[3])
     progress = Path(os.environ["SOAK_PROGRESS_DIR"])

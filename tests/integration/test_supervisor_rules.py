@@ -85,6 +85,7 @@ def make_settings(tmp: Path, **groups: Mapping[str, Any]) -> Settings:
             "heartbeat_interval_s": 0.2,
             "heartbeat_timeout_s": 60.0,
             "kill_grace_s": 1.0,
+            "exit_grace_s": 0.5,
             "appear_timeout_s": 60.0,
             "go_timeout_s": 120.0,
         },
@@ -613,7 +614,7 @@ def test_nan_in_run_summary_still_gives_a_strict_json_artifact(tmp_path: Path) -
     progress = tmp_path / "progress"
     script = (
         "import json, pathlib\n"
-        "from sidecar.examples.trainer import run_summary\n"
+        "from sidecar.examples.replay_summary import run_summary\n"
         f"p = pathlib.Path({str(progress)!r})\n"
         "(p / 'progress.jsonl').write_text('step\\n')\n"
         "s = run_summary(steps=3, completed=True, classification='normal_completion', error=None)\n"

@@ -46,7 +46,7 @@ TRAINER = textwrap.dedent(
     """
     import os, subprocess, sys, time
     from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
+    from sidecar.examples.replay_summary import run_summary, write_atomic
     progress = Path(os.environ["SOAK_PROGRESS_DIR"])
     children = [
         subprocess.Popen(["sh", "-c", "read x", f"worker-{n}", "z" * 600], stdin=subprocess.PIPE)

@@ -105,7 +105,7 @@ PASSES_FIRST = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
+    from sidecar.examples.replay_summary import run_summary, write_atomic
     run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
     info = json.loads((run_dir / "launcher.json").read_text())
     for step in range(5):
@@ -239,7 +239,7 @@ OUTRUNS_THE_DEADLINE = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
-    from sidecar.examples.trainer import run_summary, write_atomic
+    from sidecar.examples.replay_summary import run_summary, write_atomic
     run_dir, progress = Path(os.environ["SOAK_RUN_DIR"]), Path(os.environ["SOAK_PROGRESS_DIR"])
     launcher = json.loads((run_dir / "launcher.json").read_text())["pid"]
     os.kill(launcher, signal.SIGSTOP)

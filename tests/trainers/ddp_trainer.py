@@ -33,7 +33,7 @@ import torch  # type: ignore[import-not-found, unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 from torch.utils.data import DataLoader, Dataset  # type: ignore[import-not-found, unused-ignore]
 
-from sidecar.examples.trainer import run_summary, write_atomic
+from sidecar.examples.replay_summary import run_summary, write_atomic
 
 FAULT_STEP = 3
 

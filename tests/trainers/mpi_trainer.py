@@ -23,7 +23,7 @@ from pathlib import Path
 
 from mpi4py import MPI  # type: ignore[import-not-found, unused-ignore]
 
-from sidecar.examples.trainer import run_summary, write_atomic
+from sidecar.examples.replay_summary import run_summary, write_atomic
 
 FAULT_STEP = 3
 

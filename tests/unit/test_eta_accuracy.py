@@ -41,3 +41,11 @@ def test_the_eta_of_a_steady_run_is_within_10_percent_of_the_finish_at_half_way(
     """7200 steps of 0.5 s (an hour), sampled every 5 s: the rate rests on the last 10 minutes."""
     eta, actual = halfway(seed, total=7200)
     assert abs(eta - actual) <= TOLERANCE * actual, (seed, eta, actual)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_eta_of_steps_longer_than_the_sample_interval_is_within_3_percent_at_half_way(seed: int) -> None:
+    """240 steps of 30 s (2 h), sampled every 5 s: timed from the sample that last saw the step, each
+    step would lose up to an interval and the rate be off by up to one step in its window (5 %)."""
+    eta, actual = halfway(seed, total=240, step_s=30.0)
+    assert abs(eta - actual) <= 0.03 * actual, (seed, eta, actual)

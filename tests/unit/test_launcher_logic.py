@@ -81,6 +81,13 @@ def test_go_request_parses_a_valid_go() -> None:
     assert go.env == {"A": "1"} and go.console_log_bytes == 1024
 
 
+def test_the_exit_grace_is_5_s_unless_go_json_says_otherwise_and_travels_in_it() -> None:
+    assert GoRequest.from_json(go_raw()).exit_grace_s == 5.0
+    for grace in (0, 0.5, 60):
+        go = GoRequest.from_json(go_raw(exit_grace_s=grace))
+        assert go.exit_grace_s == grace and GoRequest.from_json(go.to_json()) == go
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -99,6 +106,13 @@ def test_go_request_parses_a_valid_go() -> None:
         {"soft_stop_signal": "SIGNOPE"},
         {"env": {"A": 1}},
         {"env": ["A=1"]},
+        {"exit_grace_s": -0.1},
+        {"exit_grace_s": math.nan},
+        {"exit_grace_s": math.inf},
+        {"exit_grace_s": True},
+        {"exit_grace_s": "5"},
+        {"exit_grace_s": 61},
+        {"exit_grace_s": 1e12},
     ],
 )
 def test_go_request_rejects_malformed_fields(bad: dict[str, Any]) -> None:

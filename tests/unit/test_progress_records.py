@@ -188,6 +188,24 @@ def test_the_rate_follows_the_recent_window_and_starts_again_when_steps_go_back(
     assert rate.per_s() is None
 
 
+def test_the_rate_is_timed_from_where_each_step_was_first_seen_and_falls_while_one_runs_long() -> None:
+    rate = StepRate()
+    for t in range(0, 296, 5):
+        rate.observe(float(t), t // 30)  # 30 s steps, sampled every 5 s: step 9 first seen at 270
+    assert rate.per_s() == pytest.approx(1 / 30) and rate.mean_per_s() == pytest.approx(1 / 30)
+    assert rate.span_s() == 270.0
+    rate.observe(400.0, 9)  # step 10 is overdue: at most 10 steps in 400 s
+    assert rate.per_s() == pytest.approx(10 / 400) and rate.mean_per_s() == pytest.approx(10 / 400)
+
+
+def test_a_step_time_spans_the_samples_from_where_its_step_was_first_seen() -> None:
+    times = StepTimes()
+    for t, step in ((0, 5), (5, 5), (10, 6), (15, 2), (20, 2), (25, 2), (30, 3)):
+        times.observe(float(t), step)
+    # 5 -> 6 in 10 s; the counter went back at 15 s (no step time), 2 -> 3 from there in 15 s.
+    assert times.pace(30.0).median_s == 12.5
+
+
 def test_the_eta_and_the_one_line_when_the_run_would_pass_the_soft_stop() -> None:
     assert eta_s(100, 1000, 2.0) == 450.0
     assert eta_s(1000, 1000, None) == 0.0 and eta_s(10, None, 2.0) is None and eta_s(10, 20, 0.0) is None

@@ -301,6 +301,12 @@ def test_the_step_time_and_the_samples_and_tokens_per_second_between_samples() -
     assert [v for _, v in drawn["Step time"]["s/step"]] == [0.5, 0.5, 0.5, 0.5]
     assert [v for _, v in drawn["Samples per second"]["samples/s"]] == [64.0] * 4
     assert [v for _, v in drawn["Tokens per second"]["tokens/s"]] == [200.0, 200.0]
+    # 15 s steps sampled every 5 s, the count going back at 25 s: timed from where each step was first seen.
+    long_steps = ProgressPlots()
+    for t, step in ((0, 1.0), (5, 1.0), (10, 1.0), (15, 2.0), (20, 2.0), (25, 0.0), (30, 0.0), (35, 1.0)):
+        long_steps.add(T0 + t, replace(base, t_wall=T0 + t, step=step))
+    timed = {plot.title: plot.series for plot in long_steps.plots()}["Step time"]["s/step"]
+    assert timed == [(T0 + 15, 15.0), (T0 + 35, 10.0)]
     assert parse_sample(
         json.dumps({"t_wall": T0, "progress": {"step": 1, "samples": 32, "tokens": 9}}).encode()
     ) == (ReportSample(T0, 0.0, (), 0.0, 0.0, (), 0.0, step=1.0, samples=32.0, tokens=9.0))

@@ -67,6 +67,7 @@ def settings(tmp_path: Path, **monitor: Any) -> Settings:
             "deadline.store_dir": tmp_path / "deadlines",
             "launcher.run_dir": tmp_path / "run",
             "launcher.kill_grace_s": 1.0,
+            "launcher.exit_grace_s": 2.0,
             "artifact.output_dir": tmp_path / "out",
             "s3.bucket": "soaks",
             "gpu.backend": "none",
@@ -163,13 +164,14 @@ def test_a_launcher_that_ignores_the_stop_gets_the_kill_fallback(tmp_path: Path)
     script = Script(runs_s=1000.0, progresses=False, obeys_stop=False)
     result, fake, _ = run(tmp_path, script, post_shutdown_grace_s=5.0)
     assert result.verdict.classification == "timeout/stale_tick"
-    # kill_grace_s (1) + 10 s of slack + the stacks' 10 s after the request, then the sidecar kills
-    # by itself, at once (not only when concluding, after the post-shutdown grace)
+    # exit_grace_s (2: the trainer may have exited just before the request) + kill_grace_s (1) + 10 s
+    # of slack + the stacks' 10 s after the request, then the sidecar kills by itself, at once (not
+    # only when concluding, after the post-shutdown grace)
     ((pgid, killed_at),) = fake.processes.groups_killed
     assert pgid == TRAINER_PID
     requested_at = 10.0  # stale once progress has not changed for 10 s
     assert fake.world.stacks_timeouts == [10.0]
-    assert requested_at + 21.0 < killed_at < requested_at + 21.0 + 1.5
+    assert requested_at + 23.0 < killed_at < requested_at + 23.0 + 1.5
 
 
 def test_a_worker_that_outlives_the_trainer_is_a_resource_leak(tmp_path: Path) -> None:
@@ -370,7 +372,8 @@ def test_go_ahead_carries_the_record_the_settings_and_the_trainers_extras(tmp_pa
     started = Started(RunRequest(mode="local", run_id=RUN_ID, command=("t",)), wall=EPOCH, monotonic=0.0)
     go = go_ahead(conf, Launched(info, ("t",)), started, preflight)
     assert go.launch_id == LAUNCH_ID and go.deadline_unix == pytest.approx(EPOCH + 600)
-    assert go.soft_stop_unix == pytest.approx(EPOCH + 590) and go.kill_grace_s == 1.0
+    assert go.soft_stop_unix == pytest.approx(EPOCH + 590)
+    assert go.kill_grace_s == 1.0 and go.exit_grace_s == 2.0
     assert go.extra_args == ("--resume", "/ck/step-9")
     env = go.trainer_env()
     assert env["SOAK_RUN_ID"] == RUN_ID and env["SOAK_RESUME_CHECKPOINT"] == "/ck/step-9"

@@ -104,3 +104,35 @@ def test_a_step_counter_that_goes_back_does_not_wipe_the_rules_evidence() -> Non
         times.observe(t, step)
     found = throughput_finding(times.pace(t), PER_HOUR_20)
     assert found is not None and found.standing is Standing.CAUSE, found
+
+
+def long_steps(first_s: float, last_s: float, minutes: float, seed: int) -> StepTimes:
+    """A trainer whose step time goes from ``first_s`` to ``last_s`` over ``minutes``, jittered by
+    5 %, sampled every 5 s from a moment unrelated to its start: many samples per step."""
+    rng = random.Random(seed)
+    times, t, step, now = StepTimes(), 0.0, 0, rng.uniform(0.0, 5.0)
+    while now < minutes * 60:
+        while t <= now:  # the steps done by this sample
+            t += (first_s + (last_s - first_s) * t / (minutes * 60)) * rng.uniform(0.95, 1.05)
+            step += 1
+        times.observe(now, step - 1)
+        now += 5.0
+    return times
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_steps_longer_than_the_sample_interval_are_timed_whole(seed: int) -> None:
+    """Steady 30 s steps read as 30 s (not as one 5 s sample interval) and raise nothing."""
+    pace = long_steps(30.0, 30.0, 90, seed).pace(5400.0)
+    assert pace.median_s == pytest.approx(30.0, abs=1.0) and pace.recent_s == pytest.approx(30.0, abs=1.0)
+    assert throughput_finding(pace, PER_HOUR_20) is None
+    assert throughput_finding(pace, FIRST_HOUR_20) is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_long_step_that_grows_from_20_to_40_s_passes_the_limit(seed: int) -> None:
+    pace = long_steps(20.0, 40.0, 70, seed).pace(4200.0)
+    assert pace.recent_s == pytest.approx(39.0, abs=2.5), pace  # the last 10 minutes' median
+    found = throughput_finding(pace, PER_HOUR_20)
+    assert found is not None and found.standing is Standing.CAUSE, found
+    assert exit_code_for(found.kind) is ExitCode.THROUGHPUT_DROPPED

@@ -10,8 +10,10 @@ from typing import Any
 from .fields import ProtocolError, require_finite, signal_number
 from .names import (
     DEFAULT_CONSOLE_LOG_BYTES,
+    DEFAULT_EXIT_GRACE_S,
     DEFAULT_KILL_GRACE_S,
     ENV_RUN_ID,
+    MAX_EXIT_GRACE_S,
     MIN_FD_REPORT_S,
     PROTOCOL,
 )
@@ -23,6 +25,7 @@ GO_NUMBERS = (
     "heartbeat_timeout_s",
     "kill_grace_s",
     "stop_grace_s",
+    "exit_grace_s",
 )
 
 
@@ -46,6 +49,8 @@ class GoRequest:
     fd_report_s: float | None = None
     # A stop signal from outside: seconds between the soft stop and forwarding it (0: at once).
     stop_grace_s: float = 0.0
+    # After the trainer exits on its own: seconds its descendants get to exit by themselves.
+    exit_grace_s: float = DEFAULT_EXIT_GRACE_S
 
     def __post_init__(self) -> None:
         for key in GO_NUMBERS:
@@ -56,6 +61,8 @@ class GoRequest:
             )
         if self.heartbeat_timeout_s <= 0:
             raise ProtocolError("go.json: heartbeat_timeout_s must be > 0")
+        if not 0 <= self.exit_grace_s <= MAX_EXIT_GRACE_S:
+            raise ProtocolError(f"go.json: exit_grace_s must be within 0 to {MAX_EXIT_GRACE_S:g}")
         cap = self.console_log_bytes
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:
             raise ProtocolError("go.json: console_log_bytes must be a positive integer")
@@ -134,4 +141,5 @@ class GoRequest:
             extra_args=tuple(extra_args),
             fd_report_s=raw.get("fd_report_s"),
             stop_grace_s=raw.get("stop_grace_s", 0.0),
+            exit_grace_s=raw.get("exit_grace_s", DEFAULT_EXIT_GRACE_S),
         )

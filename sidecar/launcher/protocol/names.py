@@ -120,4 +120,9 @@ EXIT_NOT_FOUND = 127
 
 DEFAULT_GO_TIMEOUT_S = 300.0
 DEFAULT_KILL_GRACE_S = 5.0
+# After the trainer exits on its own, how long its descendants get to exit by themselves before
+# they are survivors (a rank that is still exiting when rank 0 ends is no leak); bounded, as the
+# cleanup watches no heartbeat: a go.json cannot hold it for long.
+DEFAULT_EXIT_GRACE_S = 5.0
+MAX_EXIT_GRACE_S = 60.0
 DEFAULT_CONSOLE_LOG_BYTES = 64 * 1024 * 1024

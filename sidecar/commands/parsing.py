@@ -109,6 +109,30 @@ RUN_FLAGS: dict[str, tuple[str, str, Callable[[str], Any], str]] = {
         float,
         "seconds without progress change",
     ),
+    "stale_eval": (
+        "--stale-eval",
+        "monitor.stale_eval_s",
+        float,
+        "seconds without progress change while the trainer's last record says phase eval",
+    ),
+    "stale_checkpoint": (
+        "--stale-checkpoint",
+        "monitor.stale_checkpoint_s",
+        float,
+        "seconds without progress change while the trainer's last record says phase checkpoint",
+    ),
+    "stale_data": (
+        "--stale-data",
+        "monitor.stale_data_s",
+        float,
+        "seconds without progress change while the trainer's last record says phase data",
+    ),
+    "stale_compile": (
+        "--stale-compile",
+        "monitor.stale_compile_s",
+        float,
+        "seconds without progress change while the trainer's last record says phase compile",
+    ),
     "max_rss_growth": (
         "--max-rss-growth",
         "monitor.max_rss_growth_mib",

@@ -22,13 +22,15 @@ from typing import Literal, cast
 
 from sidecar.core.errors import ConfigError
 from sidecar.core.json_keys import refuse_duplicate_keys
+from soak_sidecar_kit import contract
 
-PROGRESS_RECORDS_FILE = "progress.jsonl"
+# The trainer contract (soak_sidecar_kit.contract) is the one definition of the file, its fields
+# and bounds; the kit writes by it.
+PROGRESS_RECORDS_FILE = contract.PROGRESS_RECORDS_FILE
 Phase = Literal["train", "eval", "checkpoint", "data", "compile"]
-PHASES: tuple[Phase, ...] = ("train", "eval", "checkpoint", "data", "compile")
-RECORD_LINE_LIMIT = 4096
-# Far beyond any real count, within a float's exact integers.
-MAX_COUNT = 2**53
+PHASES: tuple[Phase, ...] = cast("tuple[Phase, ...]", contract.PHASES)
+RECORD_LINE_LIMIT = contract.RECORD_LINE_LIMIT
+MAX_COUNT = contract.MAX_COUNT
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Example trainer for soak-sidecar: writes progress and a valid run_summary.json.
+"""Example trainer for soak-sidecar, on the trainer kit (``soak_sidecar_kit``): progress records,
+the soft stop, the checkpoint record and a valid run_summary.json.
 
-Standard library only, so it runs under any Python. Flags make it misbehave so that each verdict
-can be seen:
+Standard library and the kit only. Flags make it misbehave so that each verdict can be seen:
 
     --crash           exit 3 after half the steps, with an abnormal run_summary
     --hang            stop making progress (stale progress / deadline)
@@ -14,13 +14,13 @@ can be seen:
     --resume CKPT     continue from a checkpoint.json written at a soft stop
 
 It honours the soft stop: on the soft-stop signal (SIGUSR1) or when $SOAK_SOFT_STOP_FILE appears it
-writes a checkpoint and exits with an abnormal-but-valid summary (external_cancellation).
+records a checkpoint and exits with an abnormal-but-valid summary (external_cancellation).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
 import signal
 import sys
@@ -28,54 +28,36 @@ import time
 from pathlib import Path
 from typing import Any
 
+from soak_sidecar_kit import Soak
+
 SLOT_ROWS = 64
 
 
-def write_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Replace ``path`` with the JSON of ``payload`` in one rename: a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def run_summary(*, steps: int, completed: bool, classification: str, error: str | None) -> dict[str, Any]:
-    """A run_summary.json in the shape soak-sidecar validates (schema 1, manifest 2)."""
-    published = steps
+def replay_manifest(steps: int) -> dict[str, Any]:
+    """The runtime_manifest sections the default (replay) profile asks for, of ``steps`` published
+    batches (``soak-sidecar schema run-summary``)."""
     return {
-        "status": "completed" if completed else "failed",
-        "metric_schema_version": 1,
-        "total_env_steps": steps * SLOT_ROWS,
-        "runtime_manifest": {
-            "schema_version": 2,
-            "shutdown": {
-                "classification": classification,
-                "owner": "example-trainer",
-                "phase": "final" if completed else "training",
-                "exception": None if error is None else {"type": "RuntimeError", "message": error},
-                "cleanup": {"errors": []},
-            },
-            "replay_ingress": {
-                "ingress_depth": 8,
-                "ingress_slot_rows": SLOT_ROWS,
-                "published_sequence": published,
-                "release_sequence": published,
-                "occupancy": 0,
-                "high_water_occupancy": min(8, max(1, published)),
-                "backpressure_waits": 0,
-                "backpressure_wait_s": 0.0,
-                "early_returns": 0,
-                "dropped_batches": 0,
-                "closed_returns": 0,
-                "stop_returns": 0,
-            },
-            "inference_flight": {
-                "queue_depth": 0,
-                "publication_lag": 0,
-                "max_in_flight": 4,
-                "max_publication_lag": 1,
-            },
-            "inference_memory_budget": {"ipc_event_count": steps},
+        "replay_ingress": {
+            "ingress_depth": 8,
+            "ingress_slot_rows": SLOT_ROWS,
+            "published_sequence": steps,
+            "release_sequence": steps,
+            "occupancy": 0,
+            "high_water_occupancy": min(8, max(1, steps)),
+            "backpressure_waits": 0,
+            "backpressure_wait_s": 0.0,
+            "early_returns": 0,
+            "dropped_batches": 0,
+            "closed_returns": 0,
+            "stop_returns": 0,
         },
+        "inference_flight": {
+            "queue_depth": 0,
+            "publication_lag": 0,
+            "max_in_flight": 4,
+            "max_publication_lag": 1,
+        },
+        "inference_memory_budget": {"ipc_event_count": steps},
     }
 
 
@@ -119,93 +101,65 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _soft_stop(args: argparse.Namespace, step: int) -> int:
-    """Checkpoint, then an abnormal-but-valid summary: the soak resumes from here."""
-    write_atomic(args.progress_dir / "checkpoint.json", {"step": step})
-    run_record = os.environ.get("SOAK_CHECKPOINT_RECORD")  # the run's, kept for the next attempt
-    if run_record and Path(run_record).absolute() != (args.progress_dir / "checkpoint.json").absolute():
-        Path(run_record).parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(Path(run_record), {"step": step})
-    write_atomic(
-        args.progress_dir / "run_summary.json",
-        run_summary(
-            steps=step,
-            completed=False,
-            classification="external_cancellation",
-            error="stopped by the soft stop (the deadline near, or the soak stopped from outside)",
-        ),
-    )
-    print(f"soft stop at step {step}: checkpoint written", flush=True)
-    return 0
+def _soak(args: argparse.Namespace) -> Soak:
+    """The kit, on this trainer's flags: its progress dir and the checkpoint it resumes from."""
+    environ = {**os.environ, "SOAK_PROGRESS_DIR": str(args.progress_dir)}
+    if args.resume is not None:
+        environ["SOAK_RESUME_CHECKPOINT"] = str(args.resume)
+    # One line per step at this demo's pace: the report draws every step.
+    return Soak(owner="example-trainer", environ=environ, total_steps=args.steps, progress_interval_s=0)
 
 
-def _crash(args: argparse.Namespace, step: int) -> int:
-    if not args.no_summary:
-        write_atomic(
-            args.progress_dir / "run_summary.json",
-            run_summary(
-                steps=step,
-                completed=False,
-                classification="learner_failure",
-                error="example crash requested",
-            ),
-        )
-    print("crashing as requested", file=sys.stderr, flush=True)
-    return 3
-
-
-def _train_step(args: argparse.Namespace, step: int, leaked: list[Any]) -> None:
+def _train_step(args: argparse.Namespace, soak: Soak, step: int, leaked: list[Any]) -> None:
     for _ in range(args.leak_fds):
         leaked.extend(os.pipe())
     if args.leak_rss:
         leaked.append(bytearray(args.leak_rss * 1024 * 1024))
     if not args.hang or step == 1:
-        with (args.progress_dir / "progress.jsonl").open("a", encoding="utf-8") as log:
-            # A structured progress record (sidecar.core.progress_records): its declared total lets
-            # the sidecar estimate the finish against the deadline.
-            record = {"step": step, "phase": "train", "total_steps": args.steps, "t": time.time()}
-            log.write(json.dumps(record) + "\n")
+        soak.progress(step, samples=step * SLOT_ROWS)
     print(f"step {step}/{args.steps}", flush=True)
     time.sleep(args.step_s)
 
 
-def _finish(args: argparse.Namespace) -> int:
-    if args.hang:
-        while True:
-            time.sleep(1)
-    if not args.no_summary:
-        summary = run_summary(
-            steps=args.steps, completed=True, classification="normal_completion", error=None
-        )
-        if args.bad_summary:
-            summary["runtime_manifest"]["replay_ingress"]["occupancy"] = 1
-        write_atomic(args.progress_dir / "run_summary.json", summary)
-    return 0
+def train(args: argparse.Namespace, soak: Soak, leaked: list[Any]) -> tuple[int, int]:
+    """The steps from the resumed one on: the exit code and the step to go on from."""
+    first_step = soak.resume_step or 1
+    if args.resume is not None:
+        print(f"resumed from {args.resume} at step {first_step}", flush=True)
+    for step in range(first_step, args.steps + 1):
+        if soak.should_stop():
+            soak.checkpoint(step)  # this demo's whole state is its step: the one to go on from
+            print(f"soft stop at step {step}: checkpoint written", flush=True)
+            return 0, step
+        if args.crash and step > args.steps // 2:
+            if not args.no_summary:
+                soak.fail(RuntimeError("example crash requested"))
+            print("crashing as requested", file=sys.stderr, flush=True)
+            return 3, step
+        _train_step(args, soak, step, leaked)
+    while args.hang:
+        time.sleep(1)
+    return 0, args.steps
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    soft_stop = {"requested": False}
-    signal.signal(signal.SIGUSR1, lambda *_: soft_stop.update(requested=True))
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    soft_stop_file = os.environ.get("SOAK_SOFT_STOP_FILE")
-
     args.progress_dir.mkdir(parents=True, exist_ok=True)
+    soak = _soak(args)
     leaked: list[Any] = []
     if args.spawn_orphan:
         _spawn_orphan()
-    first_step = 1
-    if args.resume is not None:
-        first_step = int(json.loads(args.resume.read_text(encoding="utf-8"))["step"])
-        print(f"resumed from {args.resume} at step {first_step}", flush=True)
-    for step in range(first_step, args.steps + 1):
-        if soft_stop["requested"] or (soft_stop_file and Path(soft_stop_file).exists()):
-            return _soft_stop(args, step)
-        if args.crash and step > args.steps // 2:
-            return _crash(args, step)
-        _train_step(args, step, leaked)
-    return _finish(args)
+    # --no-summary: the run ends without the kit's summary.
+    with contextlib.nullcontext(soak) if args.no_summary else soak:
+        code, published = train(args, soak, leaked)
+        soak.figure(total_env_steps=published * SLOT_ROWS)
+        sections = replay_manifest(published)
+        if args.bad_summary:
+            sections["replay_ingress"]["occupancy"] = 1
+        soak.manifest(**sections)
+    return code
 
 
 if __name__ == "__main__":

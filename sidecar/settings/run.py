@@ -13,6 +13,7 @@ from sidecar.core.trends import quantity_bytes
 from sidecar.launcher.protocol.fields import signal_number
 from sidecar.launcher.protocol.stacks import MAX_STACKS_TIMEOUT_S
 from sidecar.settings.base import DAY_S, MAX_BYTES, MAX_MIB, MAX_SECONDS, MIN_INTERVAL_S, Group
+from soak_sidecar_kit import contract
 
 
 class MonitorSettings(Group):
@@ -207,7 +208,7 @@ class SummarySettings(Group):
     """run_summary.json validation."""
 
     file_name: str = Field(
-        "run_summary.json", description="Name inside progress_dir. Default run_summary.json."
+        contract.SUMMARY_FILE, description="Name inside progress_dir. Default run_summary.json."
     )
     max_bytes: int = Field(
         16 * 1024 * 1024,

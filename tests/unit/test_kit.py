@@ -146,7 +146,7 @@ def test_a_handler_installed_before_the_kit_still_runs(tmp_path: Path, restore_u
 
 def test_ranks_agree_through_the_given_reduction(tmp_path: Path, restore_usr1: None) -> None:
     """Another rank got the signal: this one stops at the same step although it saw nothing."""
-    soak = Soak(environ=env(tmp_path), agree=lambda local: True)
+    soak = Soak(environ=env(tmp_path), reduce_max=lambda values: [1, *values[1:]])
     assert not soak.stop_requested and soak.should_stop()
 
 
@@ -162,7 +162,7 @@ def test_an_exception_is_the_trainers_failure_unless_the_stop_caused_it(
     (tmp_path / "progress" / "run_summary.json").unlink()
     with pytest.raises(RuntimeError), Soak(environ=env(tmp_path)) as soak:
         os.kill(os.getpid(), signal.SIGUSR1)
-        assert soak.stopping
+        assert soak.stop_requested
         raise RuntimeError("DataLoader worker (pid 7) is killed by signal: Terminated.")
     assert summary(tmp_path)["runtime_manifest"]["shutdown"]["classification"] == "external_cancellation"
 
@@ -206,3 +206,50 @@ def test_outside_a_soak_it_writes_nothing_and_still_answers(
         soak.checkpoint(1)
         assert not soak.should_stop()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_save_sets_no_phase_and_every_record_keeps_the_total(tmp_path: Path, restore_usr1: None) -> None:
+    """What follows a save is judged as the phase the trainer is in (the train timeout after a save,
+    not the checkpoint one), and the newest record, a save's included, still declares the total."""
+    soak = Soak(environ=env(tmp_path), progress_interval_s=3600, total_steps=40)
+    soak.progress(9)
+    with soak.phase("checkpoint", 10):
+        (tmp_path / "ckpt").write_bytes(b"w")
+    soak.checkpoint(10, tmp_path / "ckpt")
+    raw = (tmp_path / "progress" / "progress.jsonl").read_bytes()
+    records = [parse_record(line) for line in raw.splitlines()]
+    assert [(r.step, r.phase) for r in records] == [
+        (9, "train"),
+        (10, "checkpoint"),
+        (10, "train"),
+        (10, "train"),
+    ]
+    assert {r.total_steps for r in records} == {40}
+    newest = read_records(raw).newest
+    assert newest is not None and (newest.phase, newest.total_steps) == ("train", 40)
+
+
+def test_what_the_sidecar_would_refuse_is_not_written(tmp_path: Path, restore_usr1: None) -> None:
+    soak = Soak(environ=env(tmp_path), progress_interval_s=0)
+    soak.progress(3, samples=-5, tokens=2.0**60)  # counts out of the contract's range: left out
+    soak.checkpoint(3, "/" + "x" * 5000)  # a path the sidecar would refuse: the record without it
+    with pytest.raises(ValueError, match="phase"):
+        soak.progress(4, phase="validation")
+    with pytest.raises(ValueError, match="step"):
+        soak.progress(-1)
+    raw = (tmp_path / "progress" / "progress.jsonl").read_bytes()
+    assert read_records(raw).refused == 0
+    assert [parse_record(line).samples for line in raw.splitlines()] == [None, None]
+    record = json.loads((tmp_path / "progress" / "checkpoint.json").read_text())
+    assert record["step"] == 3 and "path" not in record
+
+
+def test_a_record_that_cannot_be_written_is_logged_not_raised(
+    tmp_path: Path, restore_usr1: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "progress").mkdir()
+    (tmp_path / "progress" / "progress.jsonl").mkdir()  # not a file: every append fails
+    soak = Soak(environ=env(tmp_path), progress_interval_s=0)
+    soak.progress(1)
+    soak.progress(2)
+    assert len(caplog.records) == 1 and "progress.jsonl" in caplog.records[0].getMessage()

@@ -15,11 +15,13 @@ import math
 from dataclasses import dataclass
 
 from sidecar.core.errors import ConfigError
+from soak_sidecar_kit import contract
 
-CHECKPOINT_FILE = "checkpoint.json"
-CHECKPOINT_LIMIT_BYTES = 64 * 1024
-PATH_CHARS = 4096
-MAX_INTEGER = 2**63 - 1
+# The trainer contract (soak_sidecar_kit.contract) defines the record; the kit writes by it.
+CHECKPOINT_FILE = contract.CHECKPOINT_FILE
+CHECKPOINT_LIMIT_BYTES = contract.CHECKPOINT_LIMIT_BYTES
+PATH_CHARS = contract.PATH_CHARS
+MAX_INTEGER = contract.MAX_INTEGER
 
 
 @dataclass(frozen=True)

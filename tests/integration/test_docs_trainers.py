@@ -29,6 +29,7 @@ def test_the_page_shows_a_runnable_command_per_framework() -> None:
     for trainer in (
         "lightning_trainer.py",
         "hf_trainer.py",
+        "accelerate_trainer.py",
         "torchtitan_trainer.py",
         "-m soak_sidecar_kit.torchtitan",
     ):

@@ -1,10 +1,14 @@
 """The trainer kit's Hugging Face adapter on the real transformers Trainer (the trainer venv), under
-the real CLI: the two-line adoption of tests/trainers/hf_trainer.py passes, stops at the checkpoint
-margin on two ranks with the Trainer's own checkpoint on disk, stops from outside and resumes from
-that checkpoint on the next attempt, fails on a crash, and is a stall when a rank hangs."""
+the real CLI: the user-style script tests/trainers/hf_trainer.py (periodic evaluations and saves)
+passes with an evaluation and a save each longer than the train timeout, stalls after that phase's
+own timeout when one hangs and after the train timeout when training hangs right after a save,
+stops at the checkpoint margin on two ranks with the Trainer's own checkpoint on disk, stops from
+outside and resumes from that checkpoint on the next attempt, fails on a crash, and is a stall when
+a rank hangs."""
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -24,12 +28,52 @@ def hf(tmp_path: Path) -> KitTrainer:
     )
 
 
-def test_hf_trainer_passes(hf: KitTrainer) -> None:
-    run = hf.soak(hf.one_rank("--max-steps", "20"))
+# A train timeout shorter than one slow evaluation or save, each phase's own longer than both.
+TIMEOUTS = ("--stale-progress", "15", "--stale-eval", "35", "--stale-checkpoint", "35")
+
+
+def test_hf_trainer_passes_with_an_eval_and_a_save_longer_than_the_train_timeout(hf: KitTrainer) -> None:
+    command = hf.one_rank("--max-steps", "20", "--every", "8", "--eval-s", "18", "--save-s", "18")
+    run = hf.soak(command, *TIMEOUTS)
     assert run.code == 0, run.stderr
     summary = run.artifact["run_summary"]
     assert summary["status"] == "completed" and summary["steps"] == 20
     assert summary["runtime_manifest"]["kit"]["name"] == "soak_sidecar_kit"
+    progress = run.artifact["resource_summary"]["progress"]
+    longest = {each["phase"]: each["longest_visit_s"] for each in progress["phase_timeouts"]}
+    assert longest["eval"] > 15 and longest["checkpoint"] > 15, longest
+    assert progress["total_steps"] == 20 and progress["eta_s"] == 0  # the save's record keeps them
+    # Each evaluation in eval, each save in checkpoint, training again at once after: the phase
+    # changes, at the steps the Trainer evaluated and saved at (8, 16 and the last, 20).
+    changes: list[tuple[int, str]] = []
+    for record in hf.records():
+        if not changes or changes[-1][1] != record["phase"]:
+            changes.append((record["step"], record["phase"]))
+    visits = [(step, phase) for step in (8, 16, 20) for phase in ("eval", "checkpoint", "train")]
+    assert changes[1:] == visits, changes
+    # Every save recorded as it landed; save_total_limit kept the Trainer's last two.
+    assert hf.record["path"] == str(hf.output / "checkpoint-20")
+    assert sorted(p.name for p in hf.output.iterdir()) == ["checkpoint-16", "checkpoint-20"]
+
+
+@pytest.mark.parametrize(
+    ("fault", "phase"),
+    [(("--hang-in", "eval"), "eval"), (("--hang-in", "save"), "checkpoint"), (("--hang-at", "9"), None)],
+    ids=["in-eval", "in-save", "in-training-right-after-a-save"],
+)
+def test_hf_trainer_hang_stalls_after_its_phases_timeout(
+    hf: KitTrainer, fault: tuple[str, str], phase: str | None
+) -> None:
+    run = hf.soak(hf.one_rank("--max-steps", "100", "--every", "8", *fault), *TIMEOUTS)
+    assert run.code == 12, run.stderr
+    reason = run.artifact["failure_reason"]
+    if phase is not None:
+        assert f"in phase {phase} (its stale timeout: 35s)" in reason, reason
+    else:  # the save at step 8 landed: the hang is training's, with training's timeout
+        assert hf.record["step"] == 8
+        idle = re.search(r"did not change for ([0-9.]+)s", reason)
+        assert idle is not None and 15 <= float(idle.group(1)) < 35 and "in phase" not in reason, reason
+    assert run.stack_has_line(hf.script, "time.sleep(1)  # the hung"), run.artifact["stacks"]
 
 
 def test_hf_trainer_stops_at_the_margin_on_two_ranks_with_its_checkpoint_on_disk(hf: KitTrainer) -> None:

@@ -54,11 +54,11 @@ def main() -> int:
         results.update(json.loads(done.stdout.strip().splitlines()[-1]))
     header = ("step", "bare s/step", "kit s/step", "kit/bare", "per-step collective", "ratio")
     print("{:>8} {:>12} {:>12} {:>9} {:>20} {:>6}".format(*header))
-    for step_ms, figures in results.items():
-        bare = figures["bare"]
+    for step_label, figures in results.items():
+        bare, kit, collective = figures["bare"], figures["kit"], figures["collective_per_step"]
         print(
-            f"{float(step_ms):>6.1f}ms {bare:>12.6f} {figures['kit']:>12.6f} {figures['kit'] / bare:>8.3f}x "
-            f"{figures['collective_per_step']:>20.6f} {figures['collective_per_step'] / bare:>5.3f}x"
+            f"{float(step_label):>6.1f}ms {bare:>12.6f} {kit:>12.6f} {kit / bare:>8.3f}x "
+            f"{collective:>20.6f} {collective / bare:>5.3f}x"
         )
     return 0
 

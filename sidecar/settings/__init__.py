@@ -1,6 +1,7 @@
 """All configuration: one pydantic-settings model (``model.py``) of groups (``run.py``,
 ``outputs.py``), env prefix ``SOAK_``, groups nested with ``__``."""
 
+from sidecar.settings.launcher import LauncherSettings
 from sidecar.settings.model import (
     Settings,
     explicit_settings,
@@ -17,7 +18,7 @@ from sidecar.settings.outputs import (
     RedactionSettings,
     S3Settings,
 )
-from sidecar.settings.run import DeadlineSettings, LauncherSettings, MonitorSettings, SummarySettings
+from sidecar.settings.run import DeadlineSettings, MonitorSettings, SummarySettings
 
 __all__ = [
     "ArtifactSettings",

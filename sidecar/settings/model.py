@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sidecar.core.errors import ConfigError
+from sidecar.settings.launcher import LauncherSettings
 from sidecar.settings.outputs import (
     ArtifactSettings,
     EvidenceSettings,
@@ -25,7 +26,7 @@ from sidecar.settings.outputs import (
     RedactionSettings,
     S3Settings,
 )
-from sidecar.settings.run import DeadlineSettings, LauncherSettings, MonitorSettings, SummarySettings
+from sidecar.settings.run import DeadlineSettings, MonitorSettings, SummarySettings
 
 
 class Settings(BaseSettings):

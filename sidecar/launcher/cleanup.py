@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 
 from .deadline import MonotonicDeadline
+from .output import log
 from .proc import alive_descendants, command_of
 from .protocol.names import DEFAULT_EXIT_GRACE_S, DEFAULT_KILL_GRACE_S
 from .stopping import Stopper
@@ -22,12 +23,15 @@ def clean_up(
     deadline: MonotonicDeadline | None,
     wait: Callable[[float | None], list[int]],
     reap: Callable[[], bool],
+    *,
+    interrupted: Callable[[], str | None] = lambda: None,
 ) -> None:
     """After the exit grace, TERM survivors, KILL them after kill_grace_s (at once past the deadline
-    or when the run was killed), reap everything; what could not be reaped is recorded as unreaped."""
+    or when the run was killed), reap everything; what could not be reaped is recorded as unreaped.
+    ``interrupted``: why the sidecar wants the grace over (its stop, its loss), or None."""
     state, me = stopper.state, stopper.launcher_pid
     if trainer is not None and trainer.status is not None and not (state.term_sent or state.kill_sent):
-        _exit_grace(stopper, deadline, wait)
+        _exit_grace(stopper, deadline, wait, interrupted)
     survivors = alive_descendants(me)
     if survivors and not state.kill_sent:
         _term_survivors(stopper, survivors, deadline, wait)
@@ -44,14 +48,21 @@ def clean_up(
 
 
 def _exit_grace(
-    stopper: Stopper, deadline: MonotonicDeadline | None, wait: Callable[[float | None], list[int]]
+    stopper: Stopper,
+    deadline: MonotonicDeadline | None,
+    wait: Callable[[float | None], list[int]],
+    interrupted: Callable[[], str | None],
 ) -> None:
-    """The trainer exited on its own: its descendants get exit_grace_s, never past the deadline, to
-    exit by themselves (a rank still exiting when rank 0 ends is no survivor), reaped as they do.
-    A stop signal from outside ends the grace."""
-    grace = stopper.go.exit_grace_s if stopper.go else DEFAULT_EXIT_GRACE_S
+    """The trainer exited on its own: its descendants get exit_grace_s to exit by themselves (a rank
+    still exiting when rank 0 ends is no survivor), reaped as they do. Never past the deadline's
+    TERM (term_grace_s before it): what outlives the trainer is then TERMed as a survivor, a leak,
+    not killed at the deadline as if the deadline had ended the run. A stop signal from outside, the
+    sidecar's stop request, or its loss (heartbeat, owner) ends the grace."""
+    go = stopper.go
+    grace = go.exit_grace_s if go else DEFAULT_EXIT_GRACE_S
     if deadline is not None:
-        grace = min(grace, max(0.0, deadline.remaining()))
+        term_at = go.term_grace_s if go else 0.0
+        grace = min(grace, max(0.0, deadline.remaining() - term_at))
     end = time.monotonic() + grace
     while alive_descendants(stopper.launcher_pid):
         left = end - time.monotonic()
@@ -59,6 +70,10 @@ def _exit_grace(
             return
         # SIGCHLD wakes us for our own children; a grandchild's exit only shows at the next look.
         if wait(min(left, 0.05)):
+            return
+        why = interrupted()
+        if why is not None:
+            log(f"exit grace cut short: {why}")
             return
 
 

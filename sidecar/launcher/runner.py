@@ -21,6 +21,7 @@ from .fdreport import FdReports
 from .memory import OomWatch
 from .output import STDOUT_QUEUE_BYTES, ConsoleLog, FdWriter, OutputTee, log
 from .proc import command_problem, kernel_boot_id, refuse_tracers, start_ticks
+from .protocol.exit import ControlAction
 from .protocol.fields import ProtocolError, signal_name
 from .protocol.files import atomic_write_json, read_json
 from .protocol.go import GoRequest
@@ -90,7 +91,14 @@ class Launcher:
             self.announce()
             self.start_trainer(self.wait_for_go())
             self.supervise()
-            clean_up(self.stopper, self.trainer, self.deadline, self.wait, self.reap)
+            clean_up(
+                self.stopper,
+                self.trainer,
+                self.deadline,
+                self.wait,
+                self.reap,
+                interrupted=self._sidecar_wants_end,
+            )
             code = exit_code(state, self.trainer)
         except ExitRequestError as done:
             code = done.code
@@ -118,6 +126,27 @@ class Launcher:
         self.reap()
         self.tee.note()
         return signals
+
+    def _sidecar_wants_end(self) -> str | None:
+        """During the exit grace: why the sidecar wants it over (a stop request, its owner or
+        heartbeat lost), or None. The supervision loop no longer runs, so this looks for it."""
+        go = self.stopper.go
+        if self.loop.owner_lost():
+            return "owner process lost"
+        now = time.monotonic()
+        request = self.channel.poll(now, self.loop.take_changed())
+        if request is not None:
+            self.stopper.state.control_actions.append(
+                ControlAction(request.seq, request.action, request.reason)
+            )
+            if request.action == "kill":
+                self.stopper.kill_everything(self.stopper.state.survivors_killed)
+            return f"control: {request.action} ({request.reason})"
+        if go is not None and now - self.channel.heartbeat_changed_at >= go.heartbeat_timeout_s:
+            self.channel.check_heartbeat()
+            if time.monotonic() - self.channel.heartbeat_changed_at >= go.heartbeat_timeout_s:
+                return f"no heartbeat for {go.heartbeat_timeout_s:g}s"
+        return None
 
     def reap(self) -> bool:
         """Reap every dead child (True when none is left); a SIGKILL we did not send may be the OOM

@@ -42,8 +42,8 @@ class LauncherSettings(Group):
         ge=0,
         le=MAX_EXIT_GRACE_S,
         description="After the trainer exits on its own (no stop sent): seconds its remaining "
-        "descendants get to exit by themselves, reaped as they do, never past the deadline; only what "
-        "still runs then is a survivor (TERM, KILL after kill_grace_s; a resource leak). A rank still "
+        "descendants get to exit by themselves, reaped as they do, never past the deadline's TERM; only "
+        "what still runs then is a survivor (TERM, KILL after kill_grace_s; a resource leak). A rank still "
         "exiting when rank 0 ends is no leak. 0: at once. At most 60. Default 5.",
     )
     console_log_bytes: int = Field(

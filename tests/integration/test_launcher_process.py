@@ -357,6 +357,38 @@ def test_the_exit_grace_ends_at_the_deadline(launch: Callable[..., Run], tmp_pat
     ]
 
 
+def test_the_exit_grace_ends_at_the_deadlines_term_so_a_leak_stays_a_leak(
+    launch: Callable[..., Run], tmp_path: Path
+) -> None:
+    """A trainer that exits on its own shortly before the deadline: its survivor is TERMed no later
+    than the deadline's TERM would have been, and dies of it, a leak; it is never left running
+    into the deadline, whose KILL would make the run look ended by the deadline."""
+    marker = tmp_path / "child.pid"
+    run = launch(leaving_a_child(marker, ["sleep", "3600"]))
+    run.go(deadline_in=6.0, margin=5.0, term_grace=4.0, kill_grace=3.0, exit_grace=60.0)
+    record = run.finish(timeout_s=20.0)
+    child = int(marker.read_text())
+    assert record.reason == "exited" and not record.deadline_expired and not record.kill_sent
+    assert [(p.pid, p.command) for p in record.survivors_killed] == [(child, ("sleep", "3600"))]
+    assert gone(child)
+
+
+def test_the_sidecars_stop_request_ends_the_exit_grace(launch: Callable[..., Run], tmp_path: Path) -> None:
+    """The supervision loop is over once the trainer exited: the grace itself still hears the
+    sidecar's stop (a Ctrl-C of the soak), and the survivor is TERMed then, not after the grace."""
+    marker = tmp_path / "child.pid"
+    run = launch(leaving_a_child(marker, ["sleep", "3600"]))
+    run.go(exit_grace=60.0)
+    wait_until("the trainer's child started", marker.exists)
+    wait_until("the trainer reaped", lambda: (info := run.rd.trainer()) is not None and gone(info.pid))
+    asked = time.monotonic()
+    run.rd.request("terminate", "soak was interrupted")
+    record = run.finish(timeout_s=20.0)
+    assert time.monotonic() - asked < 10.0  # far less than the grace
+    assert [(a.action, a.reason) for a in record.control] == [("terminate", "soak was interrupted")]
+    assert [p.pid for p in record.survivors_killed] == [int(marker.read_text())]
+
+
 def test_a_zombie_leader_the_trainer_left_is_killed_and_named(
     launch: Callable[..., Run], tmp_path: Path, zombie_leader: Path
 ) -> None:

@@ -76,8 +76,10 @@ class ProgressLog:
 
     def saved(self, step: int) -> None:
         """A checkpoint landed: a line at once, in the phase the trainer is in (the save's own phase
-        ended with it), so the sidecar sees the step the save holds."""
-        self._write({"step": int(step), "phase": self.phase, "saved": True})
+        ended with it). Its step is the trainer's newest, never less: an asynchronous save that
+        lands steps later must not read as the step count going back."""
+        newest = int(step) if self.step is None else max(self.step, int(step))
+        self._write({"step": newest, "phase": self.phase, "saved": True})
 
     def _write(self, line: dict[str, Any]) -> None:
         if self._files is None:

@@ -227,6 +227,11 @@ def test_a_save_sets_no_phase_and_every_record_keeps_the_total(tmp_path: Path, r
     assert {r.total_steps for r in records} == {40}
     newest = read_records(raw).newest
     assert newest is not None and (newest.phase, newest.total_steps) == ("train", 40)
+    soak.progress(14)
+    soak.checkpoint(12, tmp_path / "ckpt")  # an asynchronous save of step 12 lands at step 14
+    raw = (tmp_path / "progress" / "progress.jsonl").read_bytes()
+    assert [parse_record(line).step for line in raw.splitlines()][-1] == 14
+    assert json.loads((tmp_path / "progress" / "checkpoint.json").read_text())["step"] == 12
 
 
 def test_what_the_sidecar_would_refuse_is_not_written(tmp_path: Path, restore_usr1: None) -> None:

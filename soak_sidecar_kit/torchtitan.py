@@ -1,238 +1,312 @@
-"""torchtitan (0.3) adapter: the soak attached to torchtitan's ``Trainer``.
+"""torchtitan (0.3) adapter: the soak as torchtitan's own subclasses of its components.
 
-Run torchtitan's own entry point with the soak attached, no line of yours changed::
+Run torchtitan's own entry point with the soak, no line of yours changed::
 
     torchrun --nproc_per_node=8 -m soak_sidecar_kit.torchtitan --module llama3 --config llama3_8b ...
 
-or, in a script of your own that builds the trainer::
+or, in a script of your own that builds the trainer from its config::
 
-    from soak_sidecar_kit.torchtitan import attach
+    from soak_sidecar_kit.torchtitan import soak_config
 
-    trainer = config.build()
-    attach(trainer)
+    trainer = soak_config(config).build()
     trainer.train()
 
-What it does to the trainer: progress every step (step, the tokens this rank has seen, the loss when
-torchtitan logs it); a checkpoint phase around each save and a record of every save that completed;
-on the soft stop every rank stops after the same step (a MAX over the default process group) and
-the checkpointer saves a full checkpoint of that step (model, optimizers, schedulers, dataloader,
-train state, whatever ``last_save_model_only`` says) into ``checkpoint.folder``; a resumed attempt
-loads the step the soak approved (``checkpoint.load_step``), and ``train`` ends with the run's
-summary, of the right class on an exception. Checkpointing must be on (``--checkpoint.enable``) for
-the stop to save anything. When the sidecar names a checkpoint folder that outlives the attempt
-(``$SOAK_CHECKPOINT_DIR``, a pod's checkpoint volume), ``checkpoint.folder`` is moved into it.
-Under a soak an attempt loads exactly what the soak approved: the approved step, or none of the
-folder's steps on a fresh attempt (``initial_load_path`` still applies). Outside a soak, torchtitan's
-own rule: the newest complete step in ``checkpoint.folder``.
+torchtitan builds a config's owner (``Configurable``): ``soak_config`` turns a ``Trainer.Config`` into
+``SoakTrainer.Config``, whose build makes ``SoakTrainer``, which in turn builds its checkpointer,
+validator and metrics from the soak's configs of them (``SoakCheckpointManager``, ``SoakValidator``,
+``SoakMetricsProcessor``). A config of your own ``Trainer`` subclass (or checkpointer, validator,
+metrics subclass) gets a subclass of both, yours and the soak's, made here at run time.
+
+What the trainer then does: progress every step (step, the tokens this rank has seen, the loss when
+torchtitan logs it); an ``eval`` phase around each validation and a ``checkpoint`` phase around each
+save, and a record of every save once complete on disk (an asynchronous one once it finished; not a
+model-only final save, which cannot be resumed from); on the soft stop every rank stops after the
+same step and the checkpointer saves a full checkpoint of that step (model, optimizers, schedulers,
+dataloader, train state, whatever ``last_save_model_only`` says) into ``checkpoint.folder``; and
+``train`` ends with the run's summary, of the right class on an exception. Checkpointing must be on
+(``--checkpoint.enable``) for the stop to save anything. When the sidecar names a checkpoint folder
+that outlives the attempt (``$SOAK_CHECKPOINT_DIR``, a pod's checkpoint volume), ``checkpoint.folder``
+is moved into it. Under a soak an attempt loads exactly what the soak approved: the approved step, or
+none of the folder's steps on a fresh attempt (``initial_load_path`` still applies). Outside a soak,
+torchtitan's own rule: the newest complete step in ``checkpoint.folder``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
 import time
-from collections.abc import Callable
+import types
 from typing import Any
 
 from torchtitan import train as entry
+from torchtitan.components.checkpoint import CheckpointManager
+from torchtitan.components.metrics import MetricsProcessor
+from torchtitan.components.validate import Validator
+from torchtitan.config import ConfigManager
 from torchtitan.trainer import Trainer
 
 from soak_sidecar_kit import Soak, current
 
-__all__ = ["attach", "main"]
+__all__ = [
+    "SoakCheckpointManager",
+    "SoakConfigManager",
+    "SoakMetricsProcessor",
+    "SoakTrainer",
+    "SoakValidator",
+    "attach",
+    "main",
+    "soak_config",
+]
 
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 
-def attach(trainer: Any, soak: Soak | None = None) -> Soak:
-    """Attach the soak to a built torchtitan ``Trainer`` (before ``trainer.train()``)."""
-    kit = _hook(trainer, soak)
-    train = trainer.train
+class SoakCheckpointManager(CheckpointManager):  # type: ignore[misc]
+    """torchtitan's DCP checkpointer, its saves recorded and its loads the soak's."""
 
-    @functools.wraps(train)
-    def soaked_train(*args: Any, **kwargs: Any) -> Any:
-        with kit:
-            return train(*args, **kwargs)
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(CheckpointManager.Config):  # type: ignore[misc]
+        """Builds ``SoakCheckpointManager``."""
 
-    trainer.train = soaked_train
-    return kit
+    folder: str
+    last_save_model_only: bool
+    last_save_in_hf: bool
+
+    def __init__(self, config: Any, **components: Any) -> None:
+        super().__init__(config, **components)
+        self._start_soak()
+
+    def _start_soak(self) -> None:
+        self.soak = current(owner="torchtitan")
+        self.recorded_step: int | None = None
+        self.pending: tuple[int, str, float] | None = None  # an asynchronous save not yet on disk
+        if self.enable and self.soak.checkpoint_dir is not None:
+            # The soak's folder outlives the attempt (a pod's checkpoint volume): saves and loads go
+            # there, so that the next attempt finds them.
+            name = os.path.basename(os.path.normpath(self.folder))
+            self.folder = os.path.join(self.soak.checkpoint_dir, name)
+
+    def _save(self, curr_step: int, last_step: bool = False) -> bool:
+        self._record_pending(finished_only=True)  # torchtitan calls save every step
+        if not self._should_save(curr_step, last_step):
+            return False
+        started = time.monotonic()
+        with self.soak.phase("checkpoint", curr_step):
+            saved = bool(super()._save(curr_step, last_step))
+        if not saved or (last_step and self.last_save_model_only):
+            return saved  # a model-only final save cannot be resumed from: not a record
+        path = os.path.abspath(self._create_checkpoint_id(curr_step))
+        self.pending = (curr_step, path, started)
+        self._record_pending(finished_only=self.save_future is not None)
+        return saved
+
+    def _wait_for_saving(self) -> None:
+        super()._wait_for_saving()
+        self._record_pending()
+
+    def _record_pending(self, finished_only: bool = False) -> None:
+        if self.pending is None:
+            return
+        if finished_only and self.save_future is not None and not self.save_future.done():
+            return
+        step, path, started = self.pending
+        self.pending = None
+        self.recorded_step = step
+        self.soak.checkpoint(step, path, duration_s=time.monotonic() - started)
+
+    def _load(self, step: int = -1) -> bool:
+        approved = self.soak.resume_checkpoint
+        if step == -1 and self.soak.progress_dir is not None and approved is not None:
+            step = self._approved_step(approved)
+        return bool(super()._load(step))
+
+    def _find_load_step(self, folder: str = "") -> int:
+        # Asked only when no step is: under a soak that approved none, a fresh attempt loads none of
+        # the folder's steps (an earlier run's, or one the soak never approved), and torchtitan goes
+        # on to initial_load_path. Another folder (torchft's replicas) keeps torchtitan's rule.
+        if self.soak.progress_dir is not None and not folder:
+            return -1
+        return int(super()._find_load_step(folder))
+
+    def _approved_step(self, approved: str) -> int:
+        found = _STEP_DIR.fullmatch(os.path.basename(os.path.normpath(approved)))
+        parent = os.path.realpath(os.path.dirname(os.path.normpath(approved)))
+        if found is None or parent != os.path.realpath(self.folder):
+            raise ValueError(
+                f"soak_sidecar_kit: the approved checkpoint {approved} is not a step-N folder of "
+                f"torchtitan's checkpoint.folder ({self.folder}); torchtitan resumes from its own folder"
+            )
+        if self.soak.rank == 0:
+            print(f"soak_sidecar_kit: resuming from {approved}", flush=True)
+        return int(found.group(1))
+
+    def save_for_stop(self, step: int) -> None:
+        """The soft stop's save: a full checkpoint of ``step``, resumable, unless it is saved already."""
+        self.maybe_wait_for_saving()  # an asynchronous save still on its way is recorded once on disk
+        if step in (0, self.recorded_step):
+            return  # nothing trained yet, or this step's save already landed
+        if not self.enable:
+            if self.soak.rank == 0:
+                print("soak_sidecar_kit: checkpointing is off (checkpoint.enable): the stop saves nothing")
+            return
+        # The final save's model-only and HF options are for a finished run, not a stopped one.
+        kept = self.last_save_model_only, self.last_save_in_hf
+        self.last_save_model_only = self.last_save_in_hf = False
+        try:
+            self.save(step, last_step=True)
+        finally:
+            self.last_save_model_only, self.last_save_in_hf = kept
+
+
+class SoakValidator(Validator):  # type: ignore[misc]
+    """torchtitan's validator, each validation in the ``eval`` phase (the eval timeout's)."""
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(Validator.Config):  # type: ignore[misc]
+        """Builds ``SoakValidator``."""
+
+    def validate(self, model_parts: list[Any], step: int) -> None:
+        with current(owner="torchtitan").phase("eval", step):
+            super().validate(model_parts, step)
+
+
+class SoakMetricsProcessor(MetricsProcessor):  # type: ignore[misc]
+    """torchtitan's metrics, the last loss logged kept for the progress records."""
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(MetricsProcessor.Config):  # type: ignore[misc]
+        """Builds ``SoakMetricsProcessor``."""
+
+    loss: float | None = None
+
+    def log(self, step: int, global_avg_loss: Any, *args: Any, **kwargs: Any) -> None:
+        self.loss = _float_or_none(global_avg_loss)
+        super().log(step, global_avg_loss, *args, **kwargs)
+
+
+# The trainer's components the soak has subclasses of, by the trainer config's field.
+_PARTS = {
+    "checkpoint": ("checkpointer", SoakCheckpointManager),
+    "validator": ("validator", SoakValidator),
+    "metrics": ("metrics_processor", SoakMetricsProcessor),
+}
+
+
+class SoakTrainer(Trainer):  # type: ignore[misc]
+    """torchtitan's Trainer with the soak: its components the soak's, progress every step, the soft
+    stop checked once a step, and the summary at the end of ``train``."""
+
+    @dataclasses.dataclass(kw_only=True, slots=True)
+    class Config(Trainer.Config):  # type: ignore[misc]
+        """Builds ``SoakTrainer``."""
+
+    def __init__(self, config: Any) -> None:
+        for field, (_, soak) in _PARTS.items():
+            setattr(config, field, _soaked_config(getattr(config, field), soak))
+        super().__init__(config)
+        self._start_soak()
+
+    def _start_soak(self) -> None:
+        self.soak = current(owner="torchtitan")
+        self.soak.total_steps = self.soak.total_steps or self.config.training.steps
+
+    def train(self) -> None:
+        with self.soak:
+            super().train()
+
+    def train_step(self, data_iterator: Any) -> None:
+        super().train_step(data_iterator)
+        metrics = self.metrics_processor
+        loss = metrics.loss if isinstance(metrics, SoakMetricsProcessor) else None
+        self.soak.progress(int(self.step), tokens=self.ntokens_seen, loss=loss)
+
+    def should_continue_training(self) -> bool:
+        # Checked once a step on every rank, where torchtitan's loop asks: the ranks stop together.
+        if not super().should_continue_training():
+            return False
+        if not self.soak.should_stop():
+            return True
+        if isinstance(self.checkpointer, SoakCheckpointManager):
+            self.checkpointer.save_for_stop(int(self.step))
+        elif self.soak.rank == 0:
+            print("soak_sidecar_kit: the checkpointer is no CheckpointManager: the stop saves nothing")
+        return False
+
+
+def soak_config(config: Any) -> Any:
+    """``config`` (a ``Trainer.Config``, or a ``Trainer`` subclass's) as the same trainer's with the
+    soak: ``soak_config(config).build()`` builds it."""
+    return _soaked_config(config, SoakTrainer)
+
+
+class SoakConfigManager(ConfigManager):  # type: ignore[misc]
+    """torchtitan's ConfigManager: the config it parses (registry function and CLI), with the soak."""
+
+    def parse_args(self, args: list[str] | None = None) -> Any:
+        self.config = soak_config(super().parse_args(args))
+        return self.config
 
 
 def main() -> None:
-    """``torchtitan.train``'s entry point, every trainer it builds attached to the soak."""
-    build = Trainer.Config.build
-
-    @functools.wraps(build)
-    def build_attached(self: Any, **kwargs: Any) -> Any:
-        built = build(self, **kwargs)
-        if isinstance(built, Trainer):  # a subclass's trainer too, whatever its __init__ does
-            attach(built)
-        return built
-
-    Trainer.Config.build = build_attached
+    """``torchtitan.train``'s entry point, the trainer it builds with the soak."""
+    # torchtitan.train.main makes its ConfigManager by this module-level name and takes none as an
+    # argument: naming ours there is the smallest seam, and the rest of main (structured logger,
+    # seed checkpoint, close, process group teardown) stays torchtitan's.
+    entry.ConfigManager = SoakConfigManager
     entry.main()
 
 
-class _Hook:
-    """The trainer's methods, wrapped: what torchtitan calls, the soak sees."""
+def attach(trainer: Any) -> Soak:
+    """The soak for a trainer already built (``trainer = config.build()``), before ``train()``:
+    ``soak_config(config).build()`` is the same, built so."""
+    parts: list[tuple[Any, Any]] = [(trainer, SoakTrainer)]
+    parts += [(getattr(trainer, name, None), soak) for name, soak in _PARTS.values()]
+    for part, soak in parts:
+        if isinstance(part, soak.__base__) and not isinstance(part, soak):
+            # Built already: each part's class becomes the soak's subclass of it, the class
+            # soak_config would have built (it adds no attribute but what _start_soak sets).
+            part.__class__ = _soaked(part.__class__, soak)
+            if hasattr(part, "_start_soak"):
+                part._start_soak()
+    return current(owner="torchtitan")
 
-    def __init__(self, trainer: Any, kit: Soak) -> None:
-        self.trainer = trainer
-        self.kit = kit
-        self.checkpointer = trainer.checkpointer
-        self.loss: float | None = None
-        self.recorded_step: int | None = None
-        self.pending: tuple[int, str, float] | None = None  # an asynchronous save not yet on disk
 
-    def folder(self) -> str | None:
-        return getattr(self.checkpointer, "folder", None) if self.checkpointer.enable else None
+def _soaked_config(config: Any, soak: Any) -> Any:
+    """``config``, its owner (the class it builds) made the soak's subclass of that owner; a config of
+    a class the soak has no subclass for (another checkpointer) as it is."""
+    owner = type(config)._owner
+    if owner is None or not issubclass(owner, soak.__base__):
+        return config
+    made = _soaked(owner, soak)
+    if made is owner:
+        return config
+    values = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    return made.Config(**values)
 
-    def step_dir(self, step: int) -> str | None:
-        folder = self.folder()
-        return None if folder is None else os.path.abspath(os.path.join(folder, f"step-{step}"))
 
-    # -- wrapped methods -----------------------------------------------------------------------
-
-    def train_step(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        self.record_finished_save()
-        trainer = self.trainer
-        self.kit.total_steps = self.kit.total_steps or _training_steps(trainer)
-        self.kit.progress(int(trainer.step), tokens=getattr(trainer, "ntokens_seen", None), loss=self.loss)
-        return result
-
-    def should_continue(self, original: Callable[[], bool]) -> bool:
-        if not original():
-            return False
-        if not self.kit.should_stop():
-            return True
-        self.save_for_stop(int(self.trainer.step))
-        return False
-
-    def save(self, original: Callable[..., bool], curr_step: int, last_step: bool = False) -> bool:
-        started = time.monotonic()
-        model_only = last_step and bool(getattr(self.checkpointer, "last_save_model_only", False))
-        saved = bool(original(curr_step, last_step))
-        path = self.step_dir(curr_step)
-        if not saved or path is None or model_only:
-            return saved  # a model-only final save cannot be resumed from: not a record
-        if getattr(self.checkpointer, "save_future", None) is not None:
-            self.pending = (curr_step, path, started)
-        else:
-            self.record(curr_step, path, time.monotonic() - started)
-        return saved
-
-    def load(self, original: Callable[..., bool], step: int = -1) -> bool:
-        approved = self.kit.resume_checkpoint
-        if step != -1 or self.kit.progress_dir is None:
-            return bool(original(step))  # a step asked for, or no soak: torchtitan's own rule
-        if approved is None:
-            return self.fresh_start(original)
-        found = _STEP_DIR.fullmatch(os.path.basename(os.path.normpath(approved)))
-        folder = self.folder()
-        inside = folder is not None and os.path.realpath(os.path.dirname(os.path.normpath(approved))) == (
-            os.path.realpath(folder)
+@functools.cache
+def _soaked(owner: Any, soak: Any) -> Any:
+    """``soak`` for torchtitan's own ``owner``, ``owner`` when it has the soak already, or else, for a
+    subclass of yours known only at run time, a class made here of both (the soak's methods first)
+    with its own Config: torchtitan builds a Config's ``_owner``, the class that declares it."""
+    if issubclass(owner, soak):
+        return owner
+    if owner is soak.__base__:
+        return soak
+    name = f"Soak{owner.__name__}"
+    config: Any = dataclasses.dataclass(kw_only=True, slots=True)(
+        types.new_class(
+            "Config",
+            (owner.Config,),
+            exec_body=lambda ns: ns.update(__module__=__name__, __qualname__=f"{name}.Config"),
         )
-        if found is None or not inside:
-            raise ValueError(
-                f"soak_sidecar_kit: the approved checkpoint {approved} is not a step-N folder of "
-                f"torchtitan's checkpoint.folder ({folder}); torchtitan resumes from its own folder"
-            )
-        if self.kit.rank == 0:
-            print(f"soak_sidecar_kit: resuming from {approved}", flush=True)
-        return bool(original(int(found.group(1))))
-
-    def fresh_start(self, original: Callable[..., bool]) -> bool:
-        """An attempt the soak resumes from nothing loads none of the folder's steps (an earlier run's,
-        or one the soak never approved); the initial load (``initial_load_path``) still applies, as
-        torchtitan gives it to an empty folder."""
-        checkpointer = self.checkpointer
-        folder = self.folder()
-        if folder is None or not os.path.isdir(folder):
-            return bool(original(-1))
-        checkpointer.folder = os.path.join(folder, ".soak-fresh-start-has-no-steps")
-        try:
-            return bool(original(-1))
-        finally:
-            checkpointer.folder = folder
-
-    def log(self, original: Callable[..., Any], step: int, loss: Any, *args: Any, **kwargs: Any) -> Any:
-        self.loss = _float_or_none(loss)
-        return original(step, loss, *args, **kwargs)
-
-    def validate(self, original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        with self.kit.phase("eval", int(self.trainer.step)):
-            return original(*args, **kwargs)
-
-    # -- the stop's checkpoint -----------------------------------------------------------------
-
-    def save_for_stop(self, step: int) -> None:
-        checkpointer = self.checkpointer
-        self.record_finished_save(wait=True)
-        if step in (0, self.recorded_step):
-            return  # nothing trained yet, or this step's save already landed
-        if not checkpointer.enable:
-            if self.kit.rank == 0:
-                print("soak_sidecar_kit: checkpointing is off (checkpoint.enable): the stop saves nothing")
-            return
-        # A full checkpoint, resumable: the final save's model-only and HF options are for a
-        # finished run, not a stopped one.
-        options = {"last_save_model_only": False, "last_save_in_hf": False}
-        kept = {name: getattr(checkpointer, name) for name in options}
-        try:
-            for name, value in options.items():
-                setattr(checkpointer, name, value)
-            with self.kit.phase("checkpoint", step):
-                checkpointer.save(step, last_step=True)  # recorded by the wrapped save
-        finally:
-            for name, value in kept.items():
-                setattr(checkpointer, name, value)
-
-    def record_finished_save(self, wait: bool = False) -> None:
-        if self.pending is None:
-            return
-        future = getattr(self.checkpointer, "save_future", None)
-        if future is not None and not future.done():
-            if not wait:
-                return
-            self.checkpointer.maybe_wait_for_saving()
-        step, path, started = self.pending
-        self.pending = None
-        self.record(step, path, time.monotonic() - started)
-
-    def record(self, step: int, path: str, duration_s: float) -> None:
-        self.recorded_step = step
-        self.kit.checkpoint(step, path, duration_s=duration_s)
-
-
-def _hook(trainer: Any, soak: Soak | None) -> Soak:
-    kit = soak if soak is not None else current(owner="torchtitan")
-    checkpointer = trainer.checkpointer
-    if kit.checkpoint_dir is not None and checkpointer.enable:
-        # The soak's checkpoint folder outlives the attempt (a pod's checkpoint volume): saves and
-        # loads go there, so that the next attempt finds them.
-        checkpointer.folder = os.path.join(
-            kit.checkpoint_dir, os.path.basename(os.path.normpath(checkpointer.folder))
-        )
-    hook = _Hook(trainer, kit)
-    _wrap(trainer, "train_step", hook.train_step)
-    _wrap(trainer, "should_continue_training", hook.should_continue)
-    _wrap(trainer.checkpointer, "save", hook.save)
-    _wrap(trainer.checkpointer, "load", hook.load)
-    metrics = getattr(trainer, "metrics_processor", None)
-    if metrics is not None:
-        _wrap(metrics, "log", hook.log)
-    validator = getattr(trainer, "validator", None)
-    if validator is not None and getattr(trainer.config.validator, "enable", False):
-        _wrap(validator, "validate", hook.validate)
-    return kit
-
-
-def _wrap(owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
-    """``owner.name`` calls ``wrapper(original, ...)`` from now on (the instance's own attribute)."""
-    original = getattr(owner, name)
-    setattr(owner, name, functools.partial(wrapper, original))
+    )
+    return types.new_class(
+        name, (soak, owner), exec_body=lambda ns: ns.update(__module__=__name__, Config=config)
+    )
 
 
 def _float_or_none(value: Any) -> float | None:
@@ -240,13 +314,6 @@ def _float_or_none(value: Any) -> float | None:
         return float(value.item()) if hasattr(value, "item") else float(value)
     except (TypeError, ValueError, RuntimeError):
         return None
-
-
-def _training_steps(trainer: Any) -> int | None:
-    """The run's total steps from the trainer's config (``training.steps``), where it has one."""
-    config = getattr(trainer, "config", None) or getattr(trainer, "job_config", None)
-    steps = getattr(getattr(config, "training", None), "steps", None)
-    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
 
 
 if __name__ == "__main__":

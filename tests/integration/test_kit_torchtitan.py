@@ -1,11 +1,13 @@
 """The trainer kit's torchtitan adapter on torchtitan 0.3 (the trainer venv), under the real CLI: the
 two-line adoption of tests/trainers/torchtitan_trainer.py (torchtitan's own train loop and DCP
-checkpointer; what needs CUDA is replaced, as its docstring says) passes, stops at the checkpoint
-margin on two ranks with a resumable DCP checkpoint on disk, stops from outside and resumes from that
-checkpoint on the next attempt, fails on a crash, and is a stall when a rank hangs."""
+checkpointer; what needs CUDA is replaced, as its docstring says) passes, with a validation longer
+than the train timeout, stops at the checkpoint margin on two ranks with a resumable DCP checkpoint on
+disk, stops from outside and resumes from that checkpoint on the next attempt, fails on a crash, and
+is a stall when a rank hangs, right after a save by the train timeout."""
 
 from __future__ import annotations
 
+import re
 import signal
 from pathlib import Path
 
@@ -35,6 +37,44 @@ def test_torchtitan_passes_and_a_fresh_soak_in_the_same_folder_starts_afresh(tit
         assert summary["status"] == "completed" and summary["steps"] == 20 and summary["tokens"] > 0
         assert run.shutdown["owner"] == "torchtitan"
     assert (titan.output / "checkpoint" / "step-20").is_dir()
+    assert titan.steps_written().count(1) == 2 and any(r.get("loss") for r in titan.records())
+
+
+# A train timeout shorter than the slow validation, the eval phase's own longer.
+TIMEOUTS = ("--stale-progress", "10", "--stale-eval", "40", "--stale-checkpoint", "40")
+
+
+def test_torchtitan_validation_longer_than_the_train_timeout_is_the_eval_phase(titan: KitTrainer) -> None:
+    """In the other form: the soak attached to a trainer built already."""
+    run = titan.soak(
+        titan.one_rank("--steps", "12", "--checkpoint-interval", "5", "--validate-s", "15", "--attach"),
+        *TIMEOUTS,
+    )
+    assert run.code == 0, run.stderr
+    progress = run.artifact["resource_summary"]["progress"]
+    longest = {each["phase"]: each["longest_visit_s"] for each in progress["phase_timeouts"]}
+    assert longest["eval"] > 10, longest
+    # The validation at step 1 in eval, each save in checkpoint (the model-only last one too, though
+    # not recorded), training again at once after.
+    changes: list[tuple[int, str]] = []
+    for record in titan.records():
+        if not changes or changes[-1][1] != record["phase"]:
+            changes.append((record["step"], record["phase"]))
+    visits = [(1, "eval"), (1, "train")]
+    visits += [(step, phase) for step in (5, 10, 12) for phase in ("checkpoint", "train")]
+    assert changes[1:] == visits, changes
+    assert titan.record["step"] == 10
+
+
+def test_torchtitan_hang_right_after_a_save_stalls_after_the_train_timeout(titan: KitTrainer) -> None:
+    command = titan.one_rank("--steps", "100", "--checkpoint-interval", "5", "--hang-at", "6")
+    run = titan.soak(command, *TIMEOUTS)
+    assert run.code == 12, run.stderr
+    assert titan.record["step"] == 5  # the save landed: the hang is training's, with training's timeout
+    reason = run.artifact["failure_reason"]
+    idle = re.search(r"did not change for ([0-9.]+)s", reason)
+    assert idle is not None and 10 <= float(idle.group(1)) < 40 and "in phase" not in reason, reason
+    assert run.stack_has_line(titan.script, "time.sleep(1)  # the hung"), run.artifact["stacks"]
 
 
 def test_torchtitan_stops_at_the_margin_on_two_ranks_with_a_resumable_checkpoint(titan: KitTrainer) -> None:

@@ -1,5 +1,6 @@
 """torchtitan's Trainer (0.3) adopting the kit in two lines (marked "soak:"), as docs/trainers.md
-shows; one rank, or two under torchrun (gloo).
+shows; one rank, or two under torchrun (gloo). ``--attach`` takes the other form: the soak attached
+to a trainer built already.
 
     python tests/trainers/torchtitan_trainer.py --steps 40 --dump-folder titan-out
 
@@ -12,10 +13,12 @@ of the kit in it; the kit's entry point attaches it):
 torchtitan's Trainer cannot be built without CUDA, so the parts of it that need a GPU are replaced
 here, and only those: ``Trainer.__init__`` (it sets a CUDA device, parallelizes the model and measures
 GPU memory; here a small CPU model, DDP over gloo on two ranks), ``train_step`` (torchtitan's runs
-its CUDA-graph and metrics machinery; here a plain CPU step) and the CUDA barrier of
-``set_pg_timeouts``. What runs is torchtitan's own: ``Trainer.Config`` and its component configs,
-``Trainer.train`` (the loop, ``should_continue_training``, its checkpoint calls, the load at the
-start), the DCP ``CheckpointManager`` (save, load, purge), the optimizer and LR scheduler containers,
+its CUDA-graph and metrics machinery; here a plain CPU step), the CUDA barrier of
+``set_pg_timeouts``, the metrics processor's GPU memory monitor and the validator's dataset (here a
+slow validation of ``--validate-s`` seconds at step 1). What runs is torchtitan's own:
+``Trainer.Config`` and its component configs and their builds, ``Trainer.train`` (the loop,
+``should_continue_training``, its checkpoint and validation calls, the load at the start), the DCP
+``CheckpointManager`` (save, load, purge), the optimizer and LR scheduler containers,
 ``batch_generator`` and ``GarbageCollection``.
 
 Faults for the tests: ``--crash-at N`` raises in step N; ``--hang-at N`` sleeps forever in step N
@@ -36,16 +39,19 @@ import torch  # type: ignore[import-not-found, unused-ignore]
 import torch.distributed as dist  # type: ignore[import-not-found, unused-ignore]
 from torch.nn.parallel import DistributedDataParallel  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.components.checkpoint import CheckpointManager  # type: ignore[import-not-found, unused-ignore]
+from torchtitan.components.metrics import MetricsProcessor  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.components.optimizer import (  # type: ignore[import-not-found, unused-ignore]
     LRSchedulersContainer,
     default_adamw,
 )
+from torchtitan.components.validate import Validator  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.config import TrainingConfig  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.distributed import utils as dist_utils  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.tools import utils  # type: ignore[import-not-found, unused-ignore]
 from torchtitan.trainer import Trainer  # type: ignore[import-not-found, unused-ignore]
 
-from soak_sidecar_kit.torchtitan import attach  # soak: 1
+from soak_sidecar_kit import torchtitan as soak_titan  # the other form (--attach)
+from soak_sidecar_kit.torchtitan import soak_config  # soak: 1
 
 VOCAB, CONTEXT, WIDTH = 64, 16, 32
 
@@ -74,19 +80,39 @@ class RandomTokens:
         self.position = int(state["position"])
 
 
-class Metrics:
-    """What torchtitan's train loop and batch generator touch of its MetricsProcessor."""
+class CPUMetrics(MetricsProcessor):  # type: ignore[misc, unused-ignore]
+    """torchtitan's MetricsProcessor without its GPU memory monitor and loggers: what the train loop
+    and batch generator touch of it, the loss printed."""
 
-    def __init__(self) -> None:
+    @dataclass(kw_only=True, slots=True)
+    class Config(MetricsProcessor.Config):  # type: ignore[misc, unused-ignore]
+        """Builds the CPU metrics."""
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
         self.ntokens_since_last_log = 0
         self.data_loading_times: list[float] = []
 
-    def log(self, step: int, loss: float, *args: Any, **kwargs: Any) -> None:
-        if step % 10 == 0 and dist.get_rank() == 0:
-            print(f"step {step} loss {loss:.4f}", flush=True)
+    def log(self, step: int, global_avg_loss: float, *args: Any, **kwargs: Any) -> None:
+        if step % self.config.log_freq == 0 and dist.get_rank() == 0:
+            print(f"step {step} loss {global_avg_loss:.4f}", flush=True)
 
     def close(self) -> None:
         pass
+
+
+class SlowValidator(Validator):  # type: ignore[misc, unused-ignore]
+    """A validation of ``sleep_s`` seconds and no dataset (torchtitan's downloads one)."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config(Validator.Config):  # type: ignore[misc, unused-ignore]
+        sleep_s: float = 0.0
+
+    def __init__(self, config: Any, **kwargs: Any) -> None:
+        self.config = config
+
+    def validate(self, model_parts: list[Any], step: int) -> None:
+        time.sleep(self.config.sleep_s)
 
 
 class CPUTrainer(Trainer):  # type: ignore[misc, unused-ignore]
@@ -109,7 +135,7 @@ class CPUTrainer(Trainer):  # type: ignore[misc, unused-ignore]
         self.lr_schedulers = config.lr_scheduler.build(
             optimizers=self.optimizers, training_steps=config.training.steps
         )
-        self.metrics_processor = Metrics()
+        self.metrics_processor = config.metrics.build()
         self.step = 0
         self.ntokens_seen = 0
         self.dataloader = RandomTokens(dist.get_rank())
@@ -122,6 +148,8 @@ class CPUTrainer(Trainer):  # type: ignore[misc, unused-ignore]
             sd_adapter=None,
             base_folder=config.dump_folder,
         )
+        if config.validator.enable:
+            self.validator = config.validator.build()
         self.faults: argparse.Namespace = argparse.Namespace(crash_at=0, hang_at=0, step_s=0.05)
 
     def train_step(self, data_iterator: Any) -> None:
@@ -159,10 +187,14 @@ def init_process_group() -> None:
     dist.init_process_group("gloo")
 
 
-def cpu_debug(steps: int = 40, checkpoint_interval: int = 1000, dump_folder: str = "titan-out") -> Any:
+def cpu_debug(
+    steps: int = 40, checkpoint_interval: int = 1000, dump_folder: str = "titan-out", validate_s: float = 0.0
+) -> Any:
     """The config: torchtitan's own component configs, the CPU trainer as their owner."""
     return CPUTrainer.Config(
         dump_folder=dump_folder,
+        metrics=CPUMetrics.Config(),
+        validator=SlowValidator.Config(enable=validate_s > 0, freq=10**9, sleep_s=validate_s),  # at step 1
         optimizer=default_adamw(lr=1e-3),
         lr_scheduler=LRSchedulersContainer.Config(warmup_steps=2),
         training=TrainingConfig(steps=steps),
@@ -177,11 +209,17 @@ def main() -> None:
     parser.add_argument("--checkpoint-interval", type=int, default=1000)
     parser.add_argument("--crash-at", type=int, default=0)
     parser.add_argument("--hang-at", type=int, default=0)
+    parser.add_argument("--validate-s", type=float, default=0.0)
     parser.add_argument("--dump-folder", default="titan-out")
+    parser.add_argument("--attach", action="store_true")
     args = parser.parse_args()
-    trainer = cpu_debug(args.steps, args.checkpoint_interval, args.dump_folder).build()
+    config = cpu_debug(args.steps, args.checkpoint_interval, args.dump_folder, args.validate_s)
+    if args.attach:
+        trainer = config.build()
+        soak_titan.attach(trainer)
+    else:
+        trainer = soak_config(config).build()  # soak: 2
     trainer.faults = args
-    attach(trainer)  # soak: 2
     try:
         trainer.train()
     finally:

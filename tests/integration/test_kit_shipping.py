@@ -20,9 +20,10 @@ from tests.components import require
 pytestmark = pytest.mark.integration
 
 KIT = Path(soak_sidecar_kit.__file__).resolve().parent
-# The adapters import their framework, and nothing else beyond the standard library and the kit.
+# The adapters import their framework (with what it is built on and requires: Lightning's torch and
+# typing_extensions), and nothing else beyond the standard library and the kit.
 FRAMEWORKS = {
-    "lightning.py": {"lightning", "pytorch_lightning"},
+    "lightning.py": {"lightning", "pytorch_lightning", "torch", "typing_extensions"},
     "hf.py": {"transformers"},
     "torchtitan.py": {"torchtitan"},
 }

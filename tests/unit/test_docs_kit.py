@@ -14,7 +14,7 @@ NUMBERED = re.compile(r"#\s*(\d+)\s*$")
 # heading -> (the runnable trainer, the most lines the adoption may change)
 ADOPTIONS = {
     "PyTorch Lightning: four lines": ("lightning_trainer.py", 4),
-    "Hugging Face Trainer: two lines": ("hf_trainer.py", 2),
+    "Hugging Face Trainer: three lines": ("hf_trainer.py", 3),
     "torchtitan: no line, or two": ("torchtitan_trainer.py", 2),
     "Your own loop (plain torchrun, DDP): four lines": (None, 4),
 }

@@ -107,9 +107,10 @@ def main() -> None:
     parser.add_argument("--hang-at", type=int, default=0)
     parser.add_argument("--output-dir", default=os.environ.get("TRAINER_OUTPUT_DIR", "hf-out"))
     args = parser.parse_args()
+    out = args.output_dir
     config = GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=32, n_layer=1, n_head=2)
     training = TrainingArguments(
-        output_dir=output_dir(args.output_dir),  # soak: 2 (the soak's folder when it names one)
+        output_dir=output_dir(out),  # soak: 2 (the soak's folder when it names one)
         max_steps=args.max_steps,
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,

@@ -23,7 +23,7 @@ Clock = Callable[[], float]
 
 # Calls between two agreements at most: a step time that grows after the pace was taken cannot
 # delay the stop by more than this many steps.
-MAX_EVERY = 100
+MAX_EVERY = 1000
 DEFAULT_CHECK_S = 1.0
 
 

@@ -29,12 +29,10 @@ TRAIN = "train"
 
 # progress.jsonl
 RECORD_LINE_LIMIT = 4096
-RECORD_FIELDS = ("step", "phase", "samples", "tokens", "loss", "total_steps")
 # Far beyond any real count, within a float's exact integers.
 MAX_COUNT = 2**53
 
 # checkpoint.json
 CHECKPOINT_LIMIT_BYTES = 64 * 1024
-CHECKPOINT_FIELDS = ("step", "path", "bytes", "duration_s")
 PATH_CHARS = 4096
 MAX_INTEGER = 2**63 - 1

@@ -36,7 +36,7 @@ class ProgressDir:
 
     def append_record(self, record: Mapping[str, Any]) -> None:
         """One progress record; a line the sidecar would refuse (too long) is not written."""
-        line = json.dumps(record, allow_nan=False, separators=(",", ":")) + "\n"
+        line = json.dumps(record, allow_nan=False) + "\n"
         if len(line.encode()) > contract.RECORD_LINE_LIMIT:
             self._failed_once(
                 "progress record", ValueError(f"longer than {contract.RECORD_LINE_LIMIT} bytes")

@@ -57,7 +57,7 @@ class StepRate:
 
     def span_s(self) -> float:
         """Seconds the recent window's records span: how much the rate rests on."""
-        return self._points[-1][0] - self._points[0][0] if len(self._points) > 1 else 0.0
+        return self._now - self._points[0][0] if self._points else 0.0
 
     def mean_per_s(self) -> float | None:
         """Steps per second from the attempt's first record to its last: what the indexes of a
@@ -66,9 +66,10 @@ class StepRate:
 
     def _rate(self, start: tuple[float, int]) -> float | None:
         """From ``start`` to the last step first seen; lower once the step in progress has taken
-        longer than that rate allows (a stalled trainer's rate falls rather than stays)."""
+        longer than that rate allows (a stalled trainer's rate falls rather than stays). Once
+        MIN_SPAN_S have passed since ``start``: a long checkpoint after a few quick steps has a rate."""
         (t0, s0), (t1, s1) = start, self._points[-1]
-        if t1 - t0 < MIN_SPAN_S:
+        if s1 == s0 or self._now - t0 < MIN_SPAN_S:
             return None
         return min((s1 - s0) / (t1 - t0), (s1 - s0 + 1) / (self._now - t0))
 

@@ -86,5 +86,6 @@ def test_a_hang_in_the_second_checkpoint_stalls_within_3x_the_first(tmp_path: Pa
     assert progress["phase_calibration_factor"] == 3
     (checkpoint,) = [found for found in progress["phase_timeouts"] if found["phase"] == "checkpoint"]
     assert checkpoint["configured_s"] == 60
-    assert 1.0 <= checkpoint["longest_visit_s"] < 3.0
+    # Timed by samples (their first sight of each phase): up to a sample interval short of the 1 s.
+    assert 0.5 <= checkpoint["longest_visit_s"] < 3.0
     assert checkpoint["calibrated_s"] == pytest.approx(3 * checkpoint["longest_visit_s"], abs=0.01)

